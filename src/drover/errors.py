@@ -1,0 +1,77 @@
+"""The one error tree of drover.
+
+    DroverError
+    ├── ConfigError            bad flags, unknown provider, missing API key
+    ├── ProviderError          anything that went wrong talking to a model
+    │   ├── ProviderHTTPError      an HTTP error status before the stream began (429, 5xx, 400…)
+    │   ├── ProviderConnectionError the server could not be reached / the connection dropped
+    │   ├── StreamError            an error event or malformed data in the middle of a stream
+    │   └── EmptyResponseError     the model returned no content at all
+    ├── ToolError              a tool failed; becomes an ``is_error`` tool result, never fatal
+    │   └── PathEscapeError        a path from the model points outside the working directory
+    ├── TurnLimitError         the turn used all its model calls (a resumable pause)
+    └── StoreError             the journal could not be opened or written
+
+SDK exceptions are translated into this tree inside ``providers/``; nothing above them sees an
+SDK type. The CLI prints ``str(error)`` on one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class DroverError(Exception):
+    """Base of every error drover raises on purpose."""
+
+
+class ConfigError(DroverError):
+    """The configuration, a flag or the environment is unusable."""
+
+
+class ProviderError(DroverError):
+    """Talking to a model failed."""
+
+    #: Whether a new attempt of the same request may succeed (429, 5xx, 529, dropped connection).
+    retryable: bool = False
+
+
+class ProviderHTTPError(ProviderError):
+    def __init__(self, status: int, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.error_type = error_type
+        self.retryable = status in (408, 409, 429) or status >= 500
+
+
+class ProviderConnectionError(ProviderError):
+    retryable = True
+
+
+class StreamError(ProviderError):
+    """The stream failed after it started (an ``error`` event, a dropped connection)."""
+
+    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+class EmptyResponseError(ProviderError):
+    def __init__(self, message: str = "the model returned an empty response") -> None:
+        super().__init__(message)
+
+
+class ToolError(DroverError):
+    """A tool could not do what was asked; the model sees the message as an error result."""
+
+
+class PathEscapeError(ToolError):
+    """A path resolves outside the working directory."""
+
+
+class TurnLimitError(DroverError):
+    def __init__(self, max_turns: int) -> None:
+        super().__init__(f"turn limit reached ({max_turns} model calls)")
+        self.max_turns = max_turns
+
+
+class StoreError(DroverError):
+    """The journal could not be opened, migrated or written."""

@@ -1,0 +1,342 @@
+"""Typed events: the only way the loop talks to its consumers.
+
+The loop never calls into a UI, a printer or a journal; it emits these values. Every event is
+a small frozen dataclass with a ``type`` tag, and :data:`Event` is their union, so a consumer
+can ``match`` exhaustively. :func:`event_to_dict` gives the JSON form used by
+``--output-format stream-json``, the journal's event log and the HTTP stream.
+
+Terminal events — exactly one ends every turn:
+
+=================  ===========================================================================
+``Done``           the model finished normally (no more tool calls)
+``Incomplete``     the turn ended abnormally after work accumulated; the work is pending and the
+                   next message (or a resume) continues it
+``Error``          the turn ended abnormally before anything accumulated
+=================  ===========================================================================
+
+``Incomplete.reason`` / ``Error.reason`` say why: ``error`` (API or stream failure),
+``empty_response``, ``max_turns`` or ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, assert_never
+
+from drover.messages import Message, Usage, message_to_dict
+
+#: Position of a tool call within one assistant response (0-based), as in seed 002 §2.4.
+CallIndex: TypeAlias = int
+
+ToolState: TypeAlias = Literal[
+    "input-streaming",
+    "input-available",
+    "awaiting-permission",
+    "running",
+    "output-available",
+    "output-error",
+    "denied",
+    "interrupted",
+]
+TERMINAL_TOOL_STATES: frozenset[ToolState] = frozenset(
+    {"output-available", "output-error", "denied", "interrupted"}
+)
+
+TurnStatus: TypeAlias = Literal["running", "completed", "incomplete", "failed", "interrupted"]
+EndReason: TypeAlias = Literal["error", "empty_response", "max_turns", "interrupted"]
+Decision: TypeAlias = Literal["allow", "always", "deny"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStarted:
+    turn_id: str
+    session_id: str
+    #: The user's message, or None when the turn resumes unfinished work without a new prompt.
+    user_message: Message | None
+    type: Literal["turn_started"] = "turn_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted:
+    """A model call begins (``step`` counts model calls within the turn, from 1)."""
+
+    step: int
+    type: Literal["step_started"] = "step_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    text: str
+    #: Index of the content block the text belongs to within the current response.
+    index: int = 0
+    type: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingDelta:
+    text: str
+    index: int = 0
+    type: Literal["thinking_delta"] = "thinking_delta"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """A model call failed and is being retried.
+
+    When ``discard_partial`` is true, output of the failed attempt was already streamed:
+    consumers must drop the partial message they showed, because the retry produces it anew.
+    """
+
+    attempt: int
+    delay: float
+    error: str
+    discard_partial: bool = False
+    type: Literal["retry"] = "retry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantMessage:
+    """A model response finished (or was cut off, ``partial``) and joined the turn's work."""
+
+    message: Message
+    partial: bool = False
+    type: Literal["assistant_message"] = "assistant_message"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStateChanged:
+    """A tool call moved to ``state``; carries what is known at that point."""
+
+    call_id: str
+    call_index: CallIndex
+    name: str
+    state: ToolState
+    input: Mapping[str, Any] | None = None
+    output: str | None = None
+    is_error: bool = False
+    #: For side-effecting calls cut off while running: their effects are unknown.
+    outcome_unknown: bool = False
+    type: Literal["tool_state"] = "tool_state"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStart:
+    call_index: CallIndex
+    id: str
+    name: str
+    input_summary: str
+    type: Literal["tool_start"] = "tool_start"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDone:
+    call_index: CallIndex
+    id: str
+    name: str
+    is_error: bool
+    output_summary: str
+    type: Literal["tool_done"] = "tool_done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResults:
+    """The results of one response's tool calls, in call order, as sent back to the model."""
+
+    message: Message
+    type: Literal["tool_results"] = "tool_results"
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class PermissionRequest:
+    """A tool needs approval. Answer with :meth:`decide`; never dropped by a channel."""
+
+    request_id: str
+    call_id: str
+    tool_name: str
+    input: Mapping[str, Any]
+    summary: str
+    decision: asyncio.Future[Decision] = field(repr=False)
+    type: Literal["permission_request"] = "permission_request"
+
+    def decide(self, decision: Decision) -> bool:
+        """Answer the request; returns False when it was already answered or abandoned."""
+        if self.decision.done():
+            return False
+        self.decision.get_loop().call_soon_threadsafe(self._set, decision)
+        return True
+
+    def _set(self, decision: Decision) -> None:
+        if not self.decision.done():
+            self.decision.set_result(decision)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageReport:
+    """After each model response: its usage and the turn's running totals."""
+
+    usage: Usage
+    total_input: int
+    total_output: int
+    type: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compacted:
+    """The conversation was summarised to fit the context window."""
+
+    messages_before: int
+    messages_after: int
+    type: Literal["compacted"] = "compacted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done:
+    text: str
+    usage: Usage
+    type: Literal["done"] = "done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Incomplete:
+    reason: EndReason
+    error: str
+    usage: Usage
+    type: Literal["incomplete"] = "incomplete"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Error:
+    reason: EndReason
+    error: str
+    usage: Usage
+    type: Literal["error"] = "error"
+
+
+Event: TypeAlias = (
+    TurnStarted
+    | StepStarted
+    | TextDelta
+    | ThinkingDelta
+    | Retry
+    | AssistantMessage
+    | ToolStateChanged
+    | ToolStart
+    | ToolDone
+    | ToolResults
+    | PermissionRequest
+    | UsageReport
+    | Compacted
+    | Done
+    | Incomplete
+    | Error
+)
+TerminalEvent: TypeAlias = Done | Incomplete | Error
+
+
+def is_terminal(event: Event) -> bool:
+    return isinstance(event, Done | Incomplete | Error)
+
+
+def is_droppable(event: Event) -> bool:
+    """Events a slow live consumer may miss: the text shows again in the final message."""
+    return isinstance(event, TextDelta | ThinkingDelta)
+
+
+def turn_status(event: TerminalEvent) -> TurnStatus:
+    """The stored/reported status of a turn that ended with ``event``."""
+    match event:
+        case Done():
+            return "completed"
+        case Incomplete() | Error() if event.reason == "interrupted":
+            return "interrupted"
+        case Incomplete():
+            return "incomplete"
+        case Error():
+            return "failed"
+        case _:
+            assert_never(event)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON form of an event (``type`` first)."""
+    match event:
+        case TurnStarted():
+            user = message_to_dict(event.user_message) if event.user_message else None
+            body: dict[str, Any] = {
+                "turn_id": event.turn_id,
+                "session_id": event.session_id,
+                "user_message": user,
+            }
+        case StepStarted():
+            body = {"step": event.step}
+        case TextDelta() | ThinkingDelta():
+            body = {"text": event.text, "index": event.index}
+        case Retry():
+            body = {
+                "attempt": event.attempt,
+                "delay": event.delay,
+                "error": event.error,
+                "discard_partial": event.discard_partial,
+            }
+        case AssistantMessage():
+            body = {"message": message_to_dict(event.message), "partial": event.partial}
+        case ToolStateChanged():
+            body = {
+                "call_id": event.call_id,
+                "call_index": event.call_index,
+                "name": event.name,
+                "state": event.state,
+            }
+            if event.input is not None:
+                body["input"] = dict(event.input)
+            if event.output is not None:
+                body["output"] = event.output
+            if event.is_error:
+                body["is_error"] = True
+            if event.outcome_unknown:
+                body["outcome_unknown"] = True
+        case ToolStart():
+            body = {
+                "call_index": event.call_index,
+                "id": event.id,
+                "name": event.name,
+                "input_summary": event.input_summary,
+            }
+        case ToolDone():
+            body = {
+                "call_index": event.call_index,
+                "id": event.id,
+                "name": event.name,
+                "is_error": event.is_error,
+                "output_summary": event.output_summary,
+            }
+        case ToolResults():
+            body = {"message": message_to_dict(event.message)}
+        case PermissionRequest():
+            body = {
+                "request_id": event.request_id,
+                "call_id": event.call_id,
+                "tool_name": event.tool_name,
+                "input": dict(event.input),
+                "summary": event.summary,
+            }
+        case UsageReport():
+            body = {
+                "usage": event.usage.to_dict(),
+                "total_input": event.total_input,
+                "total_output": event.total_output,
+            }
+        case Compacted():
+            body = {
+                "messages_before": event.messages_before,
+                "messages_after": event.messages_after,
+            }
+        case Done():
+            body = {"text": event.text, "usage": event.usage.to_dict()}
+        case Incomplete() | Error():
+            body = {"reason": event.reason, "error": event.error, "usage": event.usage.to_dict()}
+        case _:
+            assert_never(event)
+    return {"type": event.type, **body}

@@ -1,0 +1,243 @@
+"""Provider-neutral conversation types: content blocks, messages and token usage.
+
+Everything above ``providers/`` speaks these types only. Provider-specific detail that must
+survive a round trip (thinking signatures, Responses item ids, encrypted reasoning) travels in
+each block's ``meta`` mapping, which the core never interprets.
+
+All types are immutable and convert to and from plain JSON-compatible dicts
+(:func:`message_to_dict` / :func:`message_from_dict`) for storage and output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeAlias, assert_never
+
+Role: TypeAlias = Literal["user", "assistant"]
+Meta: TypeAlias = Mapping[str, Any]
+
+
+def _empty_meta() -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextBlock:
+    text: str
+    #: True for text cut off by a failure before its block finished streaming.
+    partial: bool = False
+    meta: Meta = field(default_factory=_empty_meta)
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingBlock:
+    thinking: str
+    #: Anthropic's signature; required to send the block back unchanged.
+    signature: str | None = None
+    #: Opaque payload of a redacted thinking block (Anthropic ``redacted_thinking``).
+    redacted_data: str | None = None
+    meta: Meta = field(default_factory=_empty_meta)
+    type: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: Mapping[str, Any]
+    #: Set when the model's input could not be parsed as a JSON object; ``input`` is then ``{}``.
+    input_error: str | None = None
+    meta: Meta = field(default_factory=_empty_meta)
+    type: Literal["tool_use"] = "tool_use"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    meta: Meta = field(default_factory=_empty_meta)
+    type: Literal["tool_result"] = "tool_result"
+
+
+ContentBlock: TypeAlias = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    role: Role
+    content: tuple[ContentBlock, ...]
+    #: Message-level provider detail, e.g. ``{"provider": "openai-responses", "response_id": ...}``.
+    meta: Meta = field(default_factory=_empty_meta)
+
+    @property
+    def text(self) -> str:
+        """The concatenated text blocks of the message."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+
+def user_message(text: str) -> Message:
+    return Message(role="user", content=(TextBlock(text=text),))
+
+
+def assistant_message(blocks: Iterable[ContentBlock], meta: Meta | None = None) -> Message:
+    return Message(role="assistant", content=tuple(blocks), meta=dict(meta or {}))
+
+
+def tool_result_message(results: Iterable[ToolResultBlock]) -> Message:
+    return Message(role="user", content=tuple(results))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    #: True when the stream was cut off, so the counts are only what was known by then.
+    partial: bool = False
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            partial=self.partial or other.partial,
+        )
+
+    def as_partial(self) -> Usage:
+        return replace(self, partial=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "partial": self.partial,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            cache_read_tokens=int(data.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(data.get("cache_write_tokens", 0)),
+            partial=bool(data.get("partial", False)),
+        )
+
+
+# --- JSON conversion -------------------------------------------------------------------------
+
+
+def block_to_dict(block: ContentBlock) -> dict[str, Any]:
+    out: dict[str, Any]
+    match block:
+        case TextBlock():
+            out = {"type": "text", "text": block.text}
+            if block.partial:
+                out["partial"] = True
+        case ThinkingBlock():
+            out = {"type": "thinking", "thinking": block.thinking}
+            if block.signature is not None:
+                out["signature"] = block.signature
+            if block.redacted_data is not None:
+                out["redacted_data"] = block.redacted_data
+        case ToolUseBlock():
+            out = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+            if block.input_error is not None:
+                out["input_error"] = block.input_error
+        case ToolResultBlock():
+            out = {
+                "type": "tool_result",
+                "tool_use_id": block.tool_use_id,
+                "content": block.content,
+                "is_error": block.is_error,
+            }
+        case _:
+            assert_never(block)
+    if block.meta:
+        out["meta"] = dict(block.meta)
+    return out
+
+
+def block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
+    meta = dict(data.get("meta") or {})
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(text=str(data["text"]), partial=bool(data.get("partial")), meta=meta)
+    if kind == "thinking":
+        return ThinkingBlock(
+            thinking=str(data.get("thinking", "")),
+            signature=data.get("signature"),
+            redacted_data=data.get("redacted_data"),
+            meta=meta,
+        )
+    if kind == "tool_use":
+        return ToolUseBlock(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            input=dict(data.get("input") or {}),
+            input_error=data.get("input_error"),
+            meta=meta,
+        )
+    if kind == "tool_result":
+        return ToolResultBlock(
+            tool_use_id=str(data["tool_use_id"]),
+            content=str(data.get("content", "")),
+            is_error=bool(data.get("is_error", False)),
+            meta=meta,
+        )
+    raise ValueError(f"unknown content block type: {kind!r}")
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "role": message.role,
+        "content": [block_to_dict(b) for b in message.content],
+    }
+    if message.meta:
+        out["meta"] = dict(message.meta)
+    return out
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    role = data.get("role")
+    if role not in ("user", "assistant"):
+        raise ValueError(f"unknown message role: {role!r}")
+    return Message(
+        role=role,
+        content=tuple(block_from_dict(b) for b in data.get("content", ())),
+        meta=dict(data.get("meta") or {}),
+    )
+
+
+def content_chars(message: Message) -> int:
+    """Characters of content in a message, the basis of the token estimate."""
+    total = 0
+    for block in message.content:
+        match block:
+            case TextBlock():
+                total += len(block.text)
+            case ThinkingBlock():
+                total += len(block.thinking)
+            case ToolUseBlock():
+                total += len(block.name) + len(json.dumps(block.input, ensure_ascii=False))
+            case ToolResultBlock():
+                total += len(block.content)
+            case _:
+                assert_never(block)
+    return total

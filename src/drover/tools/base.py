@@ -1,0 +1,56 @@
+"""The tool seam: what the loop needs from a tool, and what a tool gets from the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+def _discard(_chunk: str) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """Per-call context handed to a tool by the loop."""
+
+    #: The directory every path from the model is confined to (already resolved).
+    workdir: Path
+    #: Called with output as a long-running tool produces it, so an interrupted call keeps what
+    #: it printed until then. Tools that produce output incrementally should call it.
+    on_output: Callable[[str], None] = field(default=_discard)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput:
+    content: str
+    is_error: bool = False
+    #: True when the content was cut to the output cap (the content then says so too).
+    truncated: bool = False
+
+
+class Tool(Protocol):
+    """A tool the model may call.
+
+    ``run`` returns a :class:`ToolOutput`, or raises :class:`drover.errors.ToolError` (the loop
+    turns it into an ``is_error`` result). It must honour task cancellation promptly and leave no
+    child process behind.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+    @property
+    def read_only(self) -> bool:
+        """True when the tool has no side effects (safe to run without asking, safe to repeat)."""
+        ...
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput: ...
