@@ -1,0 +1,56 @@
+"""The permission policy: which tool calls may run without asking the user.
+
+Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
+its name "always" earlier in the session, runs without asking in ``allow`` mode, and is
+refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
+promises no side effects at all). The policy only decides; the prompt itself is the loop's
+permission round-trip. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, TypeAlias, get_args
+
+from drover.tools.base import Tool
+
+PermissionMode: TypeAlias = Literal["ask", "allow", "deny"]
+PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
+
+
+class PermissionPolicy:
+    """The permission mode of a session plus the tools the user allowed "always"."""
+
+    def __init__(self, mode: PermissionMode = "ask", *, always: Iterable[str] = ()) -> None:
+        if mode not in PERMISSION_MODES:
+            raise ValueError(
+                f"unknown permission mode {mode!r} (expected one of {', '.join(PERMISSION_MODES)})"
+            )
+        self._mode: PermissionMode = mode
+        self._always: set[str] = set(always)
+
+    @property
+    def mode(self) -> PermissionMode:
+        return self._mode
+
+    @property
+    def always(self) -> frozenset[str]:
+        """Names of the tools granted "always" (they no longer ask in ``ask`` mode)."""
+        return frozenset(self._always)
+
+    def grant_always(self, name: str) -> None:
+        """The user answered "always" for tool ``name``: stop asking about it."""
+        self._always.add(name)
+
+    def needs_prompt(self, tool: Tool) -> bool:
+        """Whether running ``tool`` needs the user's consent first."""
+        if tool.read_only or self._mode != "ask":
+            return False
+        return tool.name not in self._always
+
+    def denied_outright(self, tool: Tool) -> bool:
+        """Whether ``tool`` is refused without asking (a side-effecting tool in ``deny`` mode)."""
+        return self._mode == "deny" and not tool.read_only
+
+    def __repr__(self) -> str:
+        return f"PermissionPolicy({self._mode!r}, always={sorted(self._always)})"

@@ -1,0 +1,210 @@
+"""The ``bash {command}`` tool: one shell command in the working directory, leaving nothing behind.
+
+The command runs as ``/bin/bash -c COMMAND`` in a new session (its own process group), with
+stdin closed and stdout and stderr merged. Output is streamed to ``ctx.on_output`` as it
+arrives, so an interrupted call keeps what it printed, and kept in bounded memory
+(:class:`~drover.tools.workspace.OutputBuffer`).
+
+However the call ends, the whole process group is ended: SIGTERM, a short grace period, then
+SIGKILL, and the shell is reaped. That covers the normal end (background jobs the command
+left running), the timeout (an error result with the output so far and a note) and task
+cancellation (the ``CancelledError`` is re-raised once the group is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drover.errors import ToolError
+from drover.tools.base import ToolContext, ToolOutput
+from drover.tools.decorator import FunctionTool
+from drover.tools.workspace import MAX_OUTPUT_CHARS, OutputBuffer
+
+#: Seconds a command may run before its process group is killed.
+DEFAULT_TIMEOUT = 120.0
+#: Seconds between SIGTERM and SIGKILL when ending a process group.
+KILL_GRACE = 2.0
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to the process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only a reused id could belong to someone else; leave it alone
+        return False
+    return True
+
+
+class _ShellProtocol(asyncio.SubprocessProtocol):
+    """Receives the merged output as it arrives and tells when the shell and the pipe are done.
+
+    ``Process.wait()`` of :mod:`asyncio.subprocess` (3.11) also waits for the pipes to close,
+    which a background job can hold open; the protocol keeps the two apart.
+    """
+
+    def __init__(self, buffer: OutputBuffer, on_output: Callable[[str], None]) -> None:
+        self.exited = asyncio.Event()
+        self.output_closed = asyncio.Event()
+        #: The first exception ``on_output`` raised; raised again once the process group is gone.
+        self.error: Exception | None = None
+        self._buffer = buffer
+        self._on_output = on_output
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if isinstance(data, bytes):
+            self._emit(self._decoder.decode(data))
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._emit(self._decoder.decode(b"", final=True))
+            self.output_closed.set()
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        self._buffer.append(text)
+        if self.error is not None:
+            return
+        try:
+            self._on_output(text)
+        except Exception as exc:  # raised from the tool, not into the event loop's handler
+            self.error = exc
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"[killed by {name}]"
+    return f"[exit code {code}]"
+
+
+class BashTool:
+    """The ``bash`` tool, with a per-instance timeout (seconds) and SIGTERM→SIGKILL grace."""
+
+    def __init__(
+        self,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        kill_grace: float = KILL_GRACE,
+        output_limit: int = MAX_OUTPUT_CHARS,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("the bash timeout must be positive")
+        self.timeout = timeout
+        self.kill_grace = kill_grace
+        self.output_limit = output_limit
+        self._tool = FunctionTool(self._bash, name="bash", read_only=False)
+
+    @property
+    def name(self) -> str:
+        return self._tool.name
+
+    @property
+    def description(self) -> str:
+        return self._tool.description
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]:
+        return self._tool.input_schema
+
+    @property
+    def read_only(self) -> bool:
+        return False
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await self._tool.run(args, ctx)
+
+    def __repr__(self) -> str:
+        return f"<tool bash (timeout {self.timeout:g} s)>"
+
+    async def _bash(self, ctx: ToolContext, command: str) -> ToolOutput:
+        """Run a shell command with /bin/bash in the working directory and return its combined
+        stdout and stderr. Stdin is closed, so interactive commands fail instead of waiting.
+        A command that runs too long is killed; processes it leaves in the background are ended
+        when it finishes.
+
+        Args:
+            command: The shell command to run.
+        """
+        buffer = OutputBuffer(self.output_limit)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, shell = await loop.subprocess_exec(
+                lambda: _ShellProtocol(buffer, ctx.on_output),
+                "/bin/bash",
+                "-c",
+                command,
+                cwd=ctx.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start /bin/bash: {exc.strerror or exc}") from None
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await shell.exited.wait()
+            except TimeoutError:
+                timed_out = True
+            finally:
+                # Runs on every path, cancellation included: no process of the group survives.
+                await self._end_group(transport.get_pid(), shell)
+        finally:
+            transport.close()
+        if shell.error is not None:
+            raise shell.error
+        return self._result(buffer, transport.get_returncode(), timed_out)
+
+    async def _end_group(self, pgid: int, shell: _ShellProtocol) -> None:
+        """SIGTERM the group, wait (bounded) for the shell and the pipe, SIGKILL what is left."""
+        try:
+            if _signal_group(pgid, signal.SIGTERM):
+                # The pipe closing means every process holding it has gone.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.kill_grace):
+                        await shell.exited.wait()
+                        await shell.output_closed.wait()
+        finally:
+            _signal_group(pgid, signal.SIGKILL)
+        await shell.exited.wait()  # reaped by asyncio's child watcher: no zombie
+        # What was written before the end is still in the pipe. A process that left the group
+        # (setsid) could hold the pipe open for ever, hence the bound.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.kill_grace):
+                await shell.output_closed.wait()
+
+    def _result(self, buffer: OutputBuffer, code: int | None, timed_out: bool) -> ToolOutput:
+        text, truncated = buffer.text()
+        notes: list[str] = []
+        if timed_out:
+            notes.append(
+                f"[command timed out after {self.timeout:g} s; its processes were killed. "
+                "Run long jobs in smaller steps or with a shorter workload.]"
+            )
+        elif code:
+            notes.append(_describe_exit(code))
+        if not text and not notes:
+            return ToolOutput(content="(no output)")
+        if notes and text and not text.endswith("\n"):
+            text += "\n"
+        content = text + "\n".join(notes)
+        return ToolOutput(content=content, is_error=bool(notes), truncated=truncated)

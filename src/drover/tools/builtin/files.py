@@ -1,0 +1,136 @@
+"""The file tools: ``read_file``, ``write_file`` and ``edit_file``.
+
+Text is UTF-8 and is read and written exactly as is (no line numbers, line endings kept).
+Every path goes through :func:`~drover.tools.workspace.resolve_in_workdir`; blocking file I/O
+runs in a worker thread so a large file does not stall the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+from drover.errors import ToolError
+from drover.tools.base import ToolContext, ToolOutput
+from drover.tools.decorator import tool
+from drover.tools.workspace import cap_output, display_path, resolve_in_workdir
+
+#: Files larger than this are not read whole; the model is pointed at grep or bash instead.
+MAX_READ_BYTES = 10 * 1024 * 1024
+
+
+def _read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of an existing regular file, or a ToolError the model can act on."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ToolError(f"file not found: '{shown}'") from None
+    except OSError as exc:
+        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(
+            f"'{shown}' is a directory, not a file; list it with glob "
+            f"(pattern '{shown.rstrip('/')}/*') instead"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"'{shown}' is not a regular file")
+    if info.st_size > MAX_READ_BYTES:
+        raise ToolError(
+            f"'{shown}' is too large to read whole ({info.st_size:,} bytes, limit "
+            f"{MAX_READ_BYTES:,}); search it with grep or show parts with bash (head, sed -n)"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
+    if b"\x00" in data:
+        raise ToolError(f"'{shown}' is a binary file; read_file only reads UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"'{shown}' is not UTF-8 text (undecodable byte at offset {exc.start}); "
+            "it may be binary or in another encoding"
+        ) from None
+
+
+def _write_text(path: Path, shown: str, content: str) -> tuple[int, bool]:
+    """Write ``content``, creating parent directories; returns (bytes, whether it existed)."""
+    if path.is_dir():
+        raise ToolError(f"'{shown}' is a directory; give the path of a file inside it")
+    existed = path.exists()
+    data = content.encode("utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}") from None
+    return len(data), existed
+
+
+def _edit_text(path: Path, shown: str, old_string: str, new_string: str) -> str:
+    text = _read_text(path, shown)
+    count = text.count(old_string)
+    if count == 0:
+        raise ToolError(
+            f"old_string was not found in '{shown}' (0 occurrences); it must match the file "
+            "exactly, including whitespace and indentation — read the file and copy the text"
+        )
+    if count > 1:
+        raise ToolError(
+            f"old_string occurs {count} times in '{shown}'; it must occur exactly once — "
+            "include more surrounding lines to make it unique"
+        )
+    _write_text(path, shown, text.replace(old_string, new_string, 1))
+    old_lines = old_string.count("\n") + 1
+    new_lines = new_string.count("\n") + 1 if new_string else 0
+    return f"Edited {shown}: replaced {old_lines} line(s) with {new_lines} line(s)."
+
+
+@tool(read_only=True)
+async def read_file(ctx: ToolContext, path: str) -> ToolOutput:
+    """Read a UTF-8 text file from the working directory and return its content exactly.
+
+    Args:
+        path: The file to read, relative to the working directory.
+    """
+    resolved = resolve_in_workdir(ctx.workdir, path)
+    text = await asyncio.to_thread(_read_text, resolved, display_path(ctx.workdir, resolved))
+    return cap_output(text)
+
+
+@tool
+async def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Write a text file in the working directory, replacing it if it exists and creating
+    parent directories as needed.
+
+    Args:
+        path: The file to write, relative to the working directory.
+        content: The complete new content of the file.
+    """
+    resolved = resolve_in_workdir(ctx.workdir, path)
+    shown = display_path(ctx.workdir, resolved)
+    size, existed = await asyncio.to_thread(_write_text, resolved, shown, content)
+    verb = "Overwrote" if existed else "Created"
+    return f"{verb} {shown} ({size:,} bytes written)."
+
+
+@tool
+async def edit_file(ctx: ToolContext, path: str, old_string: str, new_string: str) -> str:
+    """Replace one exact occurrence of old_string with new_string in a text file. old_string
+    must occur exactly once in the file: include enough surrounding lines to make it unique.
+    To create a file, use write_file.
+
+    Args:
+        path: The file to edit, relative to the working directory.
+        old_string: The exact text to replace, including whitespace and indentation.
+        new_string: The text to put in its place (may be empty to delete old_string).
+    """
+    if not old_string:
+        raise ToolError("old_string must not be empty; to create or replace a file use write_file")
+    if old_string == new_string:
+        raise ToolError("old_string and new_string are identical; there is nothing to change")
+    resolved = resolve_in_workdir(ctx.workdir, path)
+    shown = display_path(ctx.workdir, resolved)
+    return await asyncio.to_thread(_edit_text, resolved, shown, old_string, new_string)

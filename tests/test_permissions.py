@@ -1,0 +1,78 @@
+"""The permission policy: who asks, who is refused, and "always" grants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from drover.permissions import PERMISSION_MODES, PermissionMode, PermissionPolicy
+from drover.tools.base import ToolContext, ToolOutput
+
+
+@dataclass
+class FakeTool:
+    name: str
+    read_only: bool
+    description: str = "fake"
+    input_schema: Mapping[str, Any] = field(default_factory=dict)
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput(content="")
+
+
+READER = FakeTool("read_file", read_only=True)
+WRITER = FakeTool("write_file", read_only=False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "tool", "asks", "refused"),
+    [
+        ("ask", READER, False, False),
+        ("ask", WRITER, True, False),
+        ("allow", READER, False, False),
+        ("allow", WRITER, False, False),
+        ("deny", READER, False, False),
+        ("deny", WRITER, False, True),
+    ],
+)
+def test_policy_matrix(mode: PermissionMode, tool: FakeTool, asks: bool, refused: bool) -> None:
+    policy = PermissionPolicy(mode)
+    assert policy.mode == mode
+    assert policy.needs_prompt(tool) is asks
+    assert policy.denied_outright(tool) is refused
+
+
+def test_default_mode_is_ask() -> None:
+    assert PermissionPolicy().mode == "ask"
+    assert PERMISSION_MODES == ("ask", "allow", "deny")
+
+
+def test_always_stops_asking_for_that_tool_only() -> None:
+    policy = PermissionPolicy("ask")
+    bash = FakeTool("bash", read_only=False)
+    policy.grant_always("write_file")
+    assert policy.always == frozenset({"write_file"})
+    assert not policy.needs_prompt(WRITER)
+    assert policy.needs_prompt(bash)
+
+
+def test_always_can_be_given_up_front_and_is_a_snapshot() -> None:
+    policy = PermissionPolicy("ask", always=["write_file"])
+    snapshot = policy.always
+    policy.grant_always("bash")
+    assert snapshot == frozenset({"write_file"})
+    assert policy.always == frozenset({"write_file", "bash"})
+
+
+def test_always_does_not_override_deny() -> None:
+    policy = PermissionPolicy("deny", always=["write_file"])
+    assert policy.denied_outright(WRITER)
+    assert not policy.needs_prompt(WRITER)
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown permission mode 'sometimes'"):
+        PermissionPolicy("sometimes")  # type: ignore[arg-type]

@@ -1,0 +1,149 @@
+"""glob and grep: sorted, capped, confined to the working directory."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from drover.errors import PathEscapeError, ToolError
+from drover.tools.base import ToolContext
+from drover.tools.builtin import search
+from drover.tools.builtin.search import glob, grep
+
+
+@pytest.fixture
+def tree(workdir: Path, tmp_path: Path) -> Path:
+    files = {
+        "README.md": "# Project\nTODO: write docs\n",
+        "src/app.py": "def main():\n    return 'todo later'\n",
+        "src/pkg/util.py": "def helper():\n    pass  # TODO tidy\n",
+        "src/pkg/data.bin": "",
+        ".git/config": "TODO in git\n",
+        "notes.txt": "nothing here\n",
+    }
+    for name, text in files.items():
+        path = workdir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (workdir / "src/pkg/data.bin").write_bytes(b"TODO\x00\x01binary")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "leak.py").write_text("TODO secret\n")
+    (workdir / "linked").symlink_to(outside, target_is_directory=True)
+    (workdir / "leak.py").symlink_to(outside / "leak.py")
+    return workdir
+
+
+def test_both_are_read_only() -> None:
+    assert glob.read_only
+    assert grep.read_only
+    assert grep.input_schema["required"] == ["pattern"]
+    assert grep.input_schema["properties"]["path"]["default"] == "."
+
+
+async def test_glob_recursive_sorted_and_relative(ctx: ToolContext, tree: Path) -> None:
+    out = await glob.run({"pattern": "**/*.py"}, ctx)
+    assert out.content == "src/app.py\nsrc/pkg/util.py"
+
+
+async def test_glob_marks_directories_and_skips_git(ctx: ToolContext, tree: Path) -> None:
+    out = await glob.run({"pattern": "*"}, ctx)
+    assert out.content.splitlines() == ["README.md", "notes.txt", "src/"]
+    out = await glob.run({"pattern": ".git/*"}, ctx)
+    assert out.content == ".git/config"
+
+
+async def test_glob_never_lists_outside(ctx: ToolContext, tree: Path) -> None:
+    out = await glob.run({"pattern": "linked/*"}, ctx)
+    assert out.content == "No paths match 'linked/*'."
+    with pytest.raises(PathEscapeError, match=re.escape("uses '..'")):
+        await glob.run({"pattern": "../*"}, ctx)
+    with pytest.raises(PathEscapeError, match="outside the working directory"):
+        await glob.run({"pattern": "/etc/*"}, ctx)
+
+
+async def test_glob_absolute_pattern_inside(ctx: ToolContext, tree: Path) -> None:
+    out = await glob.run({"pattern": f"{tree}/src/*.py"}, ctx)
+    assert out.content == "src/app.py"
+
+
+async def test_glob_no_match_and_empty_pattern(ctx: ToolContext, tree: Path) -> None:
+    assert (await glob.run({"pattern": "*.rs"}, ctx)).content == "No paths match '*.rs'."
+    with pytest.raises(ToolError, match="pattern must not be empty"):
+        await glob.run({"pattern": ""}, ctx)
+
+
+async def test_glob_is_capped(
+    ctx: ToolContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "MAX_GLOB_RESULTS", 5)
+    for i in range(12):
+        (workdir / f"f{i:02d}.txt").write_text("")
+    out = await glob.run({"pattern": "*.txt"}, ctx)
+    lines = out.content.splitlines()
+    assert lines[:5] == [f"f{i:02d}.txt" for i in range(5)]
+    assert lines[5] == "[7 more matches not shown (limit 5); use a narrower pattern]"
+
+
+async def test_grep_lists_path_line_and_text(ctx: ToolContext, tree: Path) -> None:
+    out = await grep.run({"pattern": "TODO"}, ctx)
+    assert out.content.splitlines() == [
+        "README.md:2:TODO: write docs",
+        "src/pkg/util.py:2:    pass  # TODO tidy",
+    ]
+
+
+async def test_grep_regex_and_path(ctx: ToolContext, tree: Path) -> None:
+    out = await grep.run({"pattern": "(?i)todo", "path": "src"}, ctx)
+    assert out.content.splitlines() == [
+        "src/app.py:2:    return 'todo later'",
+        "src/pkg/util.py:2:    pass  # TODO tidy",
+    ]
+    out = await grep.run({"pattern": r"^def \w+", "path": "src/app.py"}, ctx)
+    assert out.content == "src/app.py:1:def main():"
+
+
+async def test_grep_no_match(ctx: ToolContext, tree: Path) -> None:
+    out = await grep.run({"pattern": "zzz", "path": "src"}, ctx)
+    assert out.content == "No matches for 'zzz' in 'src'."
+    assert not out.is_error
+
+
+async def test_grep_errors(ctx: ToolContext, tree: Path) -> None:
+    with pytest.raises(ToolError, match=r"invalid regular expression '\(unclosed'"):
+        await grep.run({"pattern": "(unclosed"}, ctx)
+    with pytest.raises(ToolError, match="path not found: 'missing'"):
+        await grep.run({"pattern": "x", "path": "missing"}, ctx)
+    for path in ("..", "linked", "leak.py"):
+        with pytest.raises(PathEscapeError):
+            await grep.run({"pattern": "x", "path": path}, ctx)
+
+
+async def test_grep_is_capped(
+    ctx: ToolContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "MAX_GREP_MATCHES", 3)
+    (workdir / "many.txt").write_text("hit\n" * 10)
+    out = await grep.run({"pattern": "hit"}, ctx)
+    assert out.content.splitlines() == [
+        "many.txt:1:hit",
+        "many.txt:2:hit",
+        "many.txt:3:hit",
+        "[stopped after 3 matching lines; narrow the pattern or the path to see the rest]",
+    ]
+
+
+async def test_grep_shortens_long_lines(ctx: ToolContext, workdir: Path) -> None:
+    (workdir / "min.js").write_text("x" * 2000 + "needle\n")
+    out = await grep.run({"pattern": "x"}, ctx)
+    assert out.content == "min.js:1:" + "x" * search.MAX_GREP_LINE + " [line shortened]"
+
+
+async def test_grep_skips_fifos(ctx: ToolContext, workdir: Path) -> None:
+    os.mkfifo(workdir / "pipe")
+    (workdir / "a.txt").write_text("needle\n")
+    out = await grep.run({"pattern": "needle"}, ctx)
+    assert out.content == "a.txt:1:needle"

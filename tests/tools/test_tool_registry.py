@@ -1,0 +1,94 @@
+"""The tool registry and the public surface of drover.tools."""
+
+from __future__ import annotations
+
+import pytest
+
+import drover.tools
+from drover.providers.base import ToolSpec
+from drover.tools import BashTool, ToolContext, ToolRegistry, default_registry, tool
+
+BUILTINS = ["read_file", "write_file", "edit_file", "bash", "glob", "grep"]
+
+
+@tool(read_only=True)
+async def ping(ctx: ToolContext) -> str:
+    """Answer pong."""
+    return "pong"
+
+
+def test_register_get_contains_len() -> None:
+    registry = ToolRegistry()
+    assert len(registry) == 0
+    assert "ping" not in registry
+    registry.register(ping)
+    assert len(registry) == 1
+    assert "ping" in registry
+    assert registry.get("ping") is ping
+    assert registry.get("nope") is None
+    assert registry.names() == ["ping"]
+    assert list(registry) == [ping]
+
+
+def test_duplicate_names_are_refused() -> None:
+    registry = ToolRegistry([ping])
+    with pytest.raises(ValueError, match="'ping' is already registered"):
+        registry.register(ping)
+
+
+def test_specs_keep_registration_order() -> None:
+    @tool
+    async def zeta(ctx: ToolContext) -> str:
+        """Last letter."""
+        return ""
+
+    registry = ToolRegistry([zeta, ping])
+    assert registry.specs() == [
+        ToolSpec("zeta", "Last letter.", zeta.input_schema),
+        ToolSpec("ping", "Answer pong.", ping.input_schema),
+    ]
+    assert registry.specs() == registry.specs()
+
+
+def test_default_registry_holds_the_builtins() -> None:
+    registry = default_registry()
+    assert registry.names() == BUILTINS
+    read_only = {name for name in BUILTINS if registry.get(name).read_only}  # type: ignore[union-attr]
+    assert read_only == {"read_file", "glob", "grep"}
+    for spec in registry.specs():
+        assert spec.description
+        assert spec.input_schema["type"] == "object"
+        assert spec.input_schema["additionalProperties"] is False
+
+
+def test_builtin_inputs_are_the_public_contract() -> None:
+    inputs = {
+        spec.name: (sorted(spec.input_schema["properties"]), spec.input_schema["required"])
+        for spec in default_registry().specs()
+    }
+    assert inputs == {
+        "read_file": (["path"], ["path"]),
+        "write_file": (["content", "path"], ["path", "content"]),
+        "edit_file": (["new_string", "old_string", "path"], ["path", "old_string", "new_string"]),
+        "bash": (["command"], ["command"]),
+        "glob": (["pattern"], ["pattern"]),
+        "grep": (["path", "pattern"], ["pattern"]),
+    }
+
+
+def test_default_registry_is_fresh_each_time() -> None:
+    first, second = default_registry(), default_registry()
+    assert first is not second
+    first.register(ping)
+    assert "ping" not in second
+    bash = default_registry(bash_timeout=7).get("bash")
+    assert isinstance(bash, BashTool)
+    assert bash.timeout == 7
+
+
+def test_public_names() -> None:
+    public = {
+        name for name in vars(drover.tools) if name.isidentifier() and not name.startswith("_")
+    }
+    modules = {"base", "builtin", "decorator", "registry", "workspace", "annotations"}
+    assert set(drover.tools.__all__) == public - modules
