@@ -1,0 +1,50 @@
+"""Event channel drop policy and fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+
+from drover.channel import EventChannel, EventRecorder, Fanout
+from drover.events import Done, TextDelta, ToolStateChanged
+from drover.messages import Usage
+
+
+async def test_full_channel_drops_deltas_but_never_terminal_or_tool_events() -> None:
+    channel = EventChannel(maxsize=2)
+    for i in range(5):
+        await channel.send(TextDelta(text=str(i)))
+    await channel.send(ToolStateChanged(call_id="c", call_index=0, name="x", state="running"))
+    await channel.send(Done(text="", usage=Usage()))
+    channel.close()
+    received = [event async for event in channel]
+    assert [type(e).__name__ for e in received] == [
+        "TextDelta",
+        "TextDelta",
+        "ToolStateChanged",
+        "Done",
+    ]
+    assert channel.dropped == 3
+
+
+async def test_reader_waits_for_events_until_closed() -> None:
+    channel = EventChannel()
+    got: list[str] = []
+
+    async def read() -> None:
+        async for event in channel:
+            assert isinstance(event, TextDelta)
+            got.append(event.text)
+
+    reader = asyncio.create_task(read())
+    await channel.send(TextDelta(text="a"))
+    await channel.send(TextDelta(text="b"))
+    channel.close()
+    await asyncio.wait_for(reader, timeout=5)
+    assert got == ["a", "b"]
+
+
+async def test_fanout_sends_in_order_to_every_sink() -> None:
+    a, b = EventRecorder(), EventRecorder()
+    fan = Fanout([a, b])
+    await fan.send(TextDelta(text="x"))
+    assert a.events == b.events == [TextDelta(text="x")]
