@@ -1,0 +1,71 @@
+"""The durable journal: sessions, turns, messages, tool calls and the event log.
+
+:func:`open_store` picks a backend from a path or URL; :class:`~drover.store.base.Store` is the
+protocol every backend implements; :class:`~drover.store.journal.Journal` is the event sink
+that records a running turn; :mod:`~drover.store.history` rebuilds the model history from what
+was stored; :mod:`~drover.store.redact` keeps secrets out of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+from drover.errors import StoreError
+from drover.store.base import (
+    EventRecord,
+    SessionRecord,
+    Store,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+    owner_alive,
+)
+from drover.store.history import build_history, repair_history
+from drover.store.journal import Journal
+from drover.store.redact import Redactor
+from drover.store.sqlite import SqliteStore
+
+__all__ = [
+    "EventRecord",
+    "Journal",
+    "Redactor",
+    "SessionRecord",
+    "SqliteStore",
+    "Store",
+    "StoredMessage",
+    "ToolCallRecord",
+    "TurnRecord",
+    "build_history",
+    "default_db_path",
+    "open_store",
+    "owner_alive",
+    "repair_history",
+]
+
+
+def default_db_path() -> Path:
+    """``drover.db`` in the user's data directory (e.g. ``~/.local/share/drover``)."""
+    return Path(platformdirs.user_data_dir("drover")) / "drover.db"
+
+
+def open_store(url_or_path: str | None = None) -> Store:
+    """The store for a path, a ``sqlite:///path`` URL, or a ``postgresql://`` URL (None: the
+    default SQLite file). Call ``await store.open()`` (or ``async with``) before use."""
+    if url_or_path is None or not url_or_path.strip():
+        return SqliteStore(default_db_path())
+    target = url_or_path.strip()
+    scheme = target.split("://", 1)[0].lower() if "://" in target else ""
+    if scheme in ("postgresql", "postgres"):
+        raise StoreError("PostgreSQL support is not installed yet")
+    if scheme == "sqlite":
+        path = target.split("://", 1)[1]
+        # sqlite:///relative/… keeps one slash after the authority; sqlite:////abs/… two.
+        path = path[1:] if path.startswith("/") else path
+        return SqliteStore(path or ":memory:")
+    if scheme:
+        raise StoreError(f"unsupported journal URL scheme {scheme!r} (use a path or postgresql://)")
+    if target == ":memory:":
+        return SqliteStore(target)
+    return SqliteStore(Path(target).expanduser())

@@ -1,0 +1,371 @@
+"""The journal: the event sink that records a turn in the store as it happens.
+
+The loop awaits :meth:`Journal.send` for every event. What each event does (seeds 003/004):
+
+==========================  ================================================================
+``turn_started``            logged (the runner created the turn row before the turn began)
+``text_delta``              buffered per (step, block); flushed as appended ``partial_text``
+                            when ``flush_interval`` (250 ms) passed since the last flush or
+                            ``flush_bytes`` (1024 B) arrived since, checked on every delta and
+                            by a timer that fires ``flush_interval`` after the first unflushed
+                            delta (so a stalled stream is still written)
+``thinking_delta``          not persisted mid-turn (the finished message carries it)
+``tool_state``              the tool call is upserted before ``send`` returns; at
+                            ``input-available`` buffered text is flushed first (eager flush on
+                            tool_use completion)
+``assistant_message``       authoritative: the timer is cancelled, the message appended and the
+                            step's deltas deleted in the same write
+``tool_results``            the results message is appended
+``retry`` (discard)         the step's buffered and stored deltas are dropped
+``done``/``incomplete``/    remaining text is flushed and the turn ended with
+``error``                   :func:`~drover.events.turn_status`
+==========================  ================================================================
+
+Every event except the deltas is appended to the session's event log. Replay of text: each
+flush writes its text once as ``partial_text`` and once, in the same transaction, as one
+coalesced ``text_delta`` event ``{"text", "index", "step"}`` (see
+:meth:`~drover.store.base.Store.append_partial_text`). A replaying client concatenates the
+``text_delta`` events of a (step, index), drops them on a ``retry`` with ``discard_partial``
+and replaces them with the ``assistant_message`` that ends the step — exactly what a live
+client does with the raw deltas. An n-byte answer thus costs about n bytes of deltas, n of
+coalesced events, and n each for the message row and its event: O(n), never O(n²).
+
+Everything persisted is redacted first (text on every flush, messages, tool inputs and
+outputs, event payloads); streamed text goes through
+:class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be the start
+of a secret until the next flush.
+
+``send`` never raises (except the cancellation that interrupts the turn): writes queue in
+order, and one that fails stays at the head of the queue and is retried at the next gate or
+event, up to ``max_attempts`` times, while later writes wait behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, assert_never
+
+from drover.events import (
+    AssistantMessage,
+    Compacted,
+    Done,
+    Error,
+    Event,
+    Incomplete,
+    PermissionRequest,
+    Retry,
+    StepStarted,
+    TextDelta,
+    ThinkingDelta,
+    ToolDone,
+    ToolResults,
+    ToolStart,
+    ToolStateChanged,
+    TurnStarted,
+    UsageReport,
+    event_to_dict,
+    turn_status,
+)
+from drover.messages import Message
+from drover.store.base import Store
+from drover.store.redact import Redactor, StreamRedactor
+
+log = logging.getLogger(__name__)
+
+FinishedContentHook = Callable[[Message], Awaitable[None] | None]
+
+
+@dataclass(slots=True)
+class _Write:
+    what: str
+    run: Callable[[], Awaitable[Any]]
+    attempts: int = 0
+
+
+class Journal:
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        flush_interval: float = 0.25,
+        flush_bytes: int = 1024,
+        redactor: Redactor | None = None,
+        on_finished_content: FinishedContentHook | None = None,
+        is_read_only: Callable[[str], bool] | None = None,
+        max_attempts: int = 5,
+    ) -> None:
+        """``on_finished_content`` gets each finished message (a complete assistant message or
+        a tool results message) as persisted, never partial content. ``is_read_only`` tells
+        from a tool name whether the tool has no side effects (recorded on its calls, it decides
+        whether a call cut off while running has an unknown outcome; unknown tools count as
+        side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``."""
+        self.store = store
+        self.session_id = session_id
+        self._clock = clock
+        self._sleep = sleep
+        self._interval = flush_interval
+        self._flush_bytes = flush_bytes
+        self._redactor = redactor or Redactor()
+        self._on_finished = on_finished_content
+        self._is_read_only = is_read_only
+        self._max_attempts = max_attempts
+        self._turn_id: str | None = None
+        self._step = 0
+        self._texts: dict[tuple[int, int], StreamRedactor] = {}
+        self._unflushed = 0
+        self._last_flush = clock()
+        self._timer: asyncio.Task[None] | None = None
+        self._queue: deque[_Write] = deque()
+        self._lock = asyncio.Lock()
+
+    # -- observable state ----------------------------------------------------------------------
+
+    @property
+    def turn_id(self) -> str | None:
+        return self._turn_id
+
+    @property
+    def backlog(self) -> int:
+        """Writes waiting to be retried."""
+        return len(self._queue)
+
+    @property
+    def timer_pending(self) -> bool:
+        return self._timer is not None
+
+    # -- the sink ------------------------------------------------------------------------------
+
+    async def send(self, event: Event) -> None:
+        try:
+            await self._handle(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("journal: could not record a %s event", event.type)
+
+    async def aclose(self) -> None:
+        """Write what is still buffered and retry failed writes once; stop the timer."""
+        self._cancel_timer()
+        self._take_text(final=True)
+        if not await self._drain() and self._queue:
+            log.error("journal: %d writes could not be made", len(self._queue))
+
+    async def _handle(self, event: Event) -> None:
+        match event:
+            case TextDelta():
+                if self._buffer(event):
+                    await self._flush()
+                return
+            case ThinkingDelta():
+                return
+            case TurnStarted():
+                self._turn_id, self._step = event.turn_id, 0
+            case StepStarted():
+                self._step = event.step
+            case Retry():
+                if event.discard_partial:
+                    self._drop_text(self._step)
+                    step = self._step
+                    self._turn_write(
+                        "discard partial text", lambda t: self.store.discard_partial_text(t, step)
+                    )
+            case AssistantMessage():
+                self._cancel_timer()
+                self._drop_text(self._step)
+                message, step = self._redactor.redact_message(event.message), self._step
+                self._turn_write(
+                    "append assistant message",
+                    lambda t: self.store.append_message(
+                        t, message, partial=event.partial, step=step
+                    ),
+                )
+                self._log(event)
+                await self._drain()
+                if not event.partial:
+                    await self._finished(message)
+                return
+            case ToolStateChanged():
+                if event.state == "input-available":
+                    self._cancel_timer()
+                    self._take_text(final=False)
+                self._upsert(event)
+            case ToolResults():
+                message = self._redactor.redact_message(event.message)
+                self._turn_write(
+                    "append tool results", lambda t: self.store.append_message(t, message)
+                )
+                self._log(event)
+                await self._drain()
+                await self._finished(message)
+                return
+            case Done() | Incomplete() | Error():
+                self._cancel_timer()
+                self._take_text(final=True)
+                reason = None if isinstance(event, Done) else event.reason
+                error = None if isinstance(event, Done) else self._redactor.redact(event.error)
+                self._turn_write(
+                    "end the turn",
+                    lambda t: self.store.end_turn(
+                        t, turn_status(event), reason=reason, error=error, usage=event.usage
+                    ),
+                )
+            case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
+                pass
+            case _:
+                assert_never(event)
+        self._log(event)
+        await self._drain()
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def _buffer(self, delta: TextDelta) -> bool:
+        """Buffer a delta; True when a gate says flush now."""
+        if self._turn_id is None or not delta.text:
+            return False
+        key = (self._step, delta.index)
+        stream = self._texts.get(key)
+        if stream is None:
+            stream = self._texts[key] = StreamRedactor(self._redactor)
+        stream.feed(delta.text)
+        if self._unflushed == 0:
+            self._start_timer()
+        self._unflushed += len(delta.text.encode())
+        return (
+            self._unflushed >= self._flush_bytes
+            or self._clock() - self._last_flush >= self._interval
+        )
+
+    def _take_text(self, *, final: bool) -> None:
+        """Queue the buffered text that is safe to write (all of it when ``final``)."""
+        turn_id = self._turn_id
+        for (step, index), stream in sorted(self._texts.items()):
+            text = stream.take(final=final)
+            if text and turn_id is not None:
+                write = partial(self.store.append_partial_text, turn_id, step, index, text)
+                self._queue.append(_Write("append partial text", write))
+        if final:
+            self._texts.clear()
+        self._unflushed = 0
+        self._last_flush = self._clock()
+
+    def _drop_text(self, step: int) -> None:
+        for key in [k for k in self._texts if k[0] == step]:
+            del self._texts[key]
+        if not self._texts:
+            self._unflushed = 0
+
+    async def _flush(self) -> None:
+        self._cancel_timer()
+        self._take_text(final=False)
+        await self._drain()
+
+    def _start_timer(self) -> None:
+        if self._timer is None:
+            deadline = self._clock() + self._interval
+            self._timer = asyncio.get_running_loop().create_task(self._tick(deadline))
+
+    def _cancel_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    async def _tick(self, deadline: float) -> None:
+        await self._sleep(max(0.0, deadline - self._clock()))
+        # Past this point the flush is under way; an authoritative flush waits for it instead
+        # of cancelling it.
+        self._timer = None
+        try:
+            self._take_text(final=False)
+            await self._drain()
+        except Exception:
+            log.exception("journal: timed flush failed")
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _turn_write(self, what: str, run: Callable[[str], Awaitable[Any]]) -> None:
+        turn_id = self._turn_id
+        if turn_id is None:
+            log.warning("journal: %s before the turn started; skipped", what)
+            return
+        self._queue.append(_Write(what, lambda: run(turn_id)))
+
+    def _upsert(self, event: ToolStateChanged) -> None:
+        read_only = False
+        if self._is_read_only is not None:
+            try:
+                read_only = bool(self._is_read_only(event.name))
+            except Exception:
+                log.exception("journal: is_read_only failed for %s", event.name)
+        tool_input = None if event.input is None else self._redactor.redact_obj(dict(event.input))
+        output = None if event.output is None else self._redactor.redact(event.output)
+        step = self._step
+        self._turn_write(
+            f"record tool call {event.call_id} as {event.state}",
+            lambda t: self.store.upsert_tool_call(
+                t,
+                event.call_id,
+                call_index=event.call_index,
+                name=event.name,
+                state=event.state,
+                input=tool_input,
+                output=output,
+                is_error=event.is_error,
+                outcome_unknown=event.outcome_unknown,
+                read_only=read_only,
+                step=step,
+            ),
+        )
+
+    def _log(self, event: Event) -> None:
+        payload = self._redactor.redact_obj(event_to_dict(event))
+        turn_id = self._turn_id
+        self._queue.append(
+            _Write(
+                f"log the {event.type} event",
+                lambda: self.store.append_event(self.session_id, turn_id, payload),
+            )
+        )
+
+    async def _drain(self) -> bool:
+        """Make the queued writes in order; stop at the first failure (it is retried later)."""
+        async with self._lock:
+            while self._queue:
+                write = self._queue[0]
+                write.attempts += 1
+                try:
+                    await write.run()
+                except asyncio.CancelledError:
+                    # The store completes a write it has started: it must not be made twice.
+                    self._queue.popleft()
+                    raise
+                except Exception as exc:
+                    if write.attempts >= self._max_attempts:
+                        self._queue.popleft()
+                        log.error("journal: gave up trying to %s: %s", write.what, exc)
+                        continue
+                    log.warning("journal: could not %s (%s); will retry", write.what, exc)
+                    return False
+                self._queue.popleft()
+        return True
+
+    async def _finished(self, message: Message) -> None:
+        if self._on_finished is None:
+            return
+        try:
+            result = self._on_finished(message)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("journal: on_finished_content failed")

@@ -1,0 +1,227 @@
+"""Secret redaction for everything the journal persists.
+
+:class:`Redactor` finds well-known credentials — Anthropic and OpenAI keys, GitHub tokens, AWS
+access key ids, Slack tokens, Google API keys, ``Bearer`` tokens and JWTs, PEM private key
+blocks and passwords inside URLs — plus patterns from the configuration, and replaces each with
+``[REDACTED]``. A pattern with a group named ``secret`` redacts only that group (``Bearer`` and
+URL passwords keep their context: ``https://user:[REDACTED]@host``).
+
+Streamed text needs more care than a finished string: a key may arrive split over two deltas,
+and a flush between them would write its first half before the redactor could recognise it.
+:class:`StreamRedactor` therefore writes only a *safe prefix* of what it buffered and keeps a
+raw tail back for the next flush. The tail starts at the earliest of:
+
+* the last whitespace-free run of text (capped at :data:`HOLD_MAX` characters) — no secret
+  contains whitespace, so a secret that is still arriving lies inside that run;
+* an opening that can still grow into a secret across whitespace or across a long run: a
+  ``Bearer`` prefix, a ``scheme://user:`` URL whose ``@`` has not arrived, an unfinished
+  ``-----BEGIN … PRIVATE KEY`` line or a key block without its END line (held until it ends);
+* any match that crosses the cut or touches the end of the buffer (it may continue).
+
+The written prefix is redacted with the matches found in the *whole* buffer, so a secret is
+always redacted in one piece. The final flush of a block (its message ended) writes the rest,
+redacting an unterminated key block to the end. The cost is that a reload in mid-stream shows
+the text up to the last complete word.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, assert_never
+
+from drover.errors import ConfigError
+from drover.messages import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+REDACTED = "[REDACTED]"
+#: The longest whitespace-free tail kept back at a flush (a key is far shorter).
+HOLD_MAX = 256
+
+_TOKEN = r"[A-Za-z0-9_\-]"
+_BUILTIN_PATTERNS: tuple[str, ...] = (
+    # Anthropic (sk-ant-api03-…, sk-ant-admin01-…)
+    rf"(?<![A-Za-z0-9_\-])sk-ant-{_TOKEN}{{20,}}",
+    # OpenAI (sk-…, sk-proj-…, sk-svcacct-…); a digit tells a key from words like "sk-learn-…"
+    rf"(?<![A-Za-z0-9_\-])sk-(?={_TOKEN}*[0-9]){_TOKEN}{{20,}}",
+    # GitHub personal, OAuth, app and refresh tokens; fine-grained personal access tokens
+    r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}",
+    r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{30,}",
+    # AWS access key ids
+    r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
+    # Slack bot, user, app and config tokens
+    r"(?<![A-Za-z0-9])(?:xox[abposr]|xapp)-[0-9A-Za-z\-]{10,}",
+    # Google API keys
+    r"(?<![A-Za-z0-9_\-])AIza[0-9A-Za-z_\-]{35,}",
+    # Bearer tokens: a digit, or a length no English word has
+    r"(?i)\bbearer\s+(?P<secret>(?=[A-Za-z0-9._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,}"
+    r"|[A-Za-z0-9._~+/=\-]{20,})",
+    # JSON Web Tokens (bearer credentials even without the "Bearer" in front)
+    r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+    # PEM private key blocks; an unterminated one is redacted to the end of the text
+    r"(?s)-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*\Z)",
+    # passwords in URLs: scheme://user:PASSWORD@host
+    r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@]+:(?P<secret>[^\s/?#@]+)@",
+)
+
+#: Openings that can still grow into a secret; a flush keeps them back whole.
+_OPENINGS = (
+    re.compile(r"(?i)\bbearer\s+\S*\Z"),
+    re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s/?#@]*\Z"),
+    re.compile(r"-----BEGIN[A-Z0-9 ]*-{0,5}\Z"),
+)
+
+
+class Redactor:
+    """Replaces credentials in text and JSON values with ``[REDACTED]``."""
+
+    def __init__(self, extra_patterns: Sequence[str] = ()) -> None:
+        compiled: list[re.Pattern[str]] = [re.compile(p) for p in _BUILTIN_PATTERNS]
+        for pattern in extra_patterns:
+            try:
+                compiled.append(re.compile(pattern))
+            except re.error as exc:
+                raise ConfigError(f"invalid redaction pattern {pattern!r}: {exc}") from None
+        self._patterns = tuple(compiled)
+
+    # -- finding -------------------------------------------------------------------------------
+
+    def _matches(self, text: str) -> list[tuple[int, int, int, int]]:
+        """Every match as (match start, match end, redacted start, redacted end)."""
+        found: list[tuple[int, int, int, int]] = []
+        for pattern in self._patterns:
+            has_secret = "secret" in pattern.groupindex
+            for m in pattern.finditer(text):
+                if m.end() == m.start():
+                    continue
+                if has_secret and m.start("secret") >= 0:
+                    found.append((m.start(), m.end(), m.start("secret"), m.end("secret")))
+                else:
+                    found.append((m.start(), m.end(), m.start(), m.end()))
+        return found
+
+    @staticmethod
+    def _apply(text: str, spans: list[tuple[int, int]]) -> str:
+        if not spans:
+            return text
+        spans.sort()
+        out: list[str] = []
+        pos = 0
+        cur_start, cur_end = spans[0]
+        for start, end in spans[1:]:
+            if start < cur_end:
+                cur_end = max(cur_end, end)
+                continue
+            out += (text[pos:cur_start], REDACTED)
+            pos = cur_end
+            cur_start, cur_end = start, end
+        out += (text[pos:cur_start], REDACTED, text[cur_end:])
+        return "".join(out)
+
+    # -- public --------------------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret replaced."""
+        spans = [(rs, re_) for _, _, rs, re_ in self._matches(text) if re_ > rs]
+        return self._apply(text, spans)
+
+    def redact_prefix(self, text: str) -> tuple[str, int]:
+        """Redact the longest prefix of a growing text that no later text can change.
+
+        Returns the redacted prefix and the length of raw text it covers; the caller keeps
+        ``text[cut:]`` and prepends it to what arrives next.
+        """
+        n = len(text)
+        run = n
+        while run > 0 and n - run < HOLD_MAX and not text[run - 1].isspace():
+            run -= 1
+        cut = run
+        for opening in _OPENINGS:
+            m = opening.search(text)
+            if m is not None:
+                cut = min(cut, m.start())
+        matches = self._matches(text)
+        moved = True
+        while moved:
+            moved = False
+            for start, end, _, _ in matches:
+                if start < cut and (end > cut or end == n):
+                    cut, moved = start, True
+        spans = [(rs, re_) for _, end, rs, re_ in matches if end <= cut and re_ > rs]
+        return self._apply(text[:cut], spans), cut
+
+    def redact_obj(self, value: Any) -> Any:
+        """A copy of a JSON-like value with every string value redacted (keys are kept)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, Mapping):
+            return {k: self.redact_obj(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact_obj(v) for v in value]
+        return value
+
+    def redact_message(self, message: Message) -> Message:
+        """A copy of ``message`` with text, thinking, tool inputs and results redacted.
+
+        Opaque provider data (signatures, redacted thinking, ``meta``) is kept unchanged so a
+        same-provider resume stays lossless; it carries no plain text. A thinking block whose
+        text had to change loses its signature, which no longer matches it.
+        """
+        blocks = tuple(self._redact_block(b) for b in message.content)
+        if all(new is old for new, old in zip(blocks, message.content, strict=True)):
+            return message
+        return replace(message, content=blocks)
+
+    def _redact_block(self, block: ContentBlock) -> ContentBlock:
+        match block:
+            case TextBlock():
+                text = self.redact(block.text)
+                return block if text == block.text else replace(block, text=text)
+            case ThinkingBlock():
+                thinking = self.redact(block.thinking)
+                if thinking == block.thinking:
+                    return block
+                return replace(block, thinking=thinking, signature=None)
+            case ToolUseBlock():
+                redacted = self.redact_obj(dict(block.input))
+                return block if redacted == dict(block.input) else replace(block, input=redacted)
+            case ToolResultBlock():
+                content = self.redact(block.content)
+                return block if content == block.content else replace(block, content=content)
+            case _:
+                assert_never(block)
+
+
+class StreamRedactor:
+    """Buffers one text stream and hands out redacted text that is safe to write."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._held = ""
+        self._chunks: list[str] = []
+
+    def feed(self, text: str) -> None:
+        self._chunks.append(text)
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything (new text or a held tail) is waiting to be written."""
+        return bool(self._chunks) or bool(self._held)
+
+    def take(self, *, final: bool = False) -> str:
+        """Redacted text ready to write; ``final`` releases the held tail too."""
+        buffered = self._held + "".join(self._chunks)
+        self._chunks.clear()
+        if final:
+            self._held = ""
+            return self._redactor.redact(buffered)
+        out, cut = self._redactor.redact_prefix(buffered)
+        self._held = buffered[cut:]
+        return out

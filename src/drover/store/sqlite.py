@@ -1,0 +1,604 @@
+"""The SQLite journal: the embedded default :class:`~drover.store.base.Store`.
+
+All sqlite3 work of one store runs in ONE dedicated worker thread that owns the connection, so
+calls are serialised and the event loop never blocks. Each call is shielded: a write that has
+started completes even if the awaiting task is cancelled (the user pressed Esc), and later calls
+queue behind it in order.
+
+The database runs in WAL mode with ``synchronous=NORMAL`` (a commit survives a process crash;
+a power cut may lose the last few), a 5 s ``busy_timeout`` and foreign keys on. Every write is
+one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock up front: several
+processes (or several stores in one process) can share a file without "database is locked",
+and the event log's next sequence number is read and used under that lock, so it stays
+contiguous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from drover.errors import StoreError
+from drover.events import TERMINAL_TOOL_STATES, ToolState, TurnStatus
+from drover.messages import Message, Usage, message_to_dict
+from drover.store.base import (
+    ORPHAN_ERROR,
+    EventRecord,
+    SessionRecord,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+    event_from_row,
+    interrupted_call,
+    interrupted_call_event,
+    orphan_end_event,
+    owner_alive,
+    partial_messages,
+    session_from_row,
+    session_title,
+    stored_message_from_row,
+    tool_call_from_row,
+    turn_from_row,
+)
+from drover.store.migrations import migrate
+
+T = TypeVar("T")
+Conn = sqlite3.Connection
+
+_WRITE = "BEGIN IMMEDIATE"
+_TERMINAL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
+# A call in a terminal state keeps it: a late write cannot reopen it.
+_UPSERT_CALL = (
+    "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
+    "is_error, outcome_unknown, read_only, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (turn_id, call_id) DO UPDATE SET "
+    "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
+    "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
+    "input = COALESCE(excluded.input, tool_calls.input), "
+    "output = COALESCE(excluded.output, tool_calls.output), "
+    "is_error = excluded.is_error, outcome_unknown = excluded.outcome_unknown, "
+    "read_only = MAX(excluded.read_only, tool_calls.read_only), "
+    f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({_TERMINAL})"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _retrieve(future: asyncio.Future[Any] | Future[Any]) -> None:
+    """Mark a shielded call's outcome as seen (its caller may have been cancelled)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class SqliteStore:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        self.path = str(path)
+        self._clock = clock
+        self._busy_timeout_ms = busy_timeout_ms
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: Conn | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drover-sqlite")
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._connect)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        self._executor = executor
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            future = asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
+            await asyncio.shield(future)
+        finally:
+            executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def _connect(self) -> None:
+        where = self.path
+        conn: Conn | None = None
+        try:
+            if where != ":memory:":
+                Path(where).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                where, timeout=self._busy_timeout_ms / 1000, isolation_level=None
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            self._enable_wal(conn)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(conn, self._clock())
+        except (OSError, sqlite3.Error) as exc:
+            if conn is not None:
+                conn.close()
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise StoreError(f"cannot open the journal at {where}: {reason}") from None
+        self._conn = conn
+
+    def _enable_wal(self, conn: Conn) -> None:
+        # Switching a new file to WAL needs an exclusive lock and SQLite does not call the busy
+        # handler for it, so processes opening a new journal together retry here. WAL mode is
+        # stored in the file: later opens find it set.
+        if self.path == ":memory:":
+            return
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[Conn], T]) -> T:
+        executor = self._executor
+        if executor is None:
+            raise StoreError("the journal is not open")
+        future = asyncio.get_running_loop().run_in_executor(executor, self._run, fn)
+        future.add_done_callback(_retrieve)
+        return await asyncio.shield(future)
+
+    def _run(self, fn: Callable[[Conn], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreError("the journal is not open")
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"journal error: {exc}") from None
+
+    @staticmethod
+    def _tx(conn: Conn, fn: Callable[[Conn], T], begin: str) -> T:
+        conn.execute(begin)
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        return await self._call(lambda conn: self._tx(conn, fn, _WRITE))
+
+    async def _query(self, sql: str, *params: Any) -> list[sqlite3.Row]:
+        return await self._call(lambda conn: conn.execute(sql, params).fetchall())
+
+    @staticmethod
+    def _need_session(conn: Conn, session_id: str) -> None:
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise StoreError(f"no session {session_id}")
+
+    @staticmethod
+    def _deltas(conn: Conn, turn_id: str) -> list[tuple[int, int, str]]:
+        rows = conn.execute(
+            "SELECT step, block_index, text FROM partial_text WHERE turn_id = ? "
+            "ORDER BY step, block_index, seq",
+            (turn_id,),
+        )
+        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+    @staticmethod
+    def _next_seq(conn: Conn, table: str, where: str, params: tuple[Any, ...]) -> int:
+        sql = f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE {where}"
+        return int(conn.execute(sql, params).fetchone()[0])
+
+    @staticmethod
+    def _turn_session(conn: Conn, turn_id: str) -> str:
+        row = conn.execute("SELECT session_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no turn {turn_id}")
+        return str(row[0])
+
+    @staticmethod
+    def _log(
+        conn: Conn, session_id: str, turn_id: str | None, event: Mapping[str, Any], now: float
+    ) -> int:
+        seq = SqliteStore._next_seq(conn, "events", "session_id = ?", (session_id,))
+        conn.execute(
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, seq, turn_id, str(event["type"]), _dumps(dict(event)), now),
+        )
+        return seq
+
+    @staticmethod
+    def _add_message(conn: Conn, turn_id: str, message: Message, partial: bool, now: float) -> int:
+        seq = SqliteStore._next_seq(conn, "messages", "turn_id = ?", (turn_id,))
+        conn.execute(
+            "INSERT INTO messages (turn_id, seq, role, body, partial, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (turn_id, seq, message.role, _dumps(message_to_dict(message)), int(partial), now),
+        )
+        return seq
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def create_session(
+        self, *, session_id: str | None = None, workdir: str, model: str
+    ) -> SessionRecord:
+        now = self._clock()
+        record = SessionRecord(
+            id=session_id or uuid.uuid4().hex,
+            created_at=now,
+            updated_at=now,
+            workdir=workdir,
+            model=model,
+            title=None,
+        )
+
+        def insert(conn: Conn) -> SessionRecord:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (record.id,)).fetchone():
+                raise StoreError(f"session {record.id} already exists")
+            conn.execute(
+                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title) "
+                "VALUES (?, ?, ?, ?, ?, NULL)",
+                (record.id, now, now, workdir, model),
+            )
+            return record
+
+        return await self._write(insert)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        rows = await self._query("SELECT * FROM sessions WHERE id = ?", session_id)
+        return session_from_row(rows[0]) if rows else None
+
+    async def list_sessions(self, limit: int = 50) -> list[SessionRecord]:
+        rows = await self._query(
+            "SELECT * FROM sessions ORDER BY updated_at DESC, rowid DESC LIMIT ?", limit
+        )
+        return [session_from_row(r) for r in rows]
+
+    async def latest_session(self, workdir: str) -> SessionRecord | None:
+        rows = await self._query(
+            "SELECT * FROM sessions WHERE workdir = ? ORDER BY updated_at DESC, rowid DESC LIMIT 1",
+            workdir,
+        )
+        return session_from_row(rows[0]) if rows else None
+
+    async def set_session_model(self, session_id: str, model: str) -> None:
+        now = self._clock()
+
+        def update(conn: Conn) -> None:
+            cur = conn.execute(
+                "UPDATE sessions SET model = ?, updated_at = ? WHERE id = ?",
+                (model, now, session_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no session {session_id}")
+
+        await self._write(update)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+    ) -> TurnRecord:
+        now = self._clock()
+        turn_id = uuid.uuid4().hex
+        body = None if user_message is None else _dumps(message_to_dict(user_message))
+
+        def insert(conn: Conn) -> TurnRecord:
+            self._need_session(conn, session_id)
+            seq = self._next_seq(conn, "turns", "session_id = ?", (session_id,))
+            conn.execute(
+                "INSERT INTO turns (id, session_id, seq, status, user_message, owner, "
+                "lease_expires_at, created_at, updated_at) "
+                "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                (turn_id, session_id, seq, body, owner, now + lease_seconds, now, now),
+            )
+            conn.execute(
+                "UPDATE sessions SET updated_at = ?, title = COALESCE(title, ?) WHERE id = ?",
+                (now, session_title(user_message), session_id),
+            )
+            return turn_from_row(
+                conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
+            )
+
+        return await self._write(insert)
+
+    async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
+        now = self._clock()
+
+        def update(conn: Conn) -> bool:
+            cur = conn.execute(
+                "UPDATE turns SET lease_expires_at = ?, updated_at = ? "
+                "WHERE id = ? AND owner = ? AND status = 'running'",
+                (now + lease_seconds, now, turn_id, owner),
+            )
+            return cur.rowcount > 0
+
+        return await self._write(update)
+
+    async def end_turn(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        usage: Usage | None = None,
+    ) -> None:
+        if status == "running":
+            raise StoreError("a turn cannot end as running")
+        now = self._clock()
+        usage_json = None if usage is None else _dumps(usage.to_dict())
+
+        def update(conn: Conn) -> None:
+            session_id = self._turn_session(conn, turn_id)
+            self._settle(conn, session_id, turn_id, now)
+            conn.execute(
+                "UPDATE turns SET status = ?, reason = ?, error = ?, usage = ?, ended_at = ?, "
+                "updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+                (status, reason, error, usage_json, now, now, turn_id),
+            )
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+
+        await self._write(update)
+
+    def _settle(self, conn: Conn, session_id: str, turn_id: str, now: float) -> bool:
+        """Close the turn's open tool calls and fold its left-over text deltas into partial
+        messages, logging both; returns whether the turn holds any message."""
+        calls = conn.execute(
+            "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
+            f"WHERE turn_id = ? AND state NOT IN ({_TERMINAL}) ORDER BY step, call_index",
+            (turn_id,),
+        ).fetchall()
+        for call in calls:
+            text, unknown = interrupted_call(call["state"], bool(call["read_only"]))
+            output = call["output"] or text
+            conn.execute(
+                "UPDATE tool_calls SET state = 'interrupted', output = ?, is_error = 1, "
+                "outcome_unknown = ?, updated_at = ? WHERE turn_id = ? AND call_id = ?",
+                (output, int(unknown), now, turn_id, call["call_id"]),
+            )
+            event = interrupted_call_event(
+                call["call_id"], call["call_index"], call["name"], output, unknown
+            )
+            self._log(conn, session_id, turn_id, event, now)
+        for message in partial_messages(self._deltas(conn, turn_id)):
+            self._add_message(conn, turn_id, message, True, now)
+            payload = {"type": "assistant_message", "message": message_to_dict(message)}
+            self._log(conn, session_id, turn_id, {**payload, "partial": True}, now)
+        conn.execute("DELETE FROM partial_text WHERE turn_id = ?", (turn_id,))
+        held = conn.execute("SELECT 1 FROM messages WHERE turn_id = ? LIMIT 1", (turn_id,))
+        return held.fetchone() is not None
+
+    async def turns(self, session_id: str) -> list[TurnRecord]:
+        rows = await self._query(
+            "SELECT * FROM turns WHERE session_id = ? ORDER BY seq", session_id
+        )
+        return [turn_from_row(r) for r in rows]
+
+    async def discard_pending(self, session_id: str) -> list[str]:
+        now = self._clock()
+
+        def update(conn: Conn) -> list[str]:
+            rows = conn.execute(
+                "SELECT id FROM turns WHERE session_id = ? AND discarded = 0 "
+                "AND status IN ('incomplete', 'failed', 'interrupted') AND seq > (SELECT "
+                "COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ? AND status = 'completed') "
+                "ORDER BY seq",
+                (session_id, session_id),
+            ).fetchall()
+            ids = [str(r[0]) for r in rows]
+            conn.executemany(
+                "UPDATE turns SET discarded = 1, updated_at = ? WHERE id = ?",
+                [(now, i) for i in ids],
+            )
+            return ids
+
+        return await self._write(update)
+
+    async def recover_orphans(self, is_alive: Callable[[str], bool] | None = None) -> list[str]:
+        alive = is_alive or owner_alive
+
+        def recover(conn: Conn) -> list[str]:
+            now = self._clock()
+            running = conn.execute(
+                "SELECT id, owner, lease_expires_at FROM turns WHERE status = 'running'"
+            ).fetchall()
+            recovered: list[str] = []
+            for row in running:
+                owner, lease = row["owner"], row["lease_expires_at"]
+                if lease is not None and lease > now and owner is not None and alive(owner):
+                    continue
+                done = self._tx(
+                    conn, functools.partial(self._recover_one, seen=row, now=now), _WRITE
+                )
+                if done:
+                    recovered.append(str(row["id"]))
+            return recovered
+
+        return await self._call(recover)
+
+    def _recover_one(self, conn: Conn, *, seen: sqlite3.Row, now: float) -> bool:
+        # Renewed or finished (or recovered by another process) since it was read: leave it.
+        row = conn.execute(
+            "SELECT session_id FROM turns WHERE id = ? AND status = 'running' "
+            "AND owner IS ? AND lease_expires_at IS ?",
+            (seen["id"], seen["owner"], seen["lease_expires_at"]),
+        ).fetchone()
+        if row is None:
+            return False
+        turn_id, session_id = str(seen["id"]), str(row["session_id"])
+        worked = self._settle(conn, session_id, turn_id, now)
+        conn.execute(
+            "UPDATE turns SET status = 'interrupted', reason = 'interrupted', error = ?, "
+            "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+            (ORPHAN_ERROR, now, now, turn_id),
+        )
+        self._log(conn, session_id, turn_id, orphan_end_event(worked), now)
+        return True
+
+    # -- the turn's work -----------------------------------------------------------------------
+
+    async def append_message(
+        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
+    ) -> int:
+        now = self._clock()
+
+        def insert(conn: Conn) -> int:
+            self._turn_session(conn, turn_id)
+            seq = self._add_message(conn, turn_id, message, partial, now)
+            if step is not None:
+                conn.execute(
+                    "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", (turn_id, step)
+                )
+            return seq
+
+        return await self._write(insert)
+
+    async def append_partial_text(
+        self, turn_id: str, step: int, block_index: int, text: str
+    ) -> int:
+        now = self._clock()
+
+        def insert(conn: Conn) -> int:
+            session_id = self._turn_session(conn, turn_id)
+            where = "turn_id = ? AND step = ? AND block_index = ?"
+            seq = self._next_seq(conn, "partial_text", where, (turn_id, step, block_index))
+            conn.execute(
+                "INSERT INTO partial_text (turn_id, step, block_index, seq, text) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (turn_id, step, block_index, seq, text),
+            )
+            event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
+            return self._log(conn, session_id, turn_id, event, now)
+
+        return await self._write(insert)
+
+    async def discard_partial_text(self, turn_id: str, step: int) -> None:
+        await self._write(
+            lambda c: c.execute(
+                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", (turn_id, step)
+            )
+        )
+
+    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
+        now = self._clock()
+
+        def load(conn: Conn) -> list[StoredMessage]:
+            rows = conn.execute(
+                "SELECT * FROM messages WHERE turn_id = ? ORDER BY seq", (turn_id,)
+            ).fetchall()
+            out = [stored_message_from_row(r) for r in rows]
+            first = out[-1].seq + 1 if out else 1
+            for seq, message in enumerate(partial_messages(self._deltas(conn, turn_id)), first):
+                out.append(
+                    StoredMessage(
+                        turn_id=turn_id, seq=seq, message=message, partial=True, created_at=now
+                    )
+                )
+            return out
+
+        return await self._call(lambda conn: self._tx(conn, load, "BEGIN"))
+
+    async def upsert_tool_call(
+        self,
+        turn_id: str,
+        call_id: str,
+        *,
+        call_index: int,
+        name: str,
+        state: ToolState,
+        input: Mapping[str, Any] | None = None,
+        output: str | None = None,
+        is_error: bool = False,
+        outcome_unknown: bool = False,
+        read_only: bool = False,
+        step: int = 0,
+    ) -> None:
+        now = self._clock()
+        input_json = None if input is None else _dumps(dict(input))
+        values = (turn_id, call_id, step, call_index, name, state, input_json, output)
+        flags = (int(is_error), int(outcome_unknown), int(read_only), now, now)
+
+        def upsert(conn: Conn) -> None:
+            self._turn_session(conn, turn_id)
+            conn.execute(_UPSERT_CALL, (*values, *flags))
+
+        await self._write(upsert)
+
+    async def tool_calls(
+        self, turn_id: str | None = None, *, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        if (turn_id is None) == (session_id is None):
+            raise ValueError("pass exactly one of turn_id and session_id")
+        column, key = ("t.id", turn_id) if turn_id is not None else ("t.session_id", session_id)
+        rows = await self._query(
+            "SELECT tc.* FROM tool_calls tc JOIN turns t ON t.id = tc.turn_id "
+            f"WHERE {column} = ? ORDER BY t.seq, tc.step, tc.call_index, tc.created_at",
+            key,
+        )
+        return [tool_call_from_row(r) for r in rows]
+
+    # -- the event log -------------------------------------------------------------------------
+
+    async def append_event(
+        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+    ) -> int:
+        now = self._clock()
+        if "type" not in event:
+            raise ValueError("an event needs a type")
+
+        def insert(conn: Conn) -> int:
+            self._need_session(conn, session_id)
+            return self._log(conn, session_id, turn_id, event, now)
+
+        return await self._write(insert)
+
+    async def events_after(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        rows = await self._query(
+            "SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            session_id,
+            after_seq,
+            -1 if limit is None else limit,
+        )
+        return [event_from_row(r) for r in rows]

@@ -1,0 +1,151 @@
+"""Test doubles for the journal tests: a fake clock with a fake sleep, a recording store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drover.errors import StoreError
+from drover.events import ToolState, TurnStatus
+from drover.messages import Message, Usage
+from drover.store.sqlite import SqliteStore
+
+
+class FakeClock:
+    """``clock()`` returns ``now``; ``sleep`` returns once :meth:`advance` passes its deadline."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    @property
+    def sleepers(self) -> int:
+        return len(self._sleepers)
+
+    async def sleep(self, delay: float) -> None:
+        if delay <= 0:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self.now + delay, future)
+        self._sleepers.append(entry)
+        try:
+            await future
+        finally:
+            if entry in self._sleepers:
+                self._sleepers.remove(entry)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for deadline, future in list(self._sleepers):
+            if deadline <= self.now + 1e-9 and not future.done():
+                future.set_result(None)
+
+
+class RecordingStore(SqliteStore):
+    """A SQLite store that records the journal's writes and fails them on request."""
+
+    def __init__(self, path: Any, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.failures: dict[str, int] = {}
+        self._changed = asyncio.Event()
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for n, args in self.calls if n == name]
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait (without timing) until ``predicate`` holds after some recorded write."""
+        while not predicate():
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), timeout=10)
+
+    def _before(self, name: str, args: tuple[Any, ...]) -> None:
+        if self.failures.get(name, 0) > 0:
+            self.failures[name] -= 1
+            self.calls.append((f"{name}!", args))
+            self._changed.set()
+            raise StoreError(f"injected failure of {name}")
+
+    def _after(self, name: str, args: tuple[Any, ...]) -> None:
+        self.calls.append((name, args))
+        self._changed.set()
+
+    async def append_partial_text(
+        self, turn_id: str, step: int, block_index: int, text: str
+    ) -> int:
+        args = (turn_id, step, block_index, text)
+        self._before("append_partial_text", args)
+        seq = await super().append_partial_text(turn_id, step, block_index, text)
+        self._after("append_partial_text", args)
+        return seq
+
+    async def append_message(
+        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
+    ) -> int:
+        args = (turn_id, message, partial, step)
+        self._before("append_message", args)
+        seq = await super().append_message(turn_id, message, partial=partial, step=step)
+        self._after("append_message", args)
+        return seq
+
+    async def append_event(
+        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+    ) -> int:
+        args = (session_id, turn_id, dict(event))
+        self._before("append_event", args)
+        seq = await super().append_event(session_id, turn_id, event)
+        self._after("append_event", args)
+        return seq
+
+    async def upsert_tool_call(
+        self,
+        turn_id: str,
+        call_id: str,
+        *,
+        call_index: int,
+        name: str,
+        state: ToolState,
+        input: Mapping[str, Any] | None = None,
+        output: str | None = None,
+        is_error: bool = False,
+        outcome_unknown: bool = False,
+        read_only: bool = False,
+        step: int = 0,
+    ) -> None:
+        args = (turn_id, call_id, state, input, output, read_only, step)
+        self._before("upsert_tool_call", args)
+        await super().upsert_tool_call(
+            turn_id,
+            call_id,
+            call_index=call_index,
+            name=name,
+            state=state,
+            input=input,
+            output=output,
+            is_error=is_error,
+            outcome_unknown=outcome_unknown,
+            read_only=read_only,
+            step=step,
+        )
+        self._after("upsert_tool_call", args)
+
+    async def end_turn(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        usage: Usage | None = None,
+    ) -> None:
+        args = (turn_id, status, reason, error)
+        self._before("end_turn", args)
+        await super().end_turn(turn_id, status, reason=reason, error=error, usage=usage)
+        self._after("end_turn", args)

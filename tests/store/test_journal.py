@@ -1,0 +1,329 @@
+"""The journal as the loop's event sink: flush gates (fake clock), authority, retries, O(n)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from drover.events import (
+    AssistantMessage,
+    Compacted,
+    Done,
+    Error,
+    Event,
+    Incomplete,
+    Retry,
+    StepStarted,
+    TerminalEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolResults,
+    ToolState,
+    ToolStateChanged,
+    TurnStarted,
+    UsageReport,
+)
+from drover.messages import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    assistant_message,
+    tool_result_message,
+    user_message,
+)
+from drover.store.journal import Journal
+
+from .helpers import FakeClock, RecordingStore
+
+
+@dataclass
+class Rig:
+    store: RecordingStore
+    clock: FakeClock
+    journal: Journal
+    session_id: str
+    turn_id: str
+    path: Path
+    finished: list[Message] = field(default_factory=list)
+
+    def partial_writes(self) -> list[str]:
+        return [args[3] for args in self.store.of("append_partial_text")]
+
+    async def deltas(self, *texts: str, index: int = 0) -> None:
+        for text in texts:
+            await self.journal.send(TextDelta(text=text, index=index))
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    clock = FakeClock()
+    store = RecordingStore(tmp_path / "j.db")
+    await store.open()
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("hi"), "h:1:1", 30)
+    finished: list[Message] = []
+    journal = Journal(
+        store,
+        session.id,
+        clock=clock,
+        sleep=clock.sleep,
+        on_finished_content=finished.append,
+        is_read_only=lambda name: name == "read_file",
+    )
+    rig = Rig(store, clock, journal, session.id, turn.id, tmp_path / "j.db", finished)
+    await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
+    await journal.send(StepStarted(step=1))
+    store.calls.clear()
+    yield rig
+    await journal.aclose()
+    await store.close()
+
+
+async def test_time_gate(rig: Rig) -> None:
+    await rig.deltas("hello ")
+    rig.clock.advance(0.1)
+    await rig.deltas("world ")
+    assert rig.partial_writes() == []
+    rig.clock.advance(0.15)
+    await rig.deltas("again ")
+    assert rig.partial_writes() == ["hello world again "]
+
+
+async def test_the_timer_flushes_a_stalled_stream(rig: Rig) -> None:
+    await rig.deltas("thinking about ", "it ")
+    assert rig.journal.timer_pending
+    rig.clock.advance(0.25)
+    await rig.store.wait_for(lambda: bool(rig.partial_writes()))
+    assert rig.partial_writes() == ["thinking about it "]
+    assert not rig.journal.timer_pending
+
+
+async def test_size_gate(rig: Rig) -> None:
+    chunk = "x" * 99 + " "
+    await rig.deltas(*[chunk] * 10)
+    assert rig.partial_writes() == []  # 1000 bytes, no time passed
+    await rig.deltas("é" * 12 + " ")  # 25 bytes: 1025 ≥ 1024
+    assert rig.partial_writes() == [chunk * 10 + "é" * 12 + " "]
+
+
+async def test_eager_flush_when_a_tool_call_input_is_complete(rig: Rig) -> None:
+    await rig.deltas("Let me look. ")
+    streaming = ToolStateChanged(call_id="c1", call_index=0, name="bash", state="input-streaming")
+    await rig.journal.send(streaming)
+    assert rig.store.names() == ["upsert_tool_call", "append_event"]
+    rig.store.calls.clear()
+    await rig.journal.send(
+        ToolStateChanged(
+            call_id="c1",
+            call_index=0,
+            name="bash",
+            state="input-available",
+            input={"command": "ls"},
+        )
+    )
+    assert rig.store.names() == ["append_partial_text", "upsert_tool_call", "append_event"]
+    assert rig.partial_writes() == ["Let me look. "]
+    (recorded,) = await rig.store.tool_calls(rig.turn_id)  # persisted before send returned
+    assert (recorded.state, recorded.input, recorded.step) == (
+        "input-available",
+        {"command": "ls"},
+        1,
+    )
+
+
+async def test_tool_states_are_recorded_with_read_only(rig: Rig) -> None:
+    states: tuple[ToolState, ...] = ("input-available", "running", "output-available")
+    for state in states:
+        await rig.journal.send(
+            ToolStateChanged(
+                call_id="r1",
+                call_index=0,
+                name="read_file",
+                state=state,
+                input={"path": "a"} if state == "input-available" else None,
+                output="text" if state == "output-available" else None,
+            )
+        )
+    (call,) = await rig.store.tool_calls(rig.turn_id)
+    assert (call.state, call.read_only, call.output, call.input) == (
+        "output-available",
+        True,
+        "text",
+        {"path": "a"},
+    )
+
+
+async def test_the_finished_message_is_authoritative_and_cancels_the_timer(rig: Rig) -> None:
+    await rig.deltas("The answer ")
+    rig.clock.advance(0.25)
+    await rig.store.wait_for(lambda: bool(rig.partial_writes()))
+    await rig.deltas("is 42.")
+    assert rig.journal.timer_pending
+    rig.store.calls.clear()
+    message = assistant_message([TextBlock(text="The answer is 42.")])
+    await rig.journal.send(AssistantMessage(message=message))
+    assert not rig.journal.timer_pending
+    assert rig.store.names() == ["append_message", "append_event"]
+    assert rig.store.of("append_message")[0][1:] == (message, False, 1)
+    stored = await rig.store.turn_messages(rig.turn_id)
+    assert [(s.message, s.partial) for s in stored] == [(message, False)]  # deltas are gone
+    rig.clock.advance(1)
+    await rig.journal.send(UsageReport(usage=Usage(), total_input=0, total_output=0))
+    assert "append_partial_text" not in rig.store.names()
+    assert rig.finished == [message]
+
+
+async def test_finished_content_hook_sees_finished_content_only(rig: Rig) -> None:
+    cut = assistant_message([TextBlock(text="cut", partial=True)])
+    await rig.journal.send(AssistantMessage(message=cut, partial=True))
+    results = tool_result_message([ToolResultBlock(tool_use_id="x", content="ok")])
+    await rig.journal.send(ToolResults(message=results))
+    assert rig.finished == [results]
+    stored = await rig.store.turn_messages(rig.turn_id)
+    assert [(s.message, s.partial) for s in stored] == [(cut, True), (results, False)]
+
+
+async def test_a_failed_flush_is_retried_at_the_next_gate(rig: Rig) -> None:
+    chunk = "y" * 127 + " "
+    rig.store.failures["append_partial_text"] = 1
+    await rig.deltas(*[chunk] * 8)  # 1024 bytes: the flush fails, send does not raise
+    assert rig.store.names()[-1] == "append_partial_text!"
+    assert rig.journal.backlog == 1
+    await rig.deltas("z ")  # not a gate: nothing is retried yet
+    assert rig.journal.backlog == 1
+    rig.clock.advance(0.25)
+    await rig.deltas("w ")  # the time gate: the failed write goes first
+    assert rig.partial_writes() == [chunk * 8, "z w "]
+    assert rig.journal.backlog == 0
+    (synth,) = await rig.store.turn_messages(rig.turn_id)
+    assert synth.message.text == chunk * 8 + "z w "
+
+
+async def test_failed_event_writes_keep_their_order(rig: Rig) -> None:
+    rig.store.failures["append_event"] = 2
+    await rig.journal.send(StepStarted(step=2))
+    await rig.journal.send(Compacted(messages_before=9, messages_after=3))
+    assert rig.journal.backlog == 2
+    await rig.journal.send(StepStarted(step=3))
+    events = await rig.store.events_after(rig.session_id)
+    assert [e.type for e in events] == [
+        "turn_started",
+        "step_started",
+        "step_started",
+        "compacted",
+        "step_started",
+    ]
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+
+
+async def test_send_never_raises_and_gives_up_on_a_write_at_last(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RecordingStore(tmp_path / "j.db")  # never opened: every write fails
+    clock = FakeClock()
+    journal = Journal(store, "s", clock=clock, sleep=clock.sleep, max_attempts=2)
+    events: list[Event] = [
+        TurnStarted(turn_id="t", session_id="s", user_message=user_message("hi")),
+        StepStarted(step=1),
+        TextDelta(text="a" * 2000 + " "),
+        ThinkingDelta(text="hmm"),
+        ToolStateChanged(call_id="c", call_index=0, name="bash", state="input-available", input={}),
+        AssistantMessage(message=assistant_message([TextBlock(text="a")])),
+        ToolResults(message=tool_result_message([ToolResultBlock(tool_use_id="c", content="")])),
+        Retry(attempt=1, delay=0, error="x", discard_partial=True),
+        Done(text="a", usage=Usage()),
+    ]
+    for event in events:
+        await journal.send(event)
+    await journal.aclose()
+    # Each gate retries the oldest write; after max_attempts it is dropped for the next one.
+    assert 0 < journal.backlog < len(events) * 2
+    assert "gave up trying to log the turn_started event" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        (Done(text="ok", usage=Usage(output_tokens=3)), "completed"),
+        (Incomplete(reason="error", error="HTTP 500", usage=Usage()), "incomplete"),
+        (Incomplete(reason="interrupted", error="stopped", usage=Usage()), "interrupted"),
+        (Error(reason="error", error="HTTP 401", usage=Usage()), "failed"),
+    ],
+)
+async def test_terminal_events_end_the_turn(rig: Rig, event: TerminalEvent, status: str) -> None:
+    await rig.deltas("left ", "over")  # never finished by a message: flushed whole, then folded
+    await rig.journal.send(event)
+    (turn,) = await rig.store.turns(rig.session_id)
+    assert turn.status == status
+    assert turn.usage == event.usage
+    assert turn.reason == (None if isinstance(event, Done) else event.reason)
+    (stored,) = await rig.store.turn_messages(rig.turn_id)
+    assert stored.partial
+    assert stored.message.text == "left over"
+    assert (await rig.store.events_after(rig.session_id))[-1].type == event.type
+
+
+async def test_a_retry_that_discards_drops_the_partial_text(rig: Rig) -> None:
+    await rig.deltas("first attempt ")
+    rig.clock.advance(0.25)
+    await rig.store.wait_for(lambda: bool(rig.partial_writes()))
+    await rig.deltas("more ")
+    await rig.journal.send(Retry(attempt=1, delay=1.0, error="overloaded", discard_partial=True))
+    assert await rig.store.turn_messages(rig.turn_id) == []
+    await rig.deltas("second ")
+    await rig.journal.aclose()
+    (synth,) = await rig.store.turn_messages(rig.turn_id)
+    assert synth.message.text == "second "
+
+
+async def test_replay_reconstructs_the_text_from_the_event_log(rig: Rig) -> None:
+    await rig.deltas("one ", "two ", index=0)
+    rig.clock.advance(0.25)
+    await rig.store.wait_for(lambda: len(rig.partial_writes()) == 1)
+    await rig.deltas("three ", index=0)
+    await rig.journal.send(
+        ToolStateChanged(call_id="c", call_index=0, name="bash", state="input-available", input={})
+    )
+    message = assistant_message(
+        [TextBlock(text="one two three "), ToolUseBlock(id="c", name="bash", input={})]
+    )
+    await rig.journal.send(AssistantMessage(message=message))
+    events = await rig.store.events_after(rig.session_id)
+    text = "".join(e.payload["text"] for e in events if e.type == "text_delta")
+    assert text == "one two three "
+    assert events[-1].payload["message"]["content"][0]["text"] == text
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_an_answer_costs_linear_bytes(rig: Rig) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    answer = " ".join(words[i % 6] + str(i) for i in range(14_000))[: 100_000 - 1] + "\n"
+    deltas = [answer[i : i + 10] for i in range(0, len(answer), 10)]
+    for delta in deltas:
+        rig.clock.advance(0.001)
+        await rig.deltas(delta)
+    rig.clock.advance(1)
+    await rig.store.wait_for(lambda: sum(map(len, rig.partial_writes())) == len(answer))
+    writes = rig.partial_writes()
+    assert "".join(writes) == answer
+    assert len(writes) <= len(answer) // 1024 + 2  # one write per ~1 KiB, not per delta
+
+    conn = sqlite3.connect(rig.path)
+    stored = conn.execute("SELECT SUM(LENGTH(text)) FROM partial_text").fetchone()[0]
+    assert stored == len(answer)
+
+    await rig.journal.send(AssistantMessage(message=assistant_message([TextBlock(text=answer)])))
+    assert len(rig.store.of("append_message")) == 1
+    assert conn.execute("SELECT COUNT(*) FROM partial_text").fetchone()[0] == 0
+    (body,) = conn.execute("SELECT body FROM messages").fetchone()
+    assert body.count(answer[:-1]) == 1
+    logged = conn.execute("SELECT SUM(LENGTH(payload)) FROM events").fetchone()[0]
+    # The answer once as coalesced deltas and once in the finished message, plus framing.
+    assert 2 * len(answer) <= logged < 2 * len(answer) + 100 * len(writes) + 1000
+    conn.close()
