@@ -8,6 +8,7 @@ A failed compaction is reported and the turn goes on with the full history.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from drover.accumulate import Accumulator
@@ -46,9 +47,10 @@ async def compact_history(
     )
     acc = Accumulator()
     try:
-        async for event in provider.stream(request):
-            if not isinstance(event, RetryNotice):
-                acc.apply(event)
+        async with contextlib.aclosing(provider.stream(request)) as events:
+            async for event in events:
+                if not isinstance(event, RetryNotice):
+                    acc.apply(event)
     except ProviderError as exc:
         log.warning("compaction failed, continuing with the full history: %s", exc)
         return False

@@ -1,0 +1,124 @@
+"""Builds what a command needs to run turns: config, provider, store, tools, runner.
+
+Every failure here is a :class:`~drover.errors.DroverError` with a one-line message (bad
+workdir, unknown provider, missing key, unreachable database), which ``main`` prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from drover.config import Config, load_config
+from drover.convo import ConversationManager
+from drover.errors import ConfigError
+from drover.loop import LoopSettings
+from drover.permissions import PermissionMode, PermissionPolicy
+from drover.providers.base import Provider
+from drover.providers.factory import create_provider
+from drover.runner import Runner
+from drover.session import AgentSession
+from drover.store import open_store
+from drover.store.base import SessionRecord, Store
+from drover.store.redact import Redactor
+from drover.tools.registry import ToolRegistry, default_registry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    model: str | None = None
+    base_url: str | None = None
+    db: str | None = None
+    workdir: Path | None = None
+    permission_mode: PermissionMode = "ask"
+    max_turns: int | None = None
+
+
+@dataclass(slots=True)
+class Runtime:
+    config: Config
+    model: str
+    provider: Provider
+    store: Store
+    runner: Runner
+    tools: ToolRegistry
+    policy: PermissionPolicy
+    settings: LoopSettings
+    workdir: Path
+
+    async def session(
+        self, *, session_id: str | None = None, continue_latest: bool = False
+    ) -> tuple[SessionRecord, AgentSession]:
+        record = await self.runner.open_session(
+            workdir=self.workdir,
+            model=self.model,
+            session_id=session_id,
+            continue_latest=continue_latest,
+        )
+        session = await self.runner.agent_session(
+            record,
+            provider=self.provider,
+            tools=self.tools,
+            workdir=self.workdir,
+            policy=self.policy,
+            settings=self.settings,
+            convo=ConversationManager(
+                context_limit=self.config.context_limit,
+                chars_per_token=self.config.chars_per_token,
+                system_prompt=system_prompt(self.workdir),
+            ),
+        )
+        return record, session
+
+
+def resolve_workdir(path: Path | None) -> Path:
+    workdir = (path or Path.cwd()).expanduser()
+    if not workdir.is_dir():
+        raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
+    return workdir.resolve()
+
+
+def system_prompt(workdir: Path) -> str:
+    return (
+        "You are drover, a coding agent working in the directory "
+        f"{workdir}. Use the tools to read, search, edit files and run commands there; paths "
+        "are relative to that directory. Be concise. When a tool result says a call was "
+        "interrupted, check the current state before repeating anything with side effects."
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    options: RunOptions,
+    *,
+    provider: Provider | None = None,
+    tools: ToolRegistry | None = None,
+    config: Config | None = None,
+) -> AsyncIterator[Runtime]:
+    workdir = resolve_workdir(options.workdir)
+    config = config or load_config()
+    model = options.model or config.default_model
+    if provider is None:
+        provider = create_provider(model, config, base_url=options.base_url)
+    store = open_store(options.db or os.environ.get("DROVER_DB"))
+    try:
+        await store.open()
+        runner = Runner(store, redactor=Redactor(config.redact_patterns))
+        await runner.recover()
+        yield Runtime(
+            config=config,
+            model=model,
+            provider=provider,
+            store=store,
+            runner=runner,
+            tools=tools or default_registry(),
+            policy=PermissionPolicy(options.permission_mode),
+            settings=LoopSettings(max_turns=options.max_turns or config.max_turns),
+            workdir=workdir,
+        )
+    finally:
+        await store.close()
+        await provider.aclose()

@@ -1,0 +1,168 @@
+"""The runner: owns running turns on top of the journal.
+
+It opens sessions from the store (rebuilding committed history and pending work from the
+stored turns), runs each turn with the journal as a reliable event sink next to the caller's
+live sink, holds an owner lease on the running turn and renews it, and — whenever it opens a
+store — recovers turns left ``running`` by a process that is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from drover.channel import EventSink, Fanout
+from drover.convo import ConversationManager
+from drover.errors import DroverError
+from drover.loop import LoopSettings
+from drover.messages import Message
+from drover.permissions import PermissionPolicy
+from drover.providers.base import Provider
+from drover.session import AgentSession, TurnOutcome
+from drover.store.base import SessionRecord, Store
+from drover.store.history import build_history
+from drover.store.journal import Journal
+from drover.store.redact import Redactor
+from drover.tools.registry import ToolRegistry
+
+LEASE_SECONDS = 30.0
+
+
+def owner_id() -> str:
+    """Identifies this process: host, pid and start time (so a reused pid is not mistaken)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks()}"
+
+
+def _process_start_ticks() -> str:
+    try:
+        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return str(int(time.time()))
+
+
+@dataclass(frozen=True, slots=True)
+class SplitHistory:
+    committed: list[Message]
+    pending: list[Message]
+
+
+async def load_history(store: Store, session_id: str) -> SplitHistory:
+    """Committed history up to the last completed turn; later turns' work is pending."""
+    turns = await store.turns(session_id)
+    last_done = max((i for i, t in enumerate(turns) if t.status == "completed"), default=-1)
+    loaded = [(turn, await store.turn_messages(turn.id)) for turn in turns]
+    calls = await store.tool_calls(session_id=session_id)
+    return SplitHistory(
+        committed=build_history(loaded[: last_done + 1], calls),
+        pending=build_history(loaded[last_done + 1 :], calls),
+    )
+
+
+class Runner:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        redactor: Redactor | None = None,
+        lease_seconds: float = LEASE_SECONDS,
+    ) -> None:
+        self.store = store
+        self.redactor = redactor or Redactor()
+        self.lease_seconds = lease_seconds
+        self.owner = owner_id()
+
+    async def discard_pending(self, session: AgentSession) -> None:
+        """Drop the session's unfinished work, in memory and in the journal."""
+        session.discard_pending()
+        await self.store.discard_pending(session.id)
+
+    async def recover(self) -> list[str]:
+        """Mark turns of dead processes interrupted (their work becomes pending)."""
+        return await self.store.recover_orphans()
+
+    async def open_session(
+        self,
+        *,
+        workdir: Path,
+        model: str,
+        session_id: str | None = None,
+        continue_latest: bool = False,
+    ) -> SessionRecord:
+        if session_id is not None:
+            record = await self.store.get_session(session_id)
+            if record is not None:
+                return record
+            return await self.store.create_session(
+                session_id=session_id, workdir=str(workdir), model=model
+            )
+        if continue_latest:
+            record = await self.store.latest_session(str(workdir))
+            if record is None:
+                raise DroverError(f"no session to continue in {workdir}")
+            return record
+        return await self.store.create_session(workdir=str(workdir), model=model)
+
+    async def agent_session(
+        self,
+        record: SessionRecord,
+        *,
+        provider: Provider,
+        tools: ToolRegistry,
+        workdir: Path,
+        policy: PermissionPolicy,
+        settings: LoopSettings,
+        convo: ConversationManager,
+    ) -> AgentSession:
+        history = await load_history(self.store, record.id)
+        convo.extend(history.committed)
+        return AgentSession(
+            provider=provider,
+            tools=tools,
+            workdir=workdir,
+            policy=policy,
+            convo=convo,
+            settings=settings,
+            session_id=record.id,
+            pending=history.pending,
+        )
+
+    async def run(
+        self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()
+    ) -> TurnOutcome:
+        """Run one turn (``prompt=None`` resumes) with the journal recording it."""
+        prepared = session.prepare(prompt)
+        stored_message = prepared.user_message
+        if stored_message is not None:
+            stored_message = self.redactor.redact_message(stored_message)
+        turn = await self.store.begin_turn(
+            session.id, stored_message, self.owner, self.lease_seconds
+        )
+        tools = session.tools
+
+        def is_read_only(name: str) -> bool:
+            tool = tools.get(name)
+            return tool is not None and tool.read_only
+
+        journal = Journal(self.store, session.id, redactor=self.redactor, is_read_only=is_read_only)
+        sink = Fanout([journal, *live])
+        renewal = asyncio.get_running_loop().create_task(self._renew(turn.id))
+        try:
+            return await session.execute(prepared, sink, turn_id=turn.id)
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
+            await journal.aclose()
+
+    async def _renew(self, turn_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            with contextlib.suppress(DroverError):
+                await self.store.renew_lease(turn_id, self.owner, self.lease_seconds)

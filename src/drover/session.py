@@ -1,0 +1,160 @@
+"""A conversation as the library sees it: committed history, pending work, turns.
+
+:class:`AgentSession` owns the conversation manager and the *pending work* of unfinished turns:
+the messages of a turn that ended abnormally (its user message, assistant messages, tool calls,
+tool outputs, partial text). Pending work is kept apart from the committed history — never in
+both — and placed before the next user message; a turn that completes commits it.
+
+Running a turn::
+
+    session = AgentSession(provider=..., tools=default_registry(), workdir=Path("."))
+    outcome = await session.run("fix the failing test", sink=EventRecorder())
+    if session.pending:            # the turn did not complete; its work is kept
+        await session.resume(sink) # finish it without a new instruction
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from drover.channel import EventSink
+from drover.convo import ConversationManager
+from drover.errors import DroverError
+from drover.events import Done, TerminalEvent, TurnStarted
+from drover.loop import AgentLoop, LoopSettings, TurnWork
+from drover.messages import Message, user_message
+from drover.permissions import PermissionPolicy
+from drover.providers.base import Provider
+from drover.tools.registry import ToolRegistry
+
+RESUME_NOTE = (
+    "[Your previous response was cut off before it finished. Continue the task from where it "
+    "stopped, without repeating work already done.]"
+)
+
+
+def resume_message(pending: Sequence[Message]) -> Message | None:
+    """The user message that continues ``pending`` work without a new instruction, if any.
+
+    After tool results the model simply goes on; after an assistant message (a cut-off or
+    paused response) it needs a user turn, which says plainly what happened.
+    """
+    if pending and pending[-1].role == "assistant":
+        return user_message(RESUME_NOTE)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurn:
+    prefix: list[Message]
+    user_message: Message | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    turn_id: str
+    event: TerminalEvent
+    #: The messages the turn added (assistant messages, tool results, partial text).
+    added: tuple[Message, ...]
+
+
+class AgentSession:
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        tools: ToolRegistry,
+        workdir: Path,
+        policy: PermissionPolicy | None = None,
+        convo: ConversationManager | None = None,
+        settings: LoopSettings | None = None,
+        session_id: str | None = None,
+        pending: Sequence[Message] = (),
+    ) -> None:
+        self.id = session_id or uuid.uuid4().hex
+        self.provider = provider
+        self.tools = tools
+        self.workdir = workdir.resolve()
+        self.policy = policy or PermissionPolicy()
+        self.convo = convo or ConversationManager()
+        self.settings = settings or LoopSettings()
+        self._pending: list[Message] = list(pending)
+
+    # -- pending work --------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> tuple[Message, ...]:
+        """Messages of unfinished turns, waiting to be placed before the next user message."""
+        return tuple(self._pending)
+
+    def discard_pending(self) -> tuple[Message, ...]:
+        """Drop the pending work (returns it)."""
+        dropped, self._pending = tuple(self._pending), []
+        return dropped
+
+    def history(self) -> tuple[Message, ...]:
+        """Committed history followed by pending work: what the next request starts from."""
+        return (*self.convo.messages(), *self._pending)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    def prepare(self, prompt: str | None) -> PreparedTurn:
+        """Lay out the next turn: pending work, then the user's message (or a resume note).
+
+        ``prompt=None`` resumes the unfinished turn without a new instruction.
+        """
+        if prompt is None:
+            if not self._pending:
+                raise DroverError("nothing to resume: the last turn completed")
+            message = resume_message(self._pending)
+        else:
+            message = user_message(prompt)
+        prefix = [*self._pending, message] if message else list(self._pending)
+        return PreparedTurn(prefix=prefix, user_message=message)
+
+    async def run(self, prompt: str, sink: EventSink, *, turn_id: str | None = None) -> TurnOutcome:
+        """Run a turn for a new user message (pending work goes before it)."""
+        return await self.execute(self.prepare(prompt), sink, turn_id=turn_id)
+
+    async def resume(self, sink: EventSink, *, turn_id: str | None = None) -> TurnOutcome:
+        """Finish the unfinished turn without a new instruction."""
+        return await self.execute(self.prepare(None), sink, turn_id=turn_id)
+
+    def switch_provider(self, provider: Provider) -> None:
+        """Use another model from the next turn on; pending work is kept and converted."""
+        self.provider = provider
+
+    async def execute(
+        self, turn: PreparedTurn, sink: EventSink, *, turn_id: str | None = None
+    ) -> TurnOutcome:
+        """Run a prepared turn to its terminal event; cancellation interrupts it."""
+        turn_id = turn_id or uuid.uuid4().hex
+        work = TurnWork.begin(turn.prefix)
+        loop = AgentLoop(
+            provider=self.provider,
+            convo=self.convo,
+            tools=self.tools,
+            policy=self.policy,
+            sink=sink,
+            workdir=self.workdir,
+            settings=self.settings,
+        )
+        await sink.send(
+            TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
+        )
+        try:
+            event = await loop.run_turn(work)
+        finally:
+            # Runs on cancellation too: the loop has recorded the interrupted work by then.
+            self._settle(work)
+        return TurnOutcome(turn_id=turn_id, event=event, added=tuple(work.added))
+
+    def _settle(self, work: TurnWork) -> None:
+        if isinstance(work.outcome, Done):
+            self.convo.extend(work.messages)
+            self._pending = []
+        else:
+            self._pending = list(work.messages)

@@ -1,0 +1,218 @@
+"""Running one response's tool calls: permission round-trip, parallel execution, results.
+
+Calls run concurrently in a task group; results are kept in call order whatever order the
+calls finish in. Nothing a tool does is fatal to the turn: an unknown tool, unparseable input,
+a refusal, a :class:`~drover.errors.ToolError` or an unexpected exception all become an
+``is_error`` result the model can act on.
+
+Cancellation (the user interrupting) reaches every running call; each records what happened
+to it — not started, or cut off while running with the output it produced so far — so the
+batch can always produce one result per call, and a side-effecting call cut off mid-run is
+marked "outcome unknown".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drover.channel import EventSink
+from drover.errors import ToolError
+from drover.events import (
+    Decision,
+    PermissionRequest,
+    ToolDone,
+    ToolStart,
+    ToolState,
+    ToolStateChanged,
+)
+from drover.messages import ToolResultBlock, ToolUseBlock
+from drover.permissions import PermissionPolicy
+from drover.summaries import summarise_input, summarise_output
+from drover.tools.base import Tool, ToolContext, ToolOutput
+from drover.tools.registry import ToolRegistry
+from drover.tools.workspace import OutputBuffer
+
+DENIED_TEXT = "Tool execution denied by user."
+NOT_RUN_TEXT = "Interrupted before it ran: the tool call had no effect."
+CUT_OFF_READ_ONLY = "Interrupted while running (read-only tool, no side effects)."
+CUT_OFF_UNKNOWN = (
+    "Interrupted while running: it may have had effects, and their outcome is unknown. "
+    "Check the current state before repeating it."
+)
+
+
+@dataclass(slots=True)
+class CallSlot:
+    """One tool call of the batch and what became of it."""
+
+    index: int
+    call: ToolUseBlock
+    tool: Tool | None
+    state: ToolState = "input-available"
+    output: OutputBuffer = field(default_factory=OutputBuffer)
+    result: ToolResultBlock | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.tool is not None and self.tool.read_only
+
+
+def interrupted_result(slot: CallSlot) -> ToolResultBlock:
+    """The result recorded for a call the interruption caught."""
+    if slot.state != "running":
+        return ToolResultBlock(tool_use_id=slot.call.id, content=NOT_RUN_TEXT, is_error=True)
+    note = CUT_OFF_READ_ONLY if slot.read_only else CUT_OFF_UNKNOWN
+    output, _ = slot.output.text()
+    if output:
+        note = f"{note}\nOutput before it was cut off:\n{output}\n[output cut off: interrupted]"
+    return ToolResultBlock(tool_use_id=slot.call.id, content=note, is_error=True)
+
+
+class ToolBatch:
+    """The tool calls of one assistant response."""
+
+    def __init__(
+        self,
+        calls: Sequence[ToolUseBlock],
+        *,
+        tools: ToolRegistry,
+        policy: PermissionPolicy,
+        sink: EventSink,
+        workdir: Path,
+    ) -> None:
+        self.slots = [
+            CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
+        ]
+        self._tools = tools
+        self._policy = policy
+        self._sink = sink
+        self._workdir = workdir
+
+    def results(self) -> list[ToolResultBlock]:
+        """One result per call, in call order (interrupted ones included)."""
+        return [slot.result or interrupted_result(slot) for slot in self.slots]
+
+    async def run(self) -> list[ToolResultBlock]:
+        async with asyncio.TaskGroup() as group:
+            for slot in self.slots:
+                group.create_task(self._run_one(slot))
+        return self.results()
+
+    # -- one call ------------------------------------------------------------------------------
+
+    async def _set_state(
+        self,
+        slot: CallSlot,
+        state: ToolState,
+        *,
+        output: str | None = None,
+        error: bool = False,
+        outcome_unknown: bool = False,
+    ) -> None:
+        slot.state = state
+        await self._sink.send(
+            ToolStateChanged(
+                call_id=slot.call.id,
+                call_index=slot.index,
+                name=slot.call.name,
+                state=state,
+                input=slot.call.input if state in ("input-available", "running") else None,
+                output=output,
+                is_error=error,
+                outcome_unknown=outcome_unknown,
+            )
+        )
+
+    async def _finish(self, slot: CallSlot, state: ToolState, content: str, error: bool) -> None:
+        slot.result = ToolResultBlock(tool_use_id=slot.call.id, content=content, is_error=error)
+        await self._set_state(slot, state, output=content, error=error)
+        await self._sink.send(
+            ToolDone(
+                call_index=slot.index,
+                id=slot.call.id,
+                name=slot.call.name,
+                is_error=error,
+                output_summary=summarise_output(content),
+            )
+        )
+
+    async def _run_one(self, slot: CallSlot) -> None:
+        try:
+            await self._run_guarded(slot)
+        except asyncio.CancelledError:
+            slot.result = interrupted_result(slot)
+            unknown = slot.state == "running" and not slot.read_only
+            await self._set_state(
+                slot, "interrupted", output=slot.result.content, error=True, outcome_unknown=unknown
+            )
+            raise
+
+    async def _run_guarded(self, slot: CallSlot) -> None:
+        call, tool = slot.call, slot.tool
+        if call.input_error is not None:
+            await self._finish(
+                slot, "output-error", f"Invalid tool input: {call.input_error}", True
+            )
+            return
+        if tool is None:
+            known = ", ".join(self._tools.names()) or "none"
+            await self._finish(
+                slot, "output-error", f"Unknown tool '{call.name}'. Available tools: {known}.", True
+            )
+            return
+        if self._policy.denied_outright(tool):
+            await self._finish(slot, "denied", DENIED_TEXT, True)
+            return
+        if self._policy.needs_prompt(tool):
+            decision = await self._ask(slot, tool)
+            if decision == "deny":
+                await self._finish(slot, "denied", DENIED_TEXT, True)
+                return
+            if decision == "always":
+                self._policy.grant_always(tool.name)
+        await self._execute(slot, tool)
+
+    async def _ask(self, slot: CallSlot, tool: Tool) -> Decision:
+        await self._set_state(slot, "awaiting-permission")
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        request = PermissionRequest(
+            request_id=uuid.uuid4().hex,
+            call_id=slot.call.id,
+            tool_name=tool.name,
+            input=slot.call.input,
+            summary=summarise_input(tool.name, slot.call.input),
+            decision=future,
+        )
+        await self._sink.send(request)
+        try:
+            return await future
+        finally:
+            future.cancel()
+
+    async def _execute(self, slot: CallSlot, tool: Tool) -> None:
+        await self._set_state(slot, "running")
+        await self._sink.send(
+            ToolStart(
+                call_index=slot.index,
+                id=slot.call.id,
+                name=tool.name,
+                input_summary=summarise_input(tool.name, slot.call.input),
+            )
+        )
+        ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)
+        try:
+            output: ToolOutput = await tool.run(slot.call.input, ctx)
+        except ToolError as exc:
+            await self._finish(slot, "output-error", str(exc) or type(exc).__name__, True)
+            return
+        except Exception as exc:  # a tool bug must not end the turn
+            await self._finish(
+                slot, "output-error", f"Tool failed: {type(exc).__name__}: {exc}", True
+            )
+            return
+        state: ToolState = "output-error" if output.is_error else "output-available"
+        await self._finish(slot, state, output.content, output.is_error)
