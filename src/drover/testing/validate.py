@@ -1,0 +1,271 @@
+"""The history checker: the request rules each real API enforces with a 400.
+
+Every request the fake server receives goes through the validator of its protocol; a non-empty
+result is answered with that API's ``invalid_request_error`` (first problem as the message) and
+kept in the server's ``violations``, which fails the test. The messages follow the real APIs'
+wording where it is known, prefixed with where in the body the problem is.
+
+* Anthropic: messages present, roles ``user``/``assistant`` with a user first, non-empty content
+  and text, each assistant ``tool_use`` answered by a ``tool_result`` with its id at the start of
+  the very next user message, no ``tool_result`` without a ``tool_use`` in the message before,
+  unique ``tool_use`` ids, object inputs, signed thinking blocks.
+* Chat Completions: an assistant message with ``tool_calls`` is followed by one ``tool`` message
+  per call before anything else, no ``tool`` message without a call, unique ids, string
+  arguments.
+* Responses: over the resolved input (the ``previous_response_id`` chain plus this request's
+  input), every ``function_call`` has its ``function_call_output`` and vice versa, and no
+  ``call_id`` repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _blocks(content: object) -> list[Any]:
+    """Message content as a block list (a plain string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _block_type(block: object) -> str:
+    return str(block.get("type", "")) if isinstance(block, Mapping) else ""
+
+
+def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
+    return [
+        str(block.get("id"))
+        for block in _blocks(message.get("content"))
+        if _block_type(block) == "tool_use"
+    ]
+
+
+def validate_anthropic(body: Mapping[str, Any]) -> list[str]:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ["messages: Field required"]
+    if not messages:
+        return ["messages: at least one message is required"]
+    problems: list[str] = []
+    seen_ids: set[str] = set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            problems.append(f"messages.{i}: Input should be a valid dictionary")
+            continue
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            problems.append(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        if i == 0 and role != "user":
+            problems.append('messages: first message must use the "user" role')
+        content = message.get("content")
+        if not isinstance(content, str | list):
+            problems.append(f"messages.{i}.content: Input should be a valid string or list")
+            continue
+        is_final_assistant = role == "assistant" and i == len(messages) - 1
+        if not content and not is_final_assistant:
+            problems.append(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        problems += _check_blocks(i, content, seen_ids)
+        if role == "assistant":
+            problems += _check_answered(i, message, messages)
+        if role == "user":
+            problems += _check_results_expected(i, message, messages)
+    return problems
+
+
+def _check_blocks(i: int, content: str | list[Any], seen_ids: set[str]) -> list[str]:
+    problems: list[str] = []
+    if isinstance(content, str):
+        return problems
+    for j, block in enumerate(content):
+        where = f"messages.{i}.content.{j}"
+        kind = _block_type(block)
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str) or not text:
+                problems.append(f"{where}.text: text content blocks must be non-empty")
+            elif not text.strip():
+                problems.append(
+                    f"{where}.text: text content blocks must contain non-whitespace text"
+                )
+        elif kind == "tool_use":
+            tool_id = str(block.get("id"))
+            if tool_id in seen_ids:
+                problems.append(f"{where}: `tool_use` ids must be unique: {tool_id}")
+            seen_ids.add(tool_id)
+            if not isinstance(block.get("input"), Mapping):
+                problems.append(f"{where}.tool_use.input: Input should be a valid dictionary")
+        elif kind == "thinking":
+            signature = block.get("signature")
+            if not isinstance(signature, str):
+                problems.append(f"{where}.thinking.signature: Field required")
+            elif not signature:
+                problems.append(f"{where}: Invalid `signature` in `thinking` block")
+    return problems
+
+
+def _leading_results(message: object) -> list[str]:
+    """The ``tool_use_id`` of each ``tool_result`` before the first other block."""
+    if not isinstance(message, Mapping) or message.get("role") != "user":
+        return []
+    ids: list[str] = []
+    for block in _blocks(message.get("content")):
+        if _block_type(block) != "tool_result":
+            break
+        ids.append(str(block.get("tool_use_id")))
+    return ids
+
+
+def _check_answered(i: int, message: Mapping[str, Any], messages: Sequence[Any]) -> list[str]:
+    ids = _tool_use_ids(message)
+    if not ids:
+        return []
+    following = messages[i + 1] if i + 1 < len(messages) else None
+    answered = set(_leading_results(following))
+    missing = [tool_id for tool_id in ids if tool_id not in answered]
+    if not missing:
+        return []
+    return [
+        f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+        f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+        "`tool_result` block in the next message."
+    ]
+
+
+def _check_results_expected(
+    i: int, message: Mapping[str, Any], messages: Sequence[Any]
+) -> list[str]:
+    previous = messages[i - 1] if i > 0 else None
+    expected = set(_tool_use_ids(previous)) if isinstance(previous, Mapping) else set()
+    if isinstance(previous, Mapping) and previous.get("role") != "assistant":
+        expected = set()
+    problems = []
+    for j, block in enumerate(_blocks(message.get("content"))):
+        if _block_type(block) != "tool_result":
+            continue
+        tool_use_id = str(block.get("tool_use_id"))
+        if tool_use_id not in expected:
+            problems.append(
+                f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {tool_use_id}. Each `tool_result` block must have a corresponding "
+                "`tool_use` block in the previous message."
+            )
+    return problems
+
+
+def validate_chat(body: Mapping[str, Any]) -> list[str]:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ["Missing required parameter: 'messages'."]
+    if not messages:
+        return ["[] is too short - 'messages'"]
+    problems: list[str] = []
+    seen_ids: set[str] = set()
+    pending: dict[str, int] = {}  # call id -> index of the assistant message, while answerable
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            problems.append(f"Invalid type for 'messages[{i}]': expected an object.")
+            continue
+        role = message.get("role")
+        if role == "tool":
+            call_id = str(message.get("tool_call_id"))
+            if call_id not in pending:
+                problems.append(
+                    f"messages[{i}]: Invalid parameter: messages with role 'tool' must be a "
+                    "response to a preceeding message with 'tool_calls'."
+                )
+            pending.pop(call_id, None)
+            continue
+        problems += _unanswered_calls(pending)
+        pending = {}
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if not calls:
+            continue
+        if not isinstance(calls, list):
+            problems.append(f"Invalid type for 'messages[{i}].tool_calls': expected an array.")
+            continue
+        for j, call in enumerate(calls):
+            call_id = str(call.get("id")) if isinstance(call, Mapping) else "None"
+            if call_id in seen_ids:
+                problems.append(
+                    f"messages[{i}].tool_calls[{j}]: Duplicate value for 'tool_call_id' of "
+                    f"{call_id} in 'messages'."
+                )
+            seen_ids.add(call_id)
+            pending[call_id] = i
+            function = call.get("function") if isinstance(call, Mapping) else None
+            arguments = function.get("arguments") if isinstance(function, Mapping) else None
+            if not isinstance(arguments, str):
+                problems.append(
+                    f"Invalid type for 'messages[{i}].tool_calls[{j}].function.arguments': "
+                    f"expected a string, but got {_json_kind(arguments)} instead."
+                )
+    problems += _unanswered_calls(pending)
+    return problems
+
+
+def _unanswered_calls(pending: Mapping[str, int]) -> list[str]:
+    if not pending:
+        return []
+    index = next(iter(pending.values()))
+    return [
+        f"messages[{index}]: An assistant message with 'tool_calls' must be followed by tool "
+        "messages responding to each 'tool_call_id'. The following tool_call_ids did not have "
+        f"response messages: {', '.join(pending)}"
+    ]
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, Mapping) else "a string"
+
+
+def responses_input(body: Mapping[str, Any]) -> list[Any]:
+    """The request's ``input`` as a list of items (a string is one user message)."""
+    value = body.get("input")
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value) if isinstance(value, list) else []
+
+
+def validate_responses(body: Mapping[str, Any], resolved_input: Sequence[Any]) -> list[str]:
+    del body  # the rules below only concern the resolved input
+    problems: list[str] = []
+    calls: list[str] = []
+    outputs: list[str] = []
+    for item in resolved_input:
+        kind = _block_type(item)
+        if kind == "function_call":
+            call_id = str(item.get("call_id"))
+            if call_id in calls:
+                problems.append(f"Duplicate value for 'call_id' of {call_id} in 'input'.")
+            calls.append(call_id)
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id in outputs:
+                problems.append(
+                    f"Duplicate value for 'call_id' of {call_id} in 'input' (function_call_output)."
+                )
+            outputs.append(call_id)
+    problems += [
+        f"No tool output found for function call {call_id}."
+        for call_id in calls
+        if call_id not in outputs
+    ]
+    problems += [
+        f"No tool call found for function call output with call_id {call_id}."
+        for call_id in outputs
+        if call_id not in calls
+    ]
+    return problems
