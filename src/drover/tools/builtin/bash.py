@@ -144,8 +144,8 @@ class BashTool:
         """
         buffer = OutputBuffer(self.output_limit)
         loop = asyncio.get_running_loop()
-        try:
-            transport, shell = await loop.subprocess_exec(
+        starting = asyncio.ensure_future(
+            loop.subprocess_exec(
                 lambda: _ShellProtocol(buffer, ctx.on_output),
                 "/bin/bash",
                 "-c",
@@ -156,8 +156,22 @@ class BashTool:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        )
+        try:
+            transport, shell = await asyncio.shield(starting)
         except OSError as exc:
             raise ToolError(f"cannot start /bin/bash: {exc.strerror or exc}") from None
+        except asyncio.CancelledError:
+            # Cancelled while asyncio was still wiring the pipes: the shell may already have
+            # started children. Let the start finish, then end the whole group (asyncio's own
+            # clean-up would kill only the shell and leave its children running).
+            with contextlib.suppress(OSError):
+                transport, shell = await starting
+                try:
+                    await self._end_group(transport.get_pid(), shell)
+                finally:
+                    transport.close()
+            raise
         timed_out = False
         try:
             try:
