@@ -6,7 +6,9 @@ the request, resolves a Responses ``previous_response_id`` chain, checks the his
 next response from the :class:`Ledger`'s shared queue (none left: a 500 and an ``unexpected``
 entry), and answers it — an HTTP error, a JSON object, or SSE frames written one by one with the
 scripted delay and fault: an error frame (``error_after``), an abrupt close (``drop_after``) or
-silence until the client leaves or the server stops (``stall_after``).
+silence until the client leaves or the server stops (``stall_after``). A ``raw`` response is
+recorded bytes, cut into SSE frames and written the same way with its own status and content
+type, whatever the request asked for.
 
 The :class:`Ledger` is the only state shared with the thread that owns the server, so it alone
 takes a lock. Rendering runs on the server's event loop.
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from drover.testing import validate
 from drover.testing.scenario import (
     HttpError,
+    RawReply,
     Scenario,
     ScenarioOptions,
     ScriptedResponse,
@@ -48,6 +51,7 @@ from drover.testing.wire import (
     dumps,
     openai_chat,
     openai_responses,
+    split_frames,
     status_for_error,
 )
 
@@ -73,6 +77,7 @@ class _Wire:
     render_object: Callable[[ScriptedResponse, RenderContext], RenderedObject]
     http_error: Callable[[HttpError, RenderContext], Reply]
     invalid_request: Callable[[str, RenderContext], Reply]
+    raw_error_frame: Callable[[StreamError | None, RenderContext, int], bytes]
 
 
 _WIRES: dict[ProtocolName, _Wire] = {
@@ -81,18 +86,21 @@ _WIRES: dict[ProtocolName, _Wire] = {
         anthropic.render_object,
         anthropic.http_error,
         anthropic.invalid_request,
+        anthropic.raw_error_frame,
     ),
     "openai-chat": _Wire(
         openai_chat.render_stream,
         openai_chat.render_object,
         openai_chat.http_error,
         openai_chat.invalid_request,
+        openai_chat.raw_error_frame,
     ),
     "openai-responses": _Wire(
         openai_responses.render_stream,
         openai_responses.render_object,
         openai_responses.http_error,
         openai_responses.invalid_request,
+        openai_responses.raw_error_frame,
     ),
 }
 
@@ -215,10 +223,20 @@ def _raw_headers(content_type: str, extra: Iterable[tuple[str, str]]) -> list[tu
 class _StreamReply:
     """Writes SSE frames one by one, then ends, errs, drops or stalls as scripted."""
 
-    def __init__(self, script: ScriptedResponse, rendered: RenderedStream, pacing: _Pacing) -> None:
+    def __init__(
+        self,
+        script: ScriptedResponse,
+        rendered: RenderedStream,
+        pacing: _Pacing,
+        *,
+        status: int = 200,
+        content_type: str = SSE_CONTENT_TYPE,
+    ) -> None:
         self._script = script
         self._rendered = rendered
         self._pacing = pacing
+        self._status = status
+        self._content_type = content_type
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         script, frames = self._script, self._rendered.frames
@@ -226,8 +244,8 @@ class _StreamReply:
         cut = next((n for n in faults if n is not None), None)
         sent = len(frames) if cut is None else min(cut, len(frames))
         extra = [("cache-control", "no-cache"), *self._rendered.headers]
-        headers = _raw_headers(SSE_CONTENT_TYPE, extra)
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        headers = _raw_headers(self._content_type, extra)
+        await send({"type": "http.response.start", "status": self._status, "headers": headers})
         for frame in frames[:sent]:
             await self._pacing.pause()
             await send({"type": "http.response.body", "body": frame, "more_body": True})
@@ -335,6 +353,8 @@ class FakeLLMApp:
             return _JsonReply(wire.http_error(script.http_error, ctx))
         delay = script.delay if script.delay is not None else ctx.options.delay
         pacing = _Pacing(delay, self._stopping)
+        if script.raw is not None:
+            return self._raw_reply(script, script.raw, wire, ctx, pacing)
         if body.get("stream") is True:
             return _StreamReply(script, wire.render_stream(script, ctx), pacing)
         if script.error_after is not None:
@@ -344,6 +364,20 @@ class FakeLLMApp:
             spec = HttpError(status=status, type=error.type, message=error.message)
             return _JsonReply(wire.http_error(spec, ctx))
         return _ObjectReply(script, wire.render_object(script, ctx), pacing)
+
+    @staticmethod
+    def _raw_reply(
+        script: ScriptedResponse, raw: RawReply, wire: _Wire, ctx: RenderContext, pacing: _Pacing
+    ) -> ASGIApp:
+        """Recorded bytes, frame by frame; ``error_after`` appends the protocol's error event."""
+
+        def error_frame(sent: int) -> bytes:
+            return wire.raw_error_frame(script.error, ctx, sent)
+
+        rendered = RenderedStream(frames=split_frames(raw.body), error_frame=error_frame)
+        return _StreamReply(
+            script, rendered, pacing, status=raw.status, content_type=raw.content_type
+        )
 
     def _resolve_chain(self, body: dict[str, Any], ctx: RenderContext) -> RenderContext | Reply:
         """Responses API: the stored input + output behind ``previous_response_id``."""

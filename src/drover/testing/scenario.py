@@ -12,11 +12,25 @@ A scenario is a JSON or YAML file, or the equivalent Python data::
         usage: {input_tokens: 12, output_tokens: 5}
       - http_error: {status: 529, type: overloaded_error, message: Overloaded}
       - {text: "cut short", error_after: 5, error: {type: overloaded_error}}
+      - {raw: recordings/tool-use.sse, delay: 0.01}
+      - {raw_text: "data: [DONE]\\n\\n", content_type: text/event-stream, status: 200}
+
+``raw`` replays a recorded reply: the bytes of the file (a path relative to the scenario file's
+directory, or absolute; for Python data, relative to ``base_dir``, by default the current one)
+are sent verbatim, whatever the protocol and whether the request asked for a stream. ``raw_text``
+gives the bytes inline (UTF-8). ``content_type`` (default ``text/event-stream; charset=utf-8``,
+or ``application/json`` for a ``.json`` file) and ``status`` (default 200) set the reply's
+headline. The body is cut into SSE frames after each blank line, so ``delay`` paces each frame
+and ``error_after: N`` (the protocol's error event after N frames), ``drop_after: N`` and
+``stall_after: N`` count frames. The request is still recorded and validated first; a raw reply
+is never stored for a Responses ``previous_response_id``. ``raw``/``raw_text`` cannot be combined
+with the keys that describe a rendered reply (``text``, ``tool_calls``, ``usage``, …).
 
 A top-level list is read as ``responses``. Parsing is strict: an unknown key or a value of the
 wrong type raises :class:`ValueError` naming where it is (``responses[2].tool_calls[0]: …``), so
-the CLI can print it as one line. Everything here is immutable, protocol-neutral data; the
-:mod:`drover.testing.wire` modules turn it into each API's bytes.
+the CLI can print it as one line. Everything here is immutable data; apart from ``raw`` replies,
+which go out as they are, it is protocol-neutral, and the :mod:`drover.testing.wire` modules turn
+it into each API's bytes.
 """
 
 from __future__ import annotations
@@ -45,6 +59,8 @@ Quirk: TypeAlias = Literal[
 ]
 STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 QUIRKS: frozenset[str] = frozenset(get_args(Quirk))
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+JSON_CONTENT_TYPE = "application/json"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +124,17 @@ class UsageSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RawReply:
+    """Recorded bytes sent as they are (``raw:`` / ``raw_text:`` in a scenario)."""
+
+    body: bytes
+    content_type: str = SSE_CONTENT_TYPE
+    status: int = 200
+    #: Where the bytes came from (the file, or ``raw_text``), for messages.
+    source: str = "raw_text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScriptedResponse:
     """What the model answers to one request, and how the transport misbehaves doing it."""
 
@@ -124,6 +151,7 @@ class ScriptedResponse:
     stall_after: int | None = None
     delay: float | None = None
     quirks: frozenset[str] = frozenset()
+    raw: RawReply | None = None
 
     @property
     def resolved_stop_reason(self) -> StopReason:
@@ -137,8 +165,11 @@ class ScriptedResponse:
         return text + sum(len(call.arguments()) for call in self.tool_calls)
 
     @classmethod
-    def from_data(cls, data: object, where: str = "response") -> ScriptedResponse:
-        return _parse_response(data, where)
+    def from_data(
+        cls, data: object, where: str = "response", base_dir: str | Path | None = None
+    ) -> ScriptedResponse:
+        """Parse one response; a relative ``raw`` path is read from ``base_dir`` (default: cwd)."""
+        return _parse_response(data, where, None if base_dir is None else Path(base_dir))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,8 +188,12 @@ class Scenario:
     options: ScenarioOptions = field(default_factory=ScenarioOptions)
 
     @classmethod
-    def from_data(cls, data: object) -> Scenario:
-        """Build a scenario from parsed JSON/YAML (a mapping, or a bare list of responses)."""
+    def from_data(cls, data: object, base_dir: str | Path | None = None) -> Scenario:
+        """Build a scenario from parsed JSON/YAML (a mapping, or a bare list of responses).
+
+        Relative ``raw`` paths are read from ``base_dir`` (default: the current directory).
+        """
+        base = None if base_dir is None else Path(base_dir)
         if isinstance(data, list):
             data = {"responses": data}
         raw = _mapping(data, "scenario", {"options", "responses"})
@@ -166,7 +201,9 @@ class Scenario:
         items = raw.get("responses", [])
         if not isinstance(items, list):
             raise ValueError(f"scenario.responses: expected a list, got {_kind(items)}")
-        responses = tuple(_parse_response(item, f"responses[{i}]") for i, item in enumerate(items))
+        responses = tuple(
+            _parse_response(item, f"responses[{i}]", base) for i, item in enumerate(items)
+        )
         return cls(responses=responses, options=options)
 
 
@@ -185,14 +222,17 @@ def load_scenario(path: str | Path) -> Scenario:
             f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {detail}"
         ) from exc
     try:
-        return Scenario.from_data({} if data is None else data)
+        return Scenario.from_data({} if data is None else data, base_dir=path.parent)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
 
 
 # --- parsing helpers -----------------------------------------------------------------------------
 
-_RESPONSE_KEYS = {f.name for f in ScriptedResponse.__dataclass_fields__.values()}
+_RAW_KEYS = {"raw", "raw_text", "content_type", "status"}
+_RESPONSE_KEYS = {f.name for f in ScriptedResponse.__dataclass_fields__.values()} | _RAW_KEYS
+#: Keys that describe a rendered reply, so they make no sense next to recorded bytes.
+_RENDERED_KEYS = ("text", "thinking", "tool_calls", "stop_reason", "usage", "empty", "quirks")
 _OPTION_KEYS = {f.name for f in ScenarioOptions.__dataclass_fields__.values()}
 
 
@@ -330,8 +370,44 @@ def _parse_quirks(data: object, where: str) -> frozenset[str]:
     return frozenset(quirks)
 
 
-def _parse_response(data: object, where: str) -> ScriptedResponse:
+def _parse_raw(raw: Mapping[str, Any], where: str, base_dir: Path | None) -> RawReply | None:
+    if "raw" not in raw and "raw_text" not in raw:
+        for key in ("content_type", "status"):
+            if key in raw:
+                raise ValueError(f"{where}: {key!r} only applies together with 'raw' or 'raw_text'")
+        return None
+    if "raw" in raw and "raw_text" in raw:
+        raise ValueError(f"{where}: give either 'raw' or 'raw_text', not both")
+    default_type = SSE_CONTENT_TYPE
+    if "raw" in raw:
+        path = Path(_str(raw["raw"], f"{where}.raw"))
+        if not path.is_absolute():
+            path = (base_dir if base_dir is not None else Path.cwd()) / path
+        try:
+            body = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{where}.raw: cannot read {path} ({exc.strerror or exc})") from exc
+        source = str(path)
+        if path.suffix == ".json":
+            default_type = JSON_CONTENT_TYPE
+    else:
+        body = _str(raw["raw_text"], f"{where}.raw_text").encode()
+        source = "raw_text"
+    status = _int(raw.get("status", 200), f"{where}.status", minimum=100)
+    if status > 599:
+        raise ValueError(f"{where}.status: must be an HTTP status (100-599), got {status}")
+    content_type = _str(raw.get("content_type", default_type), f"{where}.content_type")
+    return RawReply(body=body, content_type=content_type, status=status, source=source)
+
+
+def _parse_response(data: object, where: str, base_dir: Path | None = None) -> ScriptedResponse:
     raw = _mapping(data, where, _RESPONSE_KEYS)
+    raw_reply = _parse_raw(raw, where, base_dir)
+    if raw_reply is not None:
+        clash = next((key for key in (*_RENDERED_KEYS, "http_error") if key in raw), None)
+        if clash is not None:
+            source = "raw" if "raw" in raw else "raw_text"
+            raise ValueError(f"{where}: {source!r} cannot be combined with {clash!r}")
     calls = raw.get("tool_calls", [])
     if not isinstance(calls, Sequence) or isinstance(calls, str):
         raise ValueError(f"{where}.tool_calls: expected a list, got {_kind(calls)}")
@@ -367,6 +443,7 @@ def _parse_response(data: object, where: str) -> ScriptedResponse:
         stall_after=_opt_int(raw.get("stall_after"), f"{where}.stall_after"),
         delay=None if raw.get("delay") is None else _seconds(raw["delay"], f"{where}.delay"),
         quirks=_parse_quirks(raw.get("quirks", []), f"{where}.quirks"),
+        raw=raw_reply,
     )
     _check_consistent(response, where)
     return response

@@ -6,25 +6,29 @@ functions: ``render_stream`` (SSE frames), ``render_object`` (the ``stream: fals
 ``http_error`` and ``invalid_request`` (error replies). Rendering is pure and deterministic: ids
 come from a per-server :class:`IdSource` and timestamps from :data:`BASE_TIME`, so the same
 requests always produce the same bytes. Faults (cut, drop, stall, delay) are applied by the
-server, frame by frame, on top of a rendered stream.
+server, frame by frame, on top of a rendered stream — or of a recorded reply cut into frames by
+:func:`split_frames`, which each module can fail part-way with ``raw_error_frame``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from drover.testing.scenario import JSON_CONTENT_TYPE as JSON_CONTENT_TYPE
+from drover.testing.scenario import SSE_CONTENT_TYPE as SSE_CONTENT_TYPE
 from drover.testing.scenario import ScenarioOptions, ScriptedResponse
 
 ProtocolName: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses"]
 
 #: Fixed "now" for ``created`` fields, so runs are byte-for-byte repeatable.
 BASE_TIME = 1_750_000_000
-SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
-JSON_CONTENT_TYPE = "application/json"
+#: A blank line: two line ends in a row, where a line end is CRLF, LF or a lone CR.
+_FRAME_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 _OBFUSCATION = "Zq8wR2vN5tK1yH7cXp3M"
 
 #: Default error type (Anthropic vocabulary) and message for an HTTP status.
@@ -55,6 +59,22 @@ def sse(data: Mapping[str, Any] | str, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else dumps(data)
     head = f"event: {event}\n" if event is not None else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+def split_frames(body: bytes) -> tuple[bytes, ...]:
+    """``body`` cut after each blank line (the SSE event boundary); nothing is added or lost.
+
+    Bytes after the last blank line (a final event without its blank line, or a body that is no
+    SSE at all, like JSON) make one last frame.
+    """
+    frames: list[bytes] = []
+    start = 0
+    for match in _FRAME_END.finditer(body):
+        frames.append(body[start : match.end()])
+        start = match.end()
+    if start < len(body):
+        frames.append(body[start:])
+    return tuple(frames)
 
 
 def chunks(text: str, size: int) -> list[str]:

@@ -116,6 +116,16 @@ def _stream_error_type(error: StreamError) -> str:
     return "api_error" if error.type == "failed" else error.type
 
 
+def _error_event(error: StreamError | None, request_id: str) -> bytes:
+    error = error or StreamError()
+    return sse(error_body(_stream_error_type(error), error.message, request_id), "error")
+
+
+def raw_error_frame(error: StreamError | None, ctx: RenderContext, sent: int) -> bytes:
+    """The ``event: error`` that cuts a recorded (``raw``) stream short."""
+    return _error_event(error, ctx.ids.next("req_011"))
+
+
 def render_stream(response: ScriptedResponse, ctx: RenderContext) -> RenderedStream:
     request_id = ctx.ids.next("req_011")
     tokens = ctx.tokens(response)
@@ -158,10 +168,8 @@ def render_stream(response: ScriptedResponse, ctx: RenderContext) -> RenderedStr
     frames.append(sse(message_delta, "message_delta"))
     frames.append(sse({"type": "message_stop"}, "message_stop"))
 
-    error = response.error or StreamError()
-
     def error_frame(_sent: int) -> bytes:
-        return sse(error_body(_stream_error_type(error), error.message, request_id), "error")
+        return _error_event(response.error, request_id)
 
     return RenderedStream(
         frames=tuple(frames), error_frame=error_frame, headers=(("request-id", request_id),)

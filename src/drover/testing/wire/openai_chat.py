@@ -53,6 +53,18 @@ def error_object(error_type: str, message: str, *, param: str | None = None) -> 
     return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}
 
 
+_STREAM_ERROR = StreamError(
+    type="api_error",
+    message="The server had an error while processing your request. Sorry about that!",
+)
+
+
+def raw_error_frame(error: StreamError | None, ctx: RenderContext, sent: int) -> bytes:
+    """The ``data: {"error": …}`` chunk that ends a stream part-way (rendered or recorded)."""
+    error = error or _STREAM_ERROR
+    return sse(error_object(error.type, error.message))
+
+
 def finish_reason(response: ScriptedResponse) -> str:
     reason = response.resolved_stop_reason
     if reason == "tool_use":
@@ -166,13 +178,8 @@ def render_stream(response: ScriptedResponse, ctx: RenderContext) -> RenderedStr
         frames.append(chunk(None))
     frames.append(DONE)
 
-    error = response.error or StreamError(
-        type="api_error",
-        message="The server had an error while processing your request. Sorry about that!",
-    )
-
-    def error_frame(_sent: int) -> bytes:
-        return sse(error_object(error.type, error.message))
+    def error_frame(sent: int) -> bytes:
+        return raw_error_frame(response.error, ctx, sent)
 
     return RenderedStream(
         frames=tuple(frames), error_frame=error_frame, headers=(("x-request-id", request_id),)

@@ -220,6 +220,43 @@ def _item_events(
     events.add("response.output_item.done", item=done, output_index=index)
 
 
+_STREAM_ERROR = StreamError(
+    type="api_error", message="An error occurred while processing your request."
+)
+
+
+def _error_event(
+    error: StreamError | None, ctx: RenderContext, response_id: str, sent: int
+) -> bytes:
+    """``error`` (or ``response.failed`` for ``type: failed``) after ``sent`` events."""
+    error = error or _STREAM_ERROR
+    code = _ERROR_CODES.get(error.type, error.type)
+    if error.type == "failed":
+        failed = response_object(
+            ctx,
+            response_id,
+            status="failed",
+            output=[],
+            usage=None,
+            error={"code": code, "message": error.message},
+        )
+        payload = {"type": "response.failed", "response": failed, "sequence_number": sent}
+        return sse(payload, "response.failed")
+    payload = {
+        "type": "error",
+        "code": code,
+        "message": error.message,
+        "param": None,
+        "sequence_number": sent,
+    }
+    return sse(payload, "error")
+
+
+def raw_error_frame(error: StreamError | None, ctx: RenderContext, sent: int) -> bytes:
+    """The error event that cuts a recorded (``raw``) stream short after ``sent`` frames."""
+    return _error_event(error, ctx, ctx.ids.next("resp_", 50), sent)
+
+
 def render_stream(response: ScriptedResponse, ctx: RenderContext) -> RenderedStream:
     response_id = ctx.ids.next("resp_", 50)
     request_id = ctx.ids.next("req_")
@@ -238,31 +275,8 @@ def render_stream(response: ScriptedResponse, ctx: RenderContext) -> RenderedStr
     )
     events.add(f"response.{status}", response=final)
 
-    error = response.error or StreamError(
-        type="api_error", message="An error occurred while processing your request."
-    )
-
     def error_frame(sent: int) -> bytes:
-        code = _ERROR_CODES.get(error.type, error.type)
-        if error.type == "failed":
-            failed = response_object(
-                ctx,
-                response_id,
-                status="failed",
-                output=[],
-                usage=None,
-                error={"code": code, "message": error.message},
-            )
-            payload = {"type": "response.failed", "response": failed, "sequence_number": sent}
-            return sse(payload, "response.failed")
-        payload = {
-            "type": "error",
-            "code": code,
-            "message": error.message,
-            "param": None,
-            "sequence_number": sent,
-        }
-        return sse(payload, "error")
+        return _error_event(response.error, ctx, response_id, sent)
 
     return RenderedStream(
         frames=tuple(events.frames),
