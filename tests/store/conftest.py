@@ -1,29 +1,58 @@
 """Fixtures of the store suite: the backends every conformance test runs against.
 
-Adding a backend is one entry in :data:`BACKENDS`: a function from the test's temporary
-directory to a factory of new, unopened stores on one shared database.
+Adding a backend is one entry in :data:`BACKENDS`: a function from the test's request and
+temporary directory to a factory of new, unopened stores on one shared database, fresh for the
+test. PostgreSQL runs on a throwaway cluster started once per session (``support.pg``); each
+test gets a schema of its own, empty, so every test also runs the migrations.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import pg
 
 from drover.store.base import Store
+from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 
 StoreFactory = Callable[..., Store]
 
 
-def _sqlite(tmp_path: Path) -> StoreFactory:
+def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     return lambda **kwargs: SqliteStore(tmp_path / "journal.db", **kwargs)
 
 
-BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {
+def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    url = str(request.getfixturevalue("pg_url"))
+    return lambda **kwargs: PostgresStore(url, **kwargs)
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], StoreFactory]] = {
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pg.PgCluster]:
+    """A throwaway PostgreSQL cluster for the whole run (fails, or skips, when not installed)."""
+    with pg.cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_cluster: pg.PgCluster) -> str:
+    """The database the tests' schemas live in."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: pg.PgCluster, pg_database: str) -> str:
+    """A URL of the test's own: an empty schema, which the first store to open migrates."""
+    return pg_cluster.new_schema(pg_database)
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -32,9 +61,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_store(backend: str, tmp_path: Path) -> StoreFactory:
+def make_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """New stores on the test's database (each call: another instance, e.g. another worker)."""
-    return BACKENDS[backend](tmp_path)
+    return BACKENDS[backend](request, tmp_path)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from drover.errors import StoreError
 from drover.store import default_db_path, open_store
 from drover.store.migrations import SQLITE_MIGRATIONS, applied_migrations, migrate
+from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 
 from .conftest import StoreFactory
@@ -171,8 +172,7 @@ def test_open_store_picks_the_backend(tmp_path: Path) -> None:
     assert isinstance(url, SqliteStore)
     assert url.path == f"{tmp_path}/y.db"
     assert isinstance(open_store(":memory:"), SqliteStore)
-    with pytest.raises(StoreError, match="PostgreSQL support is not installed yet"):
-        open_store("postgresql://u:p@localhost/db")
+    assert isinstance(open_store("postgresql://u:p@localhost/db"), PostgresStore)
     with pytest.raises(StoreError, match="unsupported"):
         open_store("mysql://localhost/db")
 

@@ -9,6 +9,7 @@ was stored; :mod:`~drover.store.redact` keeps secrets out of it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
@@ -27,9 +28,13 @@ from drover.store.journal import Journal
 from drover.store.redact import Redactor
 from drover.store.sqlite import SqliteStore
 
+if TYPE_CHECKING:
+    from drover.store.postgres import PostgresStore
+
 __all__ = [
     "EventRecord",
     "Journal",
+    "PostgresStore",
     "Redactor",
     "SessionRecord",
     "SqliteStore",
@@ -45,6 +50,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # psycopg takes a quarter of a second to import: only PostgreSQL users pay for it.
+    if name == "PostgresStore":
+        from drover.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def default_db_path() -> Path:
     """``drover.db`` in the user's data directory (e.g. ``~/.local/share/drover``)."""
     return Path(platformdirs.user_data_dir("drover")) / "drover.db"
@@ -58,7 +72,9 @@ def open_store(url_or_path: str | None = None) -> Store:
     target = url_or_path.strip()
     scheme = target.split("://", 1)[0].lower() if "://" in target else ""
     if scheme in ("postgresql", "postgres"):
-        raise StoreError("PostgreSQL support is not installed yet")
+        from drover.store.postgres import PostgresStore
+
+        return PostgresStore(target)
     if scheme == "sqlite":
         path = target.split("://", 1)[1]
         # sqlite:///relative/… keeps one slash after the authority; sqlite:////abs/… two.

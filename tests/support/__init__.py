@@ -1,0 +1,1 @@
+"""Helpers the test suites share (servers started for real, like PostgreSQL)."""
