@@ -118,7 +118,10 @@ _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
     name TEXT PRIMARY KEY,
     applied_at DOUBLE PRECISION NOT NULL
 )"""
-_APPLIED = "SELECT name FROM schema_migrations ORDER BY applied_at, name"
+# Steps run in name order, each under the advisory lock and only after every earlier step was
+# recorded, so name order is application order. (``applied_at`` comes from each opener's own
+# clock, and two concurrent openers' clocks need not agree.)
+_APPLIED = "SELECT name FROM schema_migrations ORDER BY name"
 
 
 async def applied_migrations(conn: AsyncConnection[Any]) -> list[str]:

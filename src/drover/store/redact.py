@@ -46,6 +46,10 @@ REDACTED = "[REDACTED]"
 HOLD_MAX = 256
 
 _TOKEN = r"[A-Za-z0-9_\-]"
+#: Where a key of a built-in pattern can begin (used to hold a streamed tail back).
+_KEY_START = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[abposr]-|xapp-|AIza|eyJ)"
+)
 _BUILTIN_PATTERNS: tuple[str, ...] = (
     # Anthropic (sk-ant-api03-…, sk-ant-admin01-…)
     rf"(?<![A-Za-z0-9_\-])sk-ant-{_TOKEN}{{20,}}",
@@ -143,6 +147,14 @@ class Redactor:
         while run > 0 and n - run < HOLD_MAX and not text[run - 1].isspace():
             run -= 1
         cut = run
+        # A key-like start in the whitespace-free tail is held however long the tail grows:
+        # whether it is a key may only be decided by a character still to come.
+        tail = run
+        while tail > 0 and not text[tail - 1].isspace():
+            tail -= 1
+        start = _KEY_START.search(text, tail)
+        if start is not None:
+            cut = min(cut, start.start())
         for opening in _OPENINGS:
             m = opening.search(text)
             if m is not None:
