@@ -152,9 +152,9 @@ class Redactor:
         tail = run
         while tail > 0 and not text[tail - 1].isspace():
             tail -= 1
-        start = _KEY_START.search(text, tail)
-        if start is not None:
-            cut = min(cut, start.start())
+        key = _KEY_START.search(text, tail)
+        if key is not None:
+            cut = min(cut, key.start())
         for opening in _OPENINGS:
             m = opening.search(text)
             if m is not None:
