@@ -49,9 +49,17 @@ class ProviderConnectionError(ProviderError):
 class StreamError(ProviderError):
     """The stream failed after it started (an ``error`` event, a dropped connection)."""
 
-    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+    #: Error types that say the request itself is wrong: another attempt cannot help.
+    FATAL_TYPES = frozenset(
+        {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
+    )
+
+    def __init__(
+        self, message: str, *, error_type: str | None = None, retryable: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.retryable = error_type not in self.FATAL_TYPES if retryable is None else retryable
 
 
 class EmptyResponseError(ProviderError):

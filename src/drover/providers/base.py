@@ -20,7 +20,7 @@ Contract of :meth:`Provider.stream`:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -123,7 +123,7 @@ class Provider(Protocol):
     @property
     def model(self) -> str: ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one model response; see the module docstring for the contract."""
         ...
 

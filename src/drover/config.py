@@ -1,0 +1,366 @@
+"""Configuration: a TOML file, then the environment, then command-line flags (flags win).
+
+The file is ``$DROVER_CONFIG`` or ``<user config dir>/drover/config.toml`` (platformdirs); a
+missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the file off)::
+
+    default_model = "anthropic:claude-sonnet-4-5"
+    models = ["openai:gpt-4.1", "openai:llama3.1:8b"]      # listed by `drover models`
+    context_limit = 200000
+    chars_per_token = 4.0
+    max_turns = 25
+    redact_patterns = ["internal-[0-9]+"]
+
+    [base_urls]                                             # per provider
+    openai = "http://localhost:11434/v1"
+
+    [aliases]                                               # short names for --model
+    fast = "anthropic:claude-haiku-4-5"
+
+Environment: ``DROVER_MODEL``, ``DROVER_CHARS_PER_TOKEN`` (1..32), ``DROVER_MAX_TURNS``,
+``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (both OpenAI protocols) and the API keys
+``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``. Keys come from the environment only: the file may
+not hold them, and :class:`Config` never shows them in its ``repr``.
+
+A model spec is ``PROVIDER:MODEL`` with ``anthropic``, ``openai`` (Chat Completions) or
+``openai-responses``; only the first colon splits, so ``openai:llama3.1:8b`` works. A spec
+without a colon is an alias, or a model of the default model's provider.
+
+Every problem is a :class:`~drover.errors.ConfigError` saying where (file path or variable)
+and what is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from drover.errors import ConfigError
+
+PROVIDERS = ("anthropic", "openai", "openai-responses")
+KEY_VARS = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+}
+URL_VARS = {
+    "anthropic": "ANTHROPIC_BASE_URL",
+    "openai": "OPENAI_BASE_URL",
+    "openai-responses": "OPENAI_BASE_URL",
+}
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+CHARS_PER_TOKEN_RANGE = (1.0, 32.0)
+
+_FILE_KEYS = (
+    "default_model",
+    "models",
+    "aliases",
+    "base_urls",
+    "chars_per_token",
+    "context_limit",
+    "max_turns",
+    "redact_patterns",
+)
+
+
+def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
+    """``"openai:gpt-4.1"`` → ``("openai", "gpt-4.1")``; a bare model uses ``default_provider``."""
+    provider, sep, model = spec.strip().partition(":")
+    if not sep:
+        provider, model = default_provider, spec.strip()
+    if provider not in PROVIDERS:
+        raise ConfigError(
+            f"unknown provider '{provider}' (expected anthropic, openai or openai-responses)"
+        )
+    if not model.strip():
+        raise ConfigError(f"no model name in '{spec}' (expected PROVIDER:MODEL)")
+    return provider, model.strip()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    default_model: str = DEFAULT_MODEL
+    #: Extra model specs listed by ``drover models``.
+    models: list[str] = field(default_factory=list)
+    #: Short names for model specs.
+    aliases: dict[str, str] = field(default_factory=dict)
+    #: Base URL per provider name.
+    base_urls: dict[str, str] = field(default_factory=dict)
+    #: API key per provider name, from the environment only.
+    api_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    chars_per_token: float = 4.0
+    context_limit: int = 200_000
+    max_turns: int = 25
+    redact_patterns: list[str] = field(default_factory=list)
+    #: The config file read, if one existed.
+    path: Path | None = None
+    #: Where each setting that is not a default came from (file path, variable, ``flag``).
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def default_provider(self) -> str:
+        provider, _sep, _model = self.default_model.partition(":")
+        return provider if provider in PROVIDERS else "anthropic"
+
+    def resolve(self, spec: str) -> tuple[str, str]:
+        """(provider, model) for a spec, an alias or a bare model name."""
+        spec = self.aliases.get(spec.strip(), spec)
+        return parse_model_spec(spec, self.default_provider)
+
+    def api_key(self, provider: str) -> str | None:
+        return self.api_keys.get(provider)
+
+    def with_overrides(
+        self,
+        *,
+        default_model: str | None = None,
+        base_urls: Mapping[str, str] | None = None,
+        chars_per_token: float | None = None,
+        context_limit: int | None = None,
+        max_turns: int | None = None,
+        models: Sequence[str] | None = None,
+        redact_patterns: Sequence[str] | None = None,
+    ) -> Config:
+        """A copy with the given (non-None) values, as command-line flags set them."""
+        where = "command line"
+        changes: dict[str, Any] = {}
+        if default_model is not None:
+            provider, model = self.resolve(default_model)
+            changes["default_model"] = f"{provider}:{model}"
+        if base_urls is not None:
+            changes["base_urls"] = {**self.base_urls, **_base_urls(base_urls, where)}
+        if chars_per_token is not None:
+            changes["chars_per_token"] = _chars_per_token(chars_per_token, where)
+        if context_limit is not None:
+            changes["context_limit"] = _positive_int(context_limit, where, "context_limit")
+        if max_turns is not None:
+            changes["max_turns"] = _positive_int(max_turns, where, "max_turns")
+        if models is not None:
+            changes["models"] = _specs(list(models), where, "models")
+        if redact_patterns is not None:
+            changes["redact_patterns"] = _patterns(list(redact_patterns), where)
+        sources = {**self.sources, **dict.fromkeys(changes, "flag")}
+        return replace(self, **changes, sources=sources)
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    explicit = env.get("DROVER_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(platformdirs.user_config_dir("drover")) / "config.toml"
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The file's settings (if any), then the environment's."""
+    env = os.environ if env is None else env
+    path = path if path is not None else default_config_path(env)
+    settings, sources = _read_file(path)
+    _apply_env(settings, sources, env)
+    keys = {p: env[var] for p, var in KEY_VARS.items() if env.get(var, "").strip()}
+    return Config(
+        **settings,
+        api_keys=keys,
+        path=path if path.is_file() else None,
+        sources=sources,
+    )
+
+
+def list_models(config: Config) -> list[tuple[str, str]]:
+    """(spec, where it comes from) for ``drover models``: default, configured, aliases."""
+    rows = [(config.default_model, f"default ({config.sources.get('default_model', 'built-in')})")]
+    where = config.sources.get("models", "config")
+    rows += [(spec, where) for spec in config.models]
+    alias_where = config.sources.get("aliases", "config")
+    rows += [(alias, f"alias for {spec} ({alias_where})") for alias, spec in config.aliases.items()]
+    seen: set[str] = set()
+    unique = []
+    for spec, source in rows:
+        if spec not in seen:
+            seen.add(spec)
+            unique.append((spec, source))
+    return unique
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    where = str(path)
+    for key in data:
+        if "key" in key.lower() and key not in _FILE_KEYS:
+            raise ConfigError(
+                f"{where}: '{key}': API keys are read from the environment only "
+                "(ANTHROPIC_API_KEY, OPENAI_API_KEY), never from a file"
+            )
+        if key not in _FILE_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting '{key}' (expected {', '.join(_FILE_KEYS)})"
+            )
+    out: dict[str, Any] = {}
+    if "aliases" in data:
+        out["aliases"] = _aliases(data["aliases"], where)
+    if "default_model" in data:
+        default = data["default_model"]
+        default = (
+            out.get("aliases", {}).get(default, default) if isinstance(default, str) else default
+        )
+        out["default_model"] = _spec(default, where, "default_model")
+    if "models" in data:
+        out["models"] = _specs(data["models"], where, "models")
+    if "base_urls" in data:
+        out["base_urls"] = _base_urls(data["base_urls"], where)
+    if "chars_per_token" in data:
+        out["chars_per_token"] = _chars_per_token(data["chars_per_token"], where)
+    for name in ("context_limit", "max_turns"):
+        if name in data:
+            out[name] = _positive_int(data[name], where, name)
+    if "redact_patterns" in data:
+        out["redact_patterns"] = _patterns(data["redact_patterns"], where)
+    return out, dict.fromkeys(out, where)
+
+
+def _apply_env(settings: dict[str, Any], sources: dict[str, str], env: Mapping[str, str]) -> None:
+    def value(name: str) -> str | None:
+        raw = env.get(name, "").strip()
+        return raw or None
+
+    urls = dict(settings.get("base_urls", {}))
+    for provider, var in URL_VARS.items():
+        url = value(var)
+        if url is not None:
+            urls[provider] = _url(url, var, provider)
+            sources["base_urls"] = var
+    if urls:
+        settings["base_urls"] = urls
+    model = value("DROVER_MODEL")
+    if model is not None:
+        model = settings.get("aliases", {}).get(model, model)
+        default = Config(default_model=settings.get("default_model", DEFAULT_MODEL))
+        try:
+            provider, name = parse_model_spec(model, default.default_provider)
+        except ConfigError as exc:
+            raise ConfigError(f"DROVER_MODEL: {exc}") from None
+        settings["default_model"] = f"{provider}:{name}"
+        sources["default_model"] = "DROVER_MODEL"
+    chars = value("DROVER_CHARS_PER_TOKEN")
+    if chars is not None:
+        settings["chars_per_token"] = _chars_per_token(chars, "DROVER_CHARS_PER_TOKEN")
+        sources["chars_per_token"] = "DROVER_CHARS_PER_TOKEN"
+    turns = value("DROVER_MAX_TURNS")
+    if turns is not None:
+        settings["max_turns"] = _positive_int(turns, "DROVER_MAX_TURNS", "value")
+        sources["max_turns"] = "DROVER_MAX_TURNS"
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def _spec(value: object, where: str, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {name} must be a model spec like 'anthropic:MODEL'")
+    if ":" not in value:
+        raise ConfigError(f"{where}: {name} '{value}' must be PROVIDER:MODEL")
+    try:
+        parse_model_spec(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {name}: {exc}") from None
+    return value.strip()
+
+
+def _specs(value: object, where: str, name: str) -> list[str]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: {name} must be a list of model specs, got {_kind(value)}")
+    return [_spec(item, where, f"{name}[{i}]") for i, item in enumerate(value)]
+
+
+def _aliases(value: object, where: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: [aliases] must be a table of name = "PROVIDER:MODEL"')
+    return {str(name): _spec(spec, where, f"aliases.{name}") for name, spec in value.items()}
+
+
+def _url(value: object, where: str, provider: str) -> str:
+    if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value.strip()):
+        raise ConfigError(f"{where}: base URL for {provider} must be an http(s) URL, got {value!r}")
+    return value.strip()
+
+
+def _base_urls(value: object, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f'{where}: [base_urls] must be a table of provider = "URL"')
+    urls: dict[str, str] = {}
+    for provider, url in value.items():
+        if provider not in PROVIDERS:
+            raise ConfigError(
+                f"{where}: [base_urls] has unknown provider '{provider}' "
+                "(expected anthropic, openai or openai-responses)"
+            )
+        urls[provider] = _url(url, where, provider)
+    return urls
+
+
+def _number(value: object, where: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{where}: {name} must be a number, got {_kind(value)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{where}: {name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
+    return number
+
+
+def _chars_per_token(value: object, where: str) -> float:
+    name = "chars_per_token" if where != "DROVER_CHARS_PER_TOKEN" else "value"
+    number = _number(value, where, name)
+    low, high = CHARS_PER_TOKEN_RANGE
+    if not low <= number <= high:
+        raise ConfigError(f"{where}: {name} must be between {low:g} and {high:g}, got {number:g}")
+    return number
+
+
+def _positive_int(value: object, where: str, name: str) -> int:
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        number = int(value)
+    if number is None or number < 1:
+        raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
+    return number
+
+
+def _patterns(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ConfigError(f"{where}: redact_patterns must be a list of regular expressions")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(
+                f"{where}: redact_patterns: {pattern!r} is not a valid regular expression ({exc})"
+            ) from None
+    return list(value)

@@ -1,0 +1,319 @@
+"""``anthropic:MODEL`` — the Anthropic Messages API through the official ``anthropic`` SDK.
+
+Streams with ``messages.create(stream=True)``: the raw server-sent events, not the SDK's
+accumulating ``stream()`` helper, so partial text and partial tool-input JSON are seen as they
+arrive. :class:`AnthropicEvents` maps them onto neutral stream events:
+
+* ``message_start`` → :class:`UsageUpdate`; ``message_delta`` → the stop reason and a cumulative
+  :class:`UsageUpdate`; ``message_stop`` → :class:`StreamEnd` (meta: provider, message id,
+  model). A stream that stops without ``message_stop`` and without a stop reason was cut off:
+  :class:`StreamError`.
+* ``content_block_start/delta/stop`` → :class:`BlockStart` / :class:`BlockDelta` /
+  :class:`BlockStop` at the API's index: text, thinking (``thinking_delta`` and the one
+  ``signature_delta``), redacted thinking (its data delivered whole, as ``redacted_data`` in
+  the :class:`BlockStop` meta) and tool use (``input_json_delta`` fragments as ``input_json``
+  deltas; an input sent whole in the start event is passed on at the stop). Server tools and
+  block or delta kinds drover does not know are skipped, as are ``ping`` and unknown events.
+* an ``error`` event (which the SDK raises) → :class:`StreamError`, retryable when the error
+  type is (``overloaded_error``, ``api_error``…).
+
+Usage: neutral ``input_tokens`` counts every prompt token, cached ones included
+(``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so it compares
+with the size of the request; the cache parts are also reported on their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anthropic
+import anyio
+import httpx2
+from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
+
+from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
+from drover.messages import Usage
+from drover.providers.base import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    DeltaKind,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    UsageUpdate,
+)
+from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
+from drover.providers.retry import (
+    STARTED,
+    RetryPolicy,
+    Started,
+    error_message,
+    parse_retry_after,
+    retrying,
+    stream_error,
+)
+
+PROVIDER = "anthropic"
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+_DELTA_KINDS: dict[str, tuple[DeltaKind, str]] = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("signature", "signature"),
+    "input_json_delta": ("input_json", "partial_json"),
+}
+
+
+def _count(raw: object, name: str) -> int | None:
+    value = getattr(raw, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class AnthropicEvents:
+    """Maps one response's raw SDK events onto neutral stream events (no I/O)."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[int, str] = {}
+        self._redacted: dict[int, str] = {}
+        self._whole_input: dict[int, dict[str, Any]] = {}
+        self._streamed_json: set[int] = set()
+        self._counts = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
+        self._stop_reason: str | None = None
+        self._meta: dict[str, Any] = {"provider": PROVIDER}
+        self._ended = False
+
+    @property
+    def usage(self) -> Usage:
+        c = self._counts
+        return Usage(
+            input_tokens=c["input"] + c["cache_read"] + c["cache_write"],
+            output_tokens=c["output"],
+            cache_read_tokens=c["cache_read"],
+            cache_write_tokens=c["cache_write"],
+        )
+
+    def _take_usage(self, raw: object) -> None:
+        for key, name in (
+            ("input", "input_tokens"),
+            ("output", "output_tokens"),
+            ("cache_read", "cache_read_input_tokens"),
+            ("cache_write", "cache_creation_input_tokens"),
+        ):
+            value = _count(raw, name)
+            if value is not None:
+                self._counts[key] = value
+
+    def feed(self, event: RawMessageStreamEvent) -> list[StreamEvent]:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            message = getattr(event, "message", None)
+            for name in ("id", "model"):
+                value = getattr(message, name, None)
+                if isinstance(value, str) and value:
+                    self._meta["message_id" if name == "id" else name] = value
+            self._take_usage(getattr(message, "usage", None))
+            return [UsageUpdate(usage=self.usage)]
+        if kind == "content_block_start":
+            return self._block_start(event)
+        if kind == "content_block_delta":
+            return self._block_delta(event)
+        if kind == "content_block_stop":
+            return self._block_stop(event)
+        if kind == "message_delta":
+            reason = getattr(getattr(event, "delta", None), "stop_reason", None)
+            if isinstance(reason, str) and reason:
+                self._stop_reason = reason
+            self._take_usage(getattr(event, "usage", None))
+            return [UsageUpdate(usage=self.usage)]
+        if kind == "message_stop":
+            return self._end()
+        return []  # ping is filtered by the SDK; unknown events are skipped
+
+    def finish(self) -> list[StreamEvent]:
+        """The SDK stream ran out: end the response, or fail if it was cut short."""
+        if self._ended:
+            return []
+        if self._stop_reason is None:
+            raise stream_error(
+                "the Anthropic stream ended before the message was complete", "incomplete_stream"
+            )
+        return self._end()
+
+    def _end(self) -> list[StreamEvent]:
+        if self._ended:
+            return []
+        self._ended = True
+        default: StopReason = "end_turn"
+        if "tool_use" in self._kinds.values():
+            default = "tool_use"
+        reason = default if self._stop_reason is None else self._stop_reason
+        stop = _STOP_REASONS.get(reason, "other")
+        return [StreamEnd(stop_reason=stop, usage=self.usage, meta=dict(self._meta))]
+
+    def _block_start(self, event: Any) -> list[StreamEvent]:
+        index, block = getattr(event, "index", None), getattr(event, "content_block", None)
+        kind = getattr(block, "type", None)
+        if not isinstance(index, int):
+            return []
+        out: list[StreamEvent] = []
+        if kind in ("text", "thinking"):
+            self._kinds[index] = kind
+            out.append(BlockStart(index=index, kind=kind))
+            initial = getattr(block, kind, None)
+            if isinstance(initial, str) and initial:
+                out.append(BlockDelta(index=index, kind=kind, data=initial))
+            signature = getattr(block, "signature", None) if kind == "thinking" else None
+            if isinstance(signature, str) and signature:
+                out.append(BlockDelta(index=index, kind="signature", data=signature))
+        elif kind == "redacted_thinking":
+            self._kinds[index] = kind
+            self._redacted[index] = str(getattr(block, "data", "") or "")
+            out.append(BlockStart(index=index, kind="thinking"))
+        elif kind == "tool_use":
+            self._kinds[index] = kind
+            tool_id, name = getattr(block, "id", ""), getattr(block, "name", "")
+            out.append(BlockStart(index=index, kind="tool_use", id=str(tool_id), name=str(name)))
+            whole = getattr(block, "input", None)
+            if isinstance(whole, dict) and whole:
+                self._whole_input[index] = whole
+        return out
+
+    def _block_delta(self, event: Any) -> list[StreamEvent]:
+        index, delta = getattr(event, "index", None), getattr(event, "delta", None)
+        if not isinstance(index, int) or self._kinds.get(index) not in (
+            "text",
+            "thinking",
+            "tool_use",
+        ):
+            return []
+        mapped = _DELTA_KINDS.get(str(getattr(delta, "type", "")))
+        if mapped is None:
+            return []  # citations and delta kinds drover does not know
+        kind, field = mapped
+        data = getattr(delta, field, None)
+        if not isinstance(data, str) or not data:
+            return []
+        if kind == "input_json":
+            self._streamed_json.add(index)
+        return [BlockDelta(index=index, kind=kind, data=data)]
+
+    def _block_stop(self, event: Any) -> list[StreamEvent]:
+        index = getattr(event, "index", None)
+        if not isinstance(index, int) or index not in self._kinds:
+            return []
+        out: list[StreamEvent] = []
+        if index in self._redacted:
+            return [BlockStop(index=index, meta={"redacted_data": self._redacted.pop(index)})]
+        whole = self._whole_input.pop(index, None)
+        if whole is not None and index not in self._streamed_json:
+            out.append(BlockDelta(index=index, kind="input_json", data=json.dumps(whole)))
+        out.append(BlockStop(index=index))
+        return out
+
+
+def translate_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
+    """An SDK or transport exception as a drover error, with the server's retry-after."""
+    if isinstance(exc, anthropic.APIStatusError):
+        message, error_type, _code = error_message(exc.body, str(exc))
+        error_type = error_type or getattr(exc, "type", None)
+        if exc.status_code < 400:  # an ``error`` event inside a 200 stream
+            return stream_error(message, error_type), None
+        if exc.status_code == 401:
+            message = f"authentication failed: {message} (check ANTHROPIC_API_KEY)"
+        error = ProviderHTTPError(exc.status_code, message, error_type=error_type)
+        should_retry = exc.response.headers.get("x-should-retry")
+        if should_retry in ("true", "false"):
+            error.retryable = should_retry == "true"
+        return error, parse_retry_after(exc.response.headers)
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        return ProviderConnectionError(f"cannot reach the Anthropic API: {exc}{cause}"), None
+    if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
+        detail = str(exc) or type(exc).__name__
+        return ProviderConnectionError(f"connection to the Anthropic API failed: {detail}"), None
+    if isinstance(exc, json.JSONDecodeError):
+        return stream_error(f"the Anthropic API sent malformed data: {exc}", "malformed"), None
+    if isinstance(exc, anthropic.AnthropicError):
+        return StreamError(f"Anthropic SDK error: {exc}", retryable=False), None
+    return None
+
+
+class AnthropicProvider:
+    """``anthropic:MODEL``; ``max_tokens`` caps what a request asks for."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        timeout: float = 600.0,
+        max_tokens: int = 8192,
+        thinking_budget: int | None = None,
+    ) -> None:
+        self._model = model
+        self._max_tokens = max_tokens
+        self._thinking_budget = thinking_budget
+        self._policy = RetryPolicy(
+            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
+        )
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+        )
+
+    @property
+    def name(self) -> str:
+        return PROVIDER
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        return retrying(self._policy, lambda: self._attempt(request), translate_error)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
+        max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
+        thinking: ThinkingConfigParam | anthropic.Omit = anthropic.omit
+        if self._thinking_budget:
+            thinking = {"type": "enabled", "budget_tokens": self._thinking_budget}
+            max_tokens += self._thinking_budget
+        sdk_stream = await self._client.messages.create(
+            model=self._model,
+            max_tokens=max_tokens,
+            messages=to_anthropic_messages(request.messages),
+            system=request.system or anthropic.omit,
+            tools=to_anthropic_tools(request.tools) if request.tools else anthropic.omit,
+            thinking=thinking,
+            stream=True,
+        )
+        events = AnthropicEvents()
+        try:
+            async for raw in sdk_stream:
+                mapped = events.feed(raw)  # an error event raises before the stream counts
+                yield STARTED
+                for event in mapped:
+                    yield event
+            for event in events.finish():
+                yield event
+        finally:
+            await sdk_stream.close()

@@ -1,0 +1,119 @@
+"""Neutral history and tools → OpenAI Chat Completions request parameters.
+
+* The system prompt is the first message (``role: system``).
+* An assistant message carries its text as ``content`` (``None`` when it only calls tools) and
+  its calls as ``tool_calls`` with the arguments as a JSON string.
+* Each tool result becomes a ``tool`` message with its ``tool_call_id``, in call order, right
+  after the assistant message; a user message's own text follows them. The Chat API has no
+  error flag, so an error result's content is prefixed with ``Error:``.
+* Thinking is dropped, whatever provider it came from. The official API takes no reasoning
+  back, and the compatible servers that stream ``reasoning_content`` either ignore it in input
+  or refuse it (DeepSeek answers 400), so sending it would gain nothing and risk a failure.
+* Ids are fitted to the API's 40-character limit, pairs kept matched
+  (:class:`~drover.providers.ids.ToolIdMapper`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import assert_never
+
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+)
+
+from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
+from drover.messages import ToolUseBlock as NeutralToolUse
+from drover.providers.base import ToolSpec
+from drover.providers.convert_common import has_text, normalise_history
+from drover.providers.ids import CHAT_IDS, ToolIdMapper
+
+ERROR_PREFIX = "Error: "
+
+
+def _sendable(block: ContentBlock) -> bool:
+    match block:
+        case TextBlock():
+            return has_text(block)
+        case ThinkingBlock():
+            return False
+        case NeutralToolUse() | ToolResultBlock():
+            return True
+        case _:
+            assert_never(block)
+
+
+def error_content(result: ToolResultBlock) -> str:
+    """A result's content as the model should read it (errors say so: no API flag for it)."""
+    if not result.is_error or result.content.lower().startswith("error"):
+        return result.content
+    return ERROR_PREFIX + result.content
+
+
+def arguments_json(block: NeutralToolUse) -> str:
+    return json.dumps(dict(block.input), ensure_ascii=False)
+
+
+def _text(blocks: Iterable[ContentBlock]) -> str:
+    return "\n\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompletionMessageParam]:
+    """The ``messages`` parameter: system prompt first, then the converted history."""
+    out: list[ChatCompletionMessageParam] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    ids = ToolIdMapper(CHAT_IDS)
+    for message in normalise_history(messages, keep=_sendable):
+        if message.role == "assistant":
+            out.append(_assistant(message, ids))
+            continue
+        for result in message.tool_results:
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": ids.result(result.tool_use_id),
+                    "content": error_content(result),
+                }
+            )
+        text = _text(message.content)
+        if text:
+            out.append({"role": "user", "content": text})
+    return out
+
+
+def _assistant(message: Message, ids: ToolIdMapper) -> ChatCompletionAssistantMessageParam:
+    text = _text(message.content)
+    entry: ChatCompletionAssistantMessageParam = {
+        "role": "assistant",
+        "content": text or None,
+    }
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+        {
+            "id": ids.call(call.id),
+            "type": "function",
+            "function": {"name": call.name, "arguments": arguments_json(call)},
+        }
+        for call in message.tool_uses
+    ]
+    if calls:
+        entry["tool_calls"] = calls
+    return entry
+
+
+def to_chat_tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.input_schema),
+            },
+        }
+        for tool in tools
+    ]

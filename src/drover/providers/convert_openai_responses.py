@@ -1,0 +1,206 @@
+"""Neutral history and tools → OpenAI Responses API ``input`` items, and response chaining.
+
+Items, in history order:
+
+* user text → ``{"role": "user", "content": text}``; each tool result →
+  ``{"type": "function_call_output", "call_id", "output"}`` (an error result's output starts
+  with ``Error:``, the API having no error flag);
+* assistant text → ``{"type": "message", "role": "assistant", "content": [{"type":
+  "output_text", "text", "annotations": []}]}``; a tool call → ``{"type": "function_call",
+  "call_id", "name", "arguments"}`` (arguments as a JSON string);
+* a reasoning item goes back exactly as it came, and only when it came from this API and is
+  followed by another item of its response (the API refuses a lone one). Thinking from other
+  providers is dropped: it cannot be turned into a reasoning item.
+
+Item ``id``\\ s (``msg_…``, ``fc_…``) are sent only when they are genuine: from this API, of a
+response that completed, and while the server stores responses. When it does not (``store``
+false, or a ``previous_response_id`` was refused) ids are left out and reasoning items are sent
+only with their ``encrypted_content`` — the API cannot look anything up.
+
+:func:`plan_input` decides whether the request can continue a stored response: when the last
+assistant message carries this API's ``response_id`` and the history before it converts to the
+very input that response was made from (compared by digest, recorded as ``input_digest`` in the
+message meta), only the items after it are sent, with ``previous_response_id``. A history that
+was compacted, repaired or edited since then no longer matches and is sent whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, assert_never, cast
+
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+
+from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
+from drover.messages import ToolUseBlock as NeutralToolUse
+from drover.providers.base import ToolSpec
+from drover.providers.convert_common import has_text, normalise_history
+from drover.providers.convert_openai_chat import arguments_json, error_content
+from drover.providers.ids import RESPONSES_IDS, ToolIdMapper
+
+PROVIDER = "openai-responses"
+
+Item = dict[str, Any]
+
+
+def reasoning_item(block: ThinkingBlock) -> Mapping[str, Any] | None:
+    """The Responses reasoning item a thinking block came from, if it came from this API."""
+    if block.meta.get("provider") != PROVIDER:
+        return None
+    item = block.meta.get("item")
+    if isinstance(item, Mapping) and item.get("type") == "reasoning" and item.get("id"):
+        return item
+    return None
+
+
+def _sendable(block: ContentBlock) -> bool:
+    match block:
+        case TextBlock():
+            return has_text(block)
+        case ThinkingBlock():
+            return reasoning_item(block) is not None
+        case NeutralToolUse() | ToolResultBlock():
+            return True
+        case _:
+            assert_never(block)
+
+
+def _genuine_id(message: Message, block: ContentBlock, prefix: str, stored: bool) -> str | None:
+    if not stored or message.meta.get("provider") != PROVIDER:
+        return None
+    if not message.meta.get("response_id") or block.meta.get("provider") != PROVIDER:
+        return None
+    item_id = block.meta.get("item_id")
+    return item_id if isinstance(item_id, str) and item_id.startswith(prefix) else None
+
+
+def _assistant_items(message: Message, ids: ToolIdMapper, stored: bool) -> list[Item]:
+    items: list[Item] = []
+    blocks = message.content
+    for position, block in enumerate(blocks):
+        match block:
+            case ThinkingBlock():
+                reasoning = reasoning_item(block)
+                followed = any(not isinstance(b, ThinkingBlock) for b in blocks[position + 1 :])
+                if reasoning is None or not followed:
+                    continue
+                if not stored and not reasoning.get("encrypted_content"):
+                    continue
+                items.append({k: v for k, v in reasoning.items() if v is not None})
+            case TextBlock():
+                text_item: Item = {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": block.text, "annotations": []}],
+                }
+                item_id = _genuine_id(message, block, "msg_", stored)
+                if item_id is not None:
+                    text_item["id"] = item_id
+                    text_item["status"] = "completed"
+                items.append(text_item)
+            case NeutralToolUse():
+                call: Item = {
+                    "type": "function_call",
+                    "call_id": ids.call(block.id),
+                    "name": block.name,
+                    "arguments": arguments_json(block),
+                }
+                item_id = _genuine_id(message, block, "fc_", stored)
+                if item_id is not None:
+                    call["id"] = item_id
+                items.append(call)
+            case ToolResultBlock():
+                pass  # never in an assistant message once normalised
+            case _:
+                assert_never(block)
+    return items
+
+
+def _user_items(message: Message, ids: ToolIdMapper) -> list[Item]:
+    items: list[Item] = [
+        {
+            "type": "function_call_output",
+            "call_id": ids.result(result.tool_use_id),
+            "output": error_content(result),
+        }
+        for result in message.tool_results
+    ]
+    text = "\n\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+    if text:
+        items.append({"role": "user", "content": text})
+    return items
+
+
+def convert_messages(
+    messages: Iterable[Message], *, stored: bool
+) -> list[tuple[Message, list[Item]]]:
+    """Each message of the normalised history with the input items it becomes."""
+    ids = ToolIdMapper(RESPONSES_IDS)
+    out: list[tuple[Message, list[Item]]] = []
+    for message in normalise_history(messages, keep=_sendable, merge=False):
+        if message.role == "assistant":
+            out.append((message, _assistant_items(message, ids, stored)))
+        else:
+            out.append((message, _user_items(message, ids)))
+    return out
+
+
+def to_responses_input(messages: Iterable[Message], *, stored: bool) -> list[Item]:
+    """The whole history as ``input`` items."""
+    return [item for _message, items in convert_messages(messages, stored=stored) for item in items]
+
+
+def items_digest(items: Sequence[Item]) -> str:
+    """A stable fingerprint of input items (compared across requests and processes)."""
+    text = json.dumps(items, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class InputPlan:
+    """What one request sends: all items, or those after ``previous_response_id``."""
+
+    items: list[Item]
+    #: Digest of the whole input this response is made from (kept as ``input_digest``).
+    digest: str
+    previous_response_id: str | None = None
+
+    @property
+    def input(self) -> list[ResponseInputItemParam]:
+        return cast(list[ResponseInputItemParam], self.items)
+
+
+def plan_input(messages: Iterable[Message], *, stored: bool) -> InputPlan:
+    converted = convert_messages(messages, stored=stored)
+    full = [item for _message, items in converted for item in items]
+    digest = items_digest(full)
+    if not stored:
+        return InputPlan(full, digest)
+    last = max((i for i, (m, _) in enumerate(converted) if m.role == "assistant"), default=None)
+    if last is None:
+        return InputPlan(full, digest)
+    meta = converted[last][0].meta
+    response_id = meta.get("response_id")
+    if meta.get("provider") != PROVIDER or not isinstance(response_id, str) or not response_id:
+        return InputPlan(full, digest)
+    before = [item for _message, items in converted[:last] for item in items]
+    after = [item for _message, items in converted[last + 1 :] for item in items]
+    if not after or meta.get("input_digest") != items_digest(before):
+        return InputPlan(full, digest)
+    return InputPlan(after, digest, previous_response_id=response_id)
+
+
+def to_responses_tools(tools: Sequence[ToolSpec]) -> list[FunctionToolParam]:
+    return [
+        {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": dict(tool.input_schema),
+            "strict": False,
+        }
+        for tool in tools
+    ]

@@ -1,0 +1,333 @@
+"""``openai:MODEL`` — OpenAI Chat Completions (and compatible servers) through the ``openai`` SDK.
+
+Streams with ``chat.completions.create(stream=True, stream_options={"include_usage": True})``.
+:class:`ChatEvents` turns the chunks into neutral stream events. Blocks get indexes in the
+order they first appear: reasoning, text, then one ``tool_use`` block per call.
+
+* ``delta.content`` (and ``delta.refusal``) → a text block; ``reasoning_content`` or
+  ``reasoning`` deltas (DeepSeek, vLLM, llama.cpp, Ollama, OpenRouter) → a thinking block.
+* ``delta.tool_calls`` are assembled by their ``index``: id and name arrive once, arguments in
+  fragments split anywhere — or whole. A call without an id gets a deterministic one (from the
+  completion id and the call's position); an id repeated across calls is made unique
+  (``call_x``, ``call_x_2``), so each call's result finds its call.
+* ``finish_reason`` closes the blocks: ``tool_calls`` → ``tool_use``, ``stop`` → ``tool_use``
+  when calls were streamed (some servers say ``stop`` anyway) else ``end_turn``, ``length`` →
+  ``max_tokens``, ``content_filter`` → ``refusal``. The stream's end gives the
+  :class:`StreamEnd`; without a usage chunk the usage is zero and marked partial.
+* A chunk with an ``error`` key (the SDK raises it) → :class:`StreamError`.
+
+Usage: ``input_tokens`` is ``prompt_tokens`` (cached tokens included, as OpenAI counts them);
+``cache_read_tokens`` is the cached part.
+
+The official API (no ``base_url``, or ``api.openai.com``) gets ``max_completion_tokens``, which
+its reasoning models require; any other server gets ``max_tokens``, which every compatible
+server understands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import anyio
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
+from drover.messages import Usage
+from drover.providers.base import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    UsageUpdate,
+)
+from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
+from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
+from drover.providers.retry import (
+    STARTED,
+    RetryPolicy,
+    Started,
+    error_message,
+    parse_retry_after,
+    retrying,
+    stream_error,
+)
+
+PROVIDER = "openai"
+_Streamed: TypeAlias = Literal["text", "thinking"]
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+def translate_openai_error(exc: Exception, api: str) -> tuple[ProviderError, float | None] | None:
+    """An ``openai`` SDK or transport exception as a drover error, with the retry-after."""
+    if isinstance(exc, openai.APIStatusError):
+        message, error_type, code = error_message(exc.body, str(exc))
+        if exc.status_code == 401:
+            message = f"authentication failed: {message} (check OPENAI_API_KEY)"
+        error = ProviderHTTPError(exc.status_code, message, error_type=code or error_type)
+        should_retry = exc.response.headers.get("x-should-retry")
+        if should_retry in ("true", "false"):
+            error.retryable = should_retry == "true"
+        return error, parse_retry_after(exc.response.headers)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
+    if isinstance(exc, openai.APIError):  # an error chunk or event inside a 200 stream
+        message, error_type, code = error_message(exc.body, exc.message)
+        return stream_error(message, error_type or code), None
+    if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
+        detail = str(exc) or type(exc).__name__
+        return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
+    if isinstance(exc, json.JSONDecodeError):
+        return stream_error(f"{api} sent malformed data: {exc}", "malformed"), None
+    if isinstance(exc, openai.OpenAIError):
+        return StreamError(f"OpenAI SDK error: {exc}", retryable=False), None
+    return None
+
+
+def _chat_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
+    return translate_openai_error(exc, "the OpenAI Chat Completions API")
+
+
+@dataclass(slots=True)
+class _Call:
+    raw_id: str = ""
+    name: str = ""
+    index: int | None = None
+    closed: bool = False
+    waiting: list[str] = field(default_factory=list)
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class ChatEvents:
+    """Maps one completion's chunks onto neutral stream events (no I/O)."""
+
+    def __init__(self) -> None:
+        self._next_index = 0
+        self._open: dict[_Streamed, int] = {}
+        self._calls: dict[int, _Call] = {}
+        self._ids: set[str] = set()
+        self._last_call: int | None = None
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._meta: dict[str, Any] = {"provider": PROVIDER}
+
+    def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        if "completion_id" not in self._meta and _str(getattr(chunk, "id", None)):
+            self._meta["completion_id"] = chunk.id
+            self._meta["model"] = _str(getattr(chunk, "model", None))
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "index", 0) not in (0, None):
+                continue  # drover asks for one choice
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                out += self._delta(delta)
+            reason = getattr(choice, "finish_reason", None)
+            if isinstance(reason, str) and reason:
+                self._finish = reason
+                out += self._close_all()
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = _usage(usage)
+            out.append(UsageUpdate(usage=self._usage))
+        return out
+
+    def finish(self) -> list[StreamEvent]:
+        """The stream ended ([DONE] or end of body): close what is open and end."""
+        out = self._close_all()
+        calls = bool(self._calls)
+        reason = self._finish
+        stop: StopReason
+        if reason in _FINISH_REASONS:
+            stop = _FINISH_REASONS[reason]
+        elif calls:
+            stop = "tool_use"
+        else:
+            stop = "end_turn" if reason in (None, "stop", "eos", "end_turn") else "other"
+        usage = self._usage if self._usage is not None else Usage(partial=True)
+        out.append(StreamEnd(stop_reason=stop, usage=usage, meta=dict(self._meta)))
+        return out
+
+    # -- deltas --------------------------------------------------------------------------------
+
+    def _delta(self, delta: Any) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        for name in ("reasoning_content", "reasoning"):
+            reasoning = getattr(delta, name, None)
+            if isinstance(reasoning, str) and reasoning:
+                out += self._append("thinking", reasoning)
+                break
+        for name in ("content", "refusal"):
+            text = getattr(delta, name, None)
+            if isinstance(text, str) and text:
+                out += self._append("text", text)
+        for call in getattr(delta, "tool_calls", None) or ():
+            out += self._tool_delta(call)
+        return out
+
+    def _append(self, kind: _Streamed, data: str) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        index = self._open.get(kind)
+        if index is None:
+            index = self._open[kind] = self._take_index()
+            out.append(BlockStart(index=index, kind=kind))
+        out.append(BlockDelta(index=index, kind=kind, data=data))
+        return out
+
+    def _take_index(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    def _tool_delta(self, fragment: Any) -> list[StreamEvent]:
+        raw_id = _str(getattr(fragment, "id", None))
+        key = getattr(fragment, "index", None)
+        if not isinstance(key, int):
+            # Servers that leave out the index: a new id starts a new call.
+            same = self._last_call is not None and (
+                not raw_id or self._calls[self._last_call].raw_id == raw_id
+            )
+            key = self._last_call if same and self._last_call is not None else len(self._calls)
+        self._last_call = key
+        call = self._calls.setdefault(key, _Call())
+        if raw_id and not call.raw_id:
+            call.raw_id = raw_id
+        function = getattr(fragment, "function", None)
+        name = _str(getattr(function, "name", None))
+        if name and not call.name:
+            call.name = name
+        arguments = _str(getattr(function, "arguments", None))
+        out: list[StreamEvent] = []
+        if call.closed:
+            return out  # fragments after the finish reason have nowhere to go
+        if call.index is None and call.name:
+            out += self._start_call(key, call)
+        if arguments:
+            if call.index is None:
+                call.waiting.append(arguments)
+            else:
+                out.append(BlockDelta(index=call.index, kind="input_json", data=arguments))
+        return out
+
+    def _start_call(self, key: int, call: _Call) -> list[StreamEvent]:
+        # Text streamed before a call is finished: close it so it is kept as it stands.
+        out = self._close("text") + self._close("thinking")
+        call.index = self._take_index()
+        seed = str(self._meta.get("completion_id", ""))
+        tool_id = unique_id(call.raw_id or synthetic_call_id(seed, key), self._ids, CHAT_IDS)
+        out.append(BlockStart(index=call.index, kind="tool_use", id=tool_id, name=call.name))
+        if call.waiting:
+            data = "".join(call.waiting)
+            call.waiting.clear()
+            out.append(BlockDelta(index=call.index, kind="input_json", data=data))
+        return out
+
+    def _close(self, kind: _Streamed) -> list[StreamEvent]:
+        index = self._open.pop(kind, None)
+        return [] if index is None else [BlockStop(index=index)]
+
+    def _close_all(self) -> list[StreamEvent]:
+        out = self._close("thinking") + self._close("text")
+        for key in sorted(self._calls):
+            call = self._calls[key]
+            if call.closed:
+                continue
+            if call.index is None:
+                out += self._start_call(key, call)
+            if call.index is not None:
+                out.append(BlockStop(index=call.index))
+            call.closed = True
+        return out
+
+
+def _usage(raw: Any) -> Usage:
+    def count(obj: Any, name: str) -> int:
+        value = getattr(obj, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    details = getattr(raw, "prompt_tokens_details", None)
+    return Usage(
+        input_tokens=count(raw, "prompt_tokens"),
+        output_tokens=count(raw, "completion_tokens"),
+        cache_read_tokens=count(details, "cached_tokens"),
+    )
+
+
+class OpenAIChatProvider:
+    """``openai:MODEL``; ``max_tokens`` caps what a request asks for."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        timeout: float = 600.0,
+        max_tokens: int = 8192,
+    ) -> None:
+        self._model = model
+        self._max_tokens = max_tokens
+        self._official = base_url is None or "api.openai.com" in base_url
+        self._policy = RetryPolicy(
+            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
+        )
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+        )
+
+    @property
+    def name(self) -> str:
+        return PROVIDER
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        return retrying(self._policy, lambda: self._attempt(request), _chat_error)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
+        max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
+        sdk_stream = await self._client.chat.completions.create(
+            model=self._model,
+            messages=to_chat_messages(request.system, request.messages),
+            tools=to_chat_tools(request.tools) if request.tools else openai.omit,
+            stream=True,
+            stream_options={"include_usage": True},
+            max_completion_tokens=max_tokens if self._official else openai.omit,
+            max_tokens=openai.omit if self._official else max_tokens,
+        )
+        events = ChatEvents()
+        try:
+            async for chunk in sdk_stream:
+                mapped = events.feed(chunk)  # an error event raises before the stream counts
+                yield STARTED
+                for event in mapped:
+                    yield event
+            for event in events.finish():
+                yield event
+        finally:
+            await sdk_stream.close()

@@ -1,0 +1,377 @@
+"""``openai-responses:MODEL`` — the OpenAI Responses API through the official ``openai`` SDK.
+
+Streams with ``responses.create(stream=True, input=[…], instructions=system, tools=[…])``.
+:class:`ResponsesEvents` turns the events into neutral stream events, one block per output
+item at its ``output_index``:
+
+* a message item → a text block (``response.output_text.delta``; refusals too), meta
+  ``{"provider": "openai-responses", "item_id": "msg_…"}``;
+* a reasoning item → a thinking block of its summary (or reasoning text) deltas, whose meta
+  carries the whole item (id, summary, ``encrypted_content``) so it goes back unchanged;
+* a function call → a ``tool_use`` block with ``call_id`` as its id and the ``fc_…`` item id
+  in meta, ``response.function_call_arguments.delta`` as ``input_json`` deltas;
+* ``response.output_item.done`` → :class:`BlockStop` carrying the final item (text or
+  arguments that were never streamed as deltas are passed on whole first);
+* ``response.completed`` → :class:`StreamEnd` with the usage, stop reason ``tool_use`` when a
+  function was called, else ``end_turn``; ``response.incomplete`` → ``max_tokens`` or
+  ``refusal`` per ``incomplete_details.reason``; ``response.failed`` and ``error`` events
+  (which the SDK hands over as ordinary events) → :class:`StreamError`. A stream that stops
+  before any of these was cut off: :class:`StreamError`.
+
+The message meta is ``{"provider": "openai-responses", "response_id": …, "input_digest": …}``.
+While the server stores responses (``store`` not false, and no ``previous_response_id`` was
+refused yet), a request that continues the last response sends only the new items with
+``previous_response_id`` (see :func:`~drover.providers.convert_openai_responses.plan_input`).
+A 400 about ``previous_response_id`` (or a 404 for a stored item id) is retried at once with
+the whole input, and the provider then remembers, for its lifetime, that the server does not
+store: no more chaining, no item ids, reasoning asked for with ``encrypted_content`` (and sent
+back only with it). ``store=False`` does the same from the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import openai
+from openai.types.responses import ResponseIncludable, ResponseStreamEvent
+from openai.types.shared_params import Reasoning
+
+from drover.errors import ProviderError
+from drover.messages import Usage
+from drover.providers.base import (
+    BlockDelta,
+    BlockKind,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+)
+from drover.providers.convert_openai_responses import (
+    PROVIDER,
+    InputPlan,
+    plan_input,
+    to_responses_tools,
+)
+from drover.providers.openai_chat import translate_openai_error
+from drover.providers.retry import STARTED, RetryPolicy, Started, retrying, stream_error
+
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+
+_INCOMPLETE: dict[str, StopReason] = {
+    "max_output_tokens": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+def _responses_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
+    return translate_openai_error(exc, "the OpenAI Responses API")
+
+
+def _dump(item: Any) -> dict[str, Any]:
+    """An output item as the plain JSON the server sent (it is stored, then sent back)."""
+    to_dict = getattr(item, "to_dict", None)
+    dumped = to_dict(mode="json", warnings=False) if callable(to_dict) else None
+    return dict(dumped) if isinstance(dumped, dict) else {}
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _item_text(item: Any) -> str:
+    """The text of a message item, or of a reasoning item's summary (or content)."""
+    parts: list[str] = []
+    if getattr(item, "type", None) == "reasoning":
+        for part in getattr(item, "summary", None) or getattr(item, "content", None) or ():
+            parts.append(_str(getattr(part, "text", None)))
+        return "\n\n".join(p for p in parts if p)
+    for part in getattr(item, "content", None) or ():
+        parts.append(_str(getattr(part, "text", None)) or _str(getattr(part, "refusal", None)))
+    return "".join(parts)
+
+
+@dataclass(slots=True)
+class _Item:
+    kind: BlockKind
+    streamed: bool = False
+    summary_index: int = 0
+    done: bool = False
+
+
+_KINDS: dict[str, BlockKind] = {
+    "message": "text",
+    "reasoning": "thinking",
+    "function_call": "tool_use",
+}
+_DELTAS: dict[str, BlockKind] = {
+    "response.output_text.delta": "text",
+    "response.refusal.delta": "text",
+    "response.reasoning_summary_text.delta": "thinking",
+    "response.reasoning_text.delta": "thinking",
+    "response.function_call_arguments.delta": "tool_use",
+}
+
+
+class ResponsesEvents:
+    """Maps one response's SDK events onto neutral stream events (no I/O)."""
+
+    def __init__(self, input_digest: str | None = None) -> None:
+        self._items: dict[int, _Item] = {}
+        self._meta: dict[str, Any] = {"provider": PROVIDER}
+        if input_digest is not None:
+            self._meta["input_digest"] = input_digest
+        self._ended = False
+
+    def feed(self, event: ResponseStreamEvent) -> list[StreamEvent]:
+        kind = _str(getattr(event, "type", None))
+        index = getattr(event, "output_index", None)
+        if kind in ("response.created", "response.in_progress", "response.queued"):
+            self._remember_id(getattr(event, "response", None))
+            return []
+        if kind == "response.output_item.added" and isinstance(index, int):
+            return self._added(index, getattr(event, "item", None))
+        if kind in _DELTAS and isinstance(index, int):
+            return self._delta(index, kind, event)
+        if kind == "response.function_call_arguments.done" and isinstance(index, int):
+            return self._whole(index, _str(getattr(event, "arguments", None)))
+        if kind == "response.output_item.done" and isinstance(index, int):
+            return self._done(index, getattr(event, "item", None))
+        if kind in ("response.completed", "response.incomplete"):
+            return self._end(getattr(event, "response", None))
+        if kind == "response.failed":
+            error = getattr(getattr(event, "response", None), "error", None)
+            message = _str(getattr(error, "message", None)) or "the response failed"
+            raise stream_error(message, _str(getattr(error, "code", None)) or "failed")
+        if kind == "error":
+            message = _str(getattr(event, "message", None)) or "the stream reported an error"
+            raise stream_error(message, _str(getattr(event, "code", None)) or None)
+        return []
+
+    def finish(self) -> list[StreamEvent]:
+        if not self._ended:
+            raise stream_error(
+                "the Responses stream ended before the response completed", "incomplete_stream"
+            )
+        return []
+
+    def _remember_id(self, response: Any) -> None:
+        response_id = _str(getattr(response, "id", None))
+        if response_id:
+            self._meta["response_id"] = response_id
+
+    def _added(self, index: int, item: Any) -> list[StreamEvent]:
+        kind = _KINDS.get(_str(getattr(item, "type", None)))
+        if kind is None or index in self._items:
+            return []  # built-in tools and other items drover does not act on
+        self._items[index] = _Item(kind)
+        meta: dict[str, Any] = {"provider": PROVIDER}
+        if kind == "thinking":
+            meta["item"] = _dump(item)
+        else:
+            meta["item_id"] = _str(getattr(item, "id", None))
+        if kind != "tool_use":
+            return [BlockStart(index=index, kind=kind, meta=meta)]
+        start = BlockStart(
+            index=index,
+            kind="tool_use",
+            id=_str(getattr(item, "call_id", None)),
+            name=_str(getattr(item, "name", None)),
+            meta=meta,
+        )
+        return [start, *self._whole(index, _str(getattr(item, "arguments", None)))]
+
+    def _delta(self, index: int, kind: str, event: Any) -> list[StreamEvent]:
+        item = self._items.get(index)
+        data = _str(getattr(event, "delta", None))
+        if item is None or item.done or item.kind != _DELTAS[kind] or not data:
+            return []
+        if item.kind == "thinking":
+            part = getattr(event, "summary_index", None)
+            if isinstance(part, int) and part != item.summary_index:
+                item.summary_index = part
+                if item.streamed:
+                    data = "\n\n" + data
+        item.streamed = True
+        delta_kind: Literal["text", "thinking", "input_json"] = (
+            "input_json" if item.kind == "tool_use" else item.kind
+        )
+        return [BlockDelta(index=index, kind=delta_kind, data=data)]
+
+    def _whole(self, index: int, data: str) -> list[StreamEvent]:
+        """Content that arrived whole rather than as deltas (passed on once)."""
+        item = self._items.get(index)
+        if item is None or item.done or item.streamed or not data:
+            return []
+        item.streamed = True
+        kind: Literal["text", "thinking", "input_json"] = (
+            "input_json" if item.kind == "tool_use" else item.kind
+        )
+        return [BlockDelta(index=index, kind=kind, data=data)]
+
+    def _done(self, index: int, item: Any) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        if index not in self._items:
+            out += self._added(index, item)
+        state = self._items.get(index)
+        if state is None or state.done:
+            return out
+        if state.kind == "tool_use":
+            out += self._whole(index, _str(getattr(item, "arguments", None)))
+            meta: dict[str, Any] = {"item_id": _str(getattr(item, "id", None))}
+        else:
+            out += self._whole(index, _item_text(item))
+            meta = {"item": _dump(item)} if state.kind == "thinking" else {}
+        state.done = True
+        out.append(BlockStop(index=index, meta=meta))
+        return out
+
+    def _end(self, response: Any) -> list[StreamEvent]:
+        self._remember_id(response)
+        out: list[StreamEvent] = []
+        for index, item in sorted(self._items.items()):
+            if not item.done:
+                item.done = True
+                out.append(BlockStop(index=index))
+        called = any(item.kind == "tool_use" for item in self._items.values()) or any(
+            getattr(entry, "type", None) == "function_call"
+            for entry in getattr(response, "output", None) or ()
+        )
+        stop: StopReason = "tool_use" if called else "end_turn"
+        if getattr(response, "status", None) == "incomplete":
+            details = getattr(response, "incomplete_details", None)
+            stop = _INCOMPLETE.get(_str(getattr(details, "reason", None)), "other")
+        self._ended = True
+        usage = _usage(getattr(response, "usage", None))
+        out.append(StreamEnd(stop_reason=stop, usage=usage, meta=dict(self._meta)))
+        return out
+
+
+def _usage(raw: Any) -> Usage:
+    def count(obj: Any, name: str) -> int:
+        value = getattr(obj, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    if raw is None:
+        return Usage(partial=True)
+    details = getattr(raw, "input_tokens_details", None)
+    return Usage(
+        input_tokens=count(raw, "input_tokens"),
+        output_tokens=count(raw, "output_tokens"),
+        cache_read_tokens=count(details, "cached_tokens"),
+        cache_write_tokens=count(details, "cache_write_tokens"),
+    )
+
+
+def refuses_stored_state(exc: openai.APIStatusError) -> bool:
+    """A 400/404 saying stored state is unavailable: an unknown ``previous_response_id``, or
+    an input item id the server does not have (``Item with id 'rs_…' not found``)."""
+    if exc.status_code not in (400, 404):
+        return False
+    body = exc.body if isinstance(exc.body, dict) else {}
+    fields = [exc.code, exc.param, body.get("code"), body.get("param"), body.get("message")]
+    texts = [f for f in (*fields, exc.message) if isinstance(f, str)]
+    if any("previous_response" in text for text in texts):
+        return True
+    return any("Item with id" in text and "not found" in text for text in texts)
+
+
+class OpenAIResponsesProvider:
+    """``openai-responses:MODEL``; ``max_tokens`` caps what a request asks for.
+
+    ``store`` is sent as given (None: the server's default, which stores); ``reasoning_effort``
+    asks reasoning models for that effort and a reasoning summary.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        store: bool | None = None,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        timeout: float = 600.0,
+        max_tokens: int = 8192,
+        reasoning_effort: ReasoningEffort | None = None,
+    ) -> None:
+        self._model = model
+        self._store = store
+        self._max_tokens = max_tokens
+        self._reasoning_effort = reasoning_effort
+        #: False once the server refused a previous_response_id (or store=False).
+        self._server_stores = store is not False
+        self._policy = RetryPolicy(
+            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
+        )
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+        )
+
+    @property
+    def name(self) -> str:
+        return PROVIDER
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def server_stores(self) -> bool:
+        """Whether requests may continue stored responses with ``previous_response_id``."""
+        return self._server_stores
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        return retrying(self._policy, lambda: self._attempt(request), _responses_error)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
+        plan = plan_input(request.messages, stored=self._server_stores)
+        try:
+            sdk_stream = await self._create(request, plan)
+        except openai.APIStatusError as exc:
+            if not self._server_stores or not refuses_stored_state(exc):
+                raise
+            self._server_stores = False  # for good: this server keeps nothing we can use
+            plan = plan_input(request.messages, stored=False)
+            sdk_stream = await self._create(request, plan)
+        events = ResponsesEvents(plan.digest if self._server_stores else None)
+        try:
+            async for raw in sdk_stream:
+                mapped = events.feed(raw)  # an error event raises before the stream counts
+                yield STARTED
+                for event in mapped:
+                    yield event
+            for event in events.finish():
+                yield event
+        finally:
+            await sdk_stream.close()
+
+    async def _create(
+        self, request: ModelRequest, plan: InputPlan
+    ) -> openai.AsyncStream[ResponseStreamEvent]:
+        include: list[ResponseIncludable] | openai.Omit = openai.omit
+        if not self._server_stores:
+            include = ["reasoning.encrypted_content"]
+        reasoning: Reasoning | openai.Omit = openai.omit
+        if self._reasoning_effort is not None:
+            reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
+        return await self._client.responses.create(
+            model=self._model,
+            input=plan.input,
+            instructions=request.system or openai.omit,
+            tools=to_responses_tools(request.tools) if request.tools else openai.omit,
+            previous_response_id=plan.previous_response_id or openai.omit,
+            store=openai.omit if self._store is None else self._store,
+            include=include,
+            reasoning=reasoning,
+            max_output_tokens=min(request.max_tokens, self._max_tokens) or self._max_tokens,
+            stream=True,
+        )

@@ -1,0 +1,166 @@
+"""Retries before a response starts, and the error helpers every provider shares.
+
+:func:`retrying` runs one streaming attempt after another. A retryable failure (HTTP 408, 409,
+429, 5xx and 529, a refused or dropped connection, an ``overloaded_error`` event) that happens
+before the attempt's stream delivered its first event is retried with exponential backoff and
+jitter, honouring the server's ``retry-after`` up to a cap; each new attempt is announced by a
+:class:`~drover.providers.base.RetryNotice`. An attempt reports that its stream has started by
+yielding :data:`STARTED` (which :func:`retrying` keeps to itself) before anything else.
+
+Once the stream has started a failure is never retried here: it is raised as a
+:class:`~drover.errors.StreamError` (keeping its ``retryable`` flag) and the loop decides.
+Cancellation is never caught: the attempt generator is closed, which closes its SDK stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import math
+import random
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field
+
+from drover.errors import ProviderError, StreamError
+from drover.providers.base import RetryNotice, StreamEvent
+
+#: Translates an SDK or transport exception into (drover error, retry-after seconds), or
+#: None when the exception is not one the provider knows (it then propagates unchanged).
+Translate = Callable[[Exception], "tuple[ProviderError, float | None] | None"]
+
+#: Anthropic / OpenAI error types that mean "try again later" when seen in a stream.
+RETRYABLE_ERROR_TYPES = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "timeout_error",
+        "server_error",
+        "rate_limit_exceeded",
+        "incomplete_stream",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    max_retries: int = 4
+    backoff_base: float = 0.5
+    backoff_max: float = 8.0
+    #: The longest ``retry-after`` honoured; a server asking for more gets this.
+    retry_after_max: float = 60.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (counting from 1)."""
+        if retry_after is not None and math.isfinite(retry_after) and retry_after >= 0:
+            return min(retry_after, self.retry_after_max)
+        ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
+        return ceiling * (0.5 + self.rng.random() / 2)
+
+
+class Started:
+    """The sentinel type of :data:`STARTED`."""
+
+    def __repr__(self) -> str:
+        return "STARTED"
+
+
+#: Yielded by an attempt once its SDK stream delivered an event: from then on, no retry.
+STARTED = Started()
+
+Attempt = Callable[[], AsyncGenerator["StreamEvent | Started", None]]
+
+
+async def retrying(
+    policy: RetryPolicy, attempt: Attempt, translate: Translate
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events of the first attempt that gets going, with retries before that."""
+    retries = 0
+    while True:
+        started = False
+        try:
+            async with contextlib.aclosing(attempt()) as events:
+                async for event in events:
+                    if isinstance(event, Started):
+                        started = True
+                        continue
+                    started = True
+                    yield event
+            return
+        except Exception as exc:
+            cause: Exception = exc
+            if isinstance(exc, ProviderError):
+                error, retry_after = exc, None
+            else:
+                translated = translate(exc)
+                if translated is None:
+                    raise
+                error, retry_after = translated
+        if started:
+            error = as_stream_error(error)
+        if started or not error.retryable or retries >= policy.max_retries:
+            if error is cause:
+                raise error
+            raise error from cause
+        retries += 1
+        delay = policy.delay(retries, retry_after)
+        yield RetryNotice(attempt=retries, delay=delay, error=str(error))
+        await asyncio.sleep(delay)
+
+
+def as_stream_error(error: ProviderError) -> StreamError:
+    """``error`` as the :class:`StreamError` of a stream that already yielded content."""
+    if isinstance(error, StreamError):
+        return error
+    error_type = getattr(error, "error_type", None)
+    return StreamError(str(error), error_type=error_type, retryable=error.retryable)
+
+
+def stream_error(message: str, error_type: str | None) -> StreamError:
+    """A mid-stream error event; retryable when its type says the server was the problem."""
+    return StreamError(
+        message, error_type=error_type, retryable=error_type in RETRYABLE_ERROR_TYPES
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        with contextlib.suppress(ValueError):
+            return float(millis) / 1000
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    with contextlib.suppress(ValueError):
+        return float(value)
+    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return None
+
+
+def error_message(body: object, fallback: str) -> tuple[str, str | None, str | None]:
+    """(message, type, code) from an API error body, Anthropic's or OpenAI's shape.
+
+    Anthropic: ``{"type": "error", "error": {"type", "message"}}``; OpenAI: ``{"error":
+    {"message", "type", "code", "param"}}`` — or the inner object alone, as the OpenAI SDK
+    keeps it. A body that is not JSON is used as the message when it is short.
+    """
+    inner = body.get("error") if isinstance(body, Mapping) else None
+    detail = inner if isinstance(inner, Mapping) else body
+    if isinstance(detail, Mapping):
+        message = detail.get("message")
+        kind = detail.get("type")
+        code = detail.get("code")
+        return (
+            message if isinstance(message, str) and message else fallback,
+            kind if isinstance(kind, str) else None,
+            str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+        )
+    if isinstance(body, str) and body.strip() and len(body) < 500:
+        return body.strip(), None, None
+    return fallback, None, None

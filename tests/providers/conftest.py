@@ -1,0 +1,132 @@
+"""Shared pieces for provider tests: one provider per protocol aimed at the fake server, and
+helpers that drain a stream into its events (and the error that ended it, if any)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from drover.accumulate import Accumulator
+from drover.messages import Message, user_message
+from drover.providers.anthropic import AnthropicProvider
+from drover.providers.base import (
+    ModelRequest,
+    Provider,
+    RetryNotice,
+    StreamEvent,
+    ToolSpec,
+)
+from drover.providers.openai_chat import OpenAIChatProvider
+from drover.providers.openai_responses import OpenAIResponsesProvider
+from drover.testing.server import FakeLLMServer
+
+PROTOCOLS = ["anthropic", "openai", "openai-responses"]
+
+READ_FILE = ToolSpec(
+    name="read_file",
+    description="Read a file.",
+    input_schema={
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
+)
+
+
+def make_provider(
+    protocol: str,
+    server: FakeLLMServer,
+    *,
+    max_retries: int = 4,
+    store: bool | None = None,
+) -> Provider:
+    """A provider with a tiny backoff, so retry tests take no time."""
+    if protocol == "anthropic":
+        return AnthropicProvider(
+            "claude-test",
+            api_key="test-key",
+            base_url=server.anthropic_base_url,
+            max_retries=max_retries,
+            backoff_base=0.001,
+            backoff_max=0.002,
+        )
+    if protocol == "openai":
+        return OpenAIChatProvider(
+            "gpt-test",
+            api_key="test-key",
+            base_url=server.openai_base_url,
+            max_retries=max_retries,
+            backoff_base=0.001,
+            backoff_max=0.002,
+        )
+    return OpenAIResponsesProvider(
+        "gpt-test",
+        api_key="test-key",
+        base_url=server.openai_base_url,
+        store=store,
+        max_retries=max_retries,
+        backoff_base=0.001,
+        backoff_max=0.002,
+    )
+
+
+def request(
+    *messages: Message, tools: Sequence[ToolSpec] = (READ_FILE,), system: str = "Be brief."
+) -> ModelRequest:
+    return ModelRequest(system=system, messages=list(messages) or [user_message("hi")], tools=tools)
+
+
+@dataclass
+class Outcome:
+    """Everything one stream produced."""
+
+    events: list[StreamEvent] = field(default_factory=list)
+    error: Exception | None = None
+    acc: Accumulator = field(default_factory=Accumulator)
+
+    @property
+    def message(self) -> Message:
+        return self.acc.message()
+
+    @property
+    def retries(self) -> list[RetryNotice]:
+        return [e for e in self.events if isinstance(e, RetryNotice)]
+
+    def of_type(self, kind: str) -> list[StreamEvent]:
+        return [e for e in self.events if e.type == kind]
+
+
+async def drain(provider: Provider, req: ModelRequest) -> Outcome:
+    """All events of one stream, reduced as the loop would; a provider error is kept."""
+    outcome = Outcome()
+    try:
+        async with contextlib.aclosing(provider.stream(req)) as stream:
+            async for event in stream:
+                outcome.events.append(event)
+                outcome.acc.apply(event)
+    except Exception as exc:
+        outcome.error = exc
+    return outcome
+
+
+async def collect(provider: Provider, req: ModelRequest) -> Outcome:
+    """Like :func:`drain`, but the stream must succeed."""
+    outcome = await drain(provider, req)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def provider(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
+    p = make_provider(protocol, fake_llm)
+    yield p
+    await p.aclose()
