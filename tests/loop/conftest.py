@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -15,27 +14,45 @@ from drover.loop import LoopSettings
 from drover.permissions import PermissionPolicy
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
+from drover.providers.openai_chat import OpenAIChatProvider
+from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.session import AgentSession
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry, default_registry
 
-PROTOCOLS = ["anthropic"]
-for _name in ("openai_chat", "openai_responses"):
-    if importlib.util.find_spec(f"drover.providers.{_name}") is not None:
-        PROTOCOLS.append("openai" if _name == "openai_chat" else "openai-responses")
+PROTOCOLS = ("anthropic", "openai", "openai-responses")
 
 
-def make_provider(protocol: str, server: FakeLLMServer) -> Provider:
-    knobs = {"api_key": "test-key", "backoff_base": 0.001, "backoff_max": 0.002}
+def make_provider(protocol: str, server: FakeLLMServer, *, store: bool | None = None) -> Provider:
+    """A provider for ``protocol`` aimed at the fake server, with near-instant retries.
+
+    ``store=False`` makes the Responses provider send the whole history every time (no
+    ``previous_response_id``), for tests that read the history from one request body.
+    """
     if protocol == "anthropic":
-        return AnthropicProvider("claude-test", base_url=server.anthropic_base_url, **knobs)  # type: ignore[arg-type]
+        return AnthropicProvider(
+            "claude-test",
+            api_key="test-key",
+            base_url=server.anthropic_base_url,
+            backoff_base=0.001,
+            backoff_max=0.002,
+        )
     if protocol == "openai":
-        from drover.providers.openai_chat import OpenAIChatProvider
-
-        return OpenAIChatProvider("gpt-test", base_url=server.openai_base_url, **knobs)  # type: ignore[arg-type]
-    from drover.providers.openai_responses import OpenAIResponsesProvider
-
-    return OpenAIResponsesProvider("gpt-test", base_url=server.openai_base_url, **knobs)  # type: ignore[arg-type]
+        return OpenAIChatProvider(
+            "gpt-test",
+            api_key="test-key",
+            base_url=server.openai_base_url,
+            backoff_base=0.001,
+            backoff_max=0.002,
+        )
+    return OpenAIResponsesProvider(
+        "gpt-test",
+        api_key="test-key",
+        base_url=server.openai_base_url,
+        store=store,
+        backoff_base=0.001,
+        backoff_max=0.002,
+    )
 
 
 @pytest.fixture(params=PROTOCOLS)
@@ -46,6 +63,15 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def provider(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
     p = make_provider(protocol, fake_llm)
+    yield p
+    await p.aclose()
+
+
+@pytest.fixture
+async def unchained_provider(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
+    """Sends the whole history in every request body (Responses: no previous_response_id),
+    for tests that read the history back from one request."""
+    p = make_provider(protocol, fake_llm, store=False)
     yield p
     await p.aclose()
 

@@ -1,8 +1,8 @@
 """Property: cut a scripted response at every event boundary, on every protocol.
 
 Hypothesis draws the shape of a response (text, tool calls, how the stream breaks); the test
-then cuts it after 1, 2, 3… SSE events until the cut falls past the end. After every cut the
-turn must end ``incomplete`` or ``error`` (never ``done``, never a hang), nothing the model
+then cuts it after 1, 2, 3… SSE frames, up to the last boundary inside the stream. After every
+cut the turn must end ``incomplete`` or ``error`` (never ``done``, never a hang), nothing the model
 had not finished may have run, partial text must be a prefix of what was sent, and the next
 turn must send a history the fake server — which enforces each API's 400 rules — accepts.
 """
@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,21 @@ from drover.testing.server import FakeLLMServer
 
 from .conftest import PROTOCOLS, make_provider, new_session
 
-MAX_CUT = 80
+PROBES: dict[str, tuple[str, dict[str, Any]]] = {
+    "anthropic": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "openai": (
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream_options": {"include_usage": True},
+        },
+    ),
+    "openai-responses": ("/v1/responses", {"model": "m", "input": "hi"}),
+}
 
 shapes = st.fixed_dictionaries(
     {
@@ -37,8 +52,19 @@ shapes = st.fixed_dictionaries(
 )
 
 
-def _response(shape: dict[str, Any], cut: int) -> dict[str, Any]:
-    response: dict[str, Any] = {shape["fault"]: cut}
+def _frame_count(shape: dict[str, Any]) -> int:
+    """How many SSE frames the fake server sends for this response when nothing breaks."""
+    response = _response(shape, None)
+    path, body = PROBES[shape["protocol"]]
+    with FakeLLMServer() as server:
+        server.script(response)
+        reply = httpx2.post(f"{server.base_url}{path}", json={**body, "stream": True}, timeout=30)
+        reply.raise_for_status()
+        return reply.content.count(b"\n\n")
+
+
+def _response(shape: dict[str, Any], cut: int | None) -> dict[str, Any]:
+    response: dict[str, Any] = {} if cut is None else {shape["fault"]: cut}
     if shape["text"]:
         response["text"] = shape["text"]
     calls = [{"name": "read_file", "input": {"path": f"f{i}.txt"}} for i in range(shape["calls"])]
@@ -49,8 +75,8 @@ def _response(shape: dict[str, Any], cut: int) -> dict[str, Any]:
     return response
 
 
-async def _cut_once(shape: dict[str, Any], cut: int, workdir: Path) -> bool:
-    """One cut; returns False once the cut falls past the end of the stream."""
+async def _cut_once(shape: dict[str, Any], cut: int, workdir: Path) -> None:
+    """Cut the response after ``cut`` frames and check the invariants."""
     with FakeLLMServer() as server:
         server.script(_response(shape, cut), {"text": "after tools"}, {"text": "resumed"})
         provider = make_provider(shape["protocol"], server)
@@ -60,24 +86,22 @@ async def _cut_once(shape: dict[str, Any], cut: int, workdir: Path) -> bool:
             )
             sink = EventRecorder()
             outcome = await asyncio.wait_for(session.run("read the files", sink), timeout=30)
-            if isinstance(outcome.event, Done):
-                return False
             assert isinstance(outcome.event, Incomplete | Error)
             assert outcome.event.reason == "error"
             assert not any(isinstance(e, ToolStart) for e in sink.events), "a cut-off call ran"
             if isinstance(outcome.event, Error):
                 assert [m.role for m in session.pending] == ["user"]
+            sent_text = _response(shape, cut).get("text", "")
             for message in session.pending:
                 for block in message.content:
                     if isinstance(block, TextBlock) and message.role == "assistant":
-                        assert shape["text"].startswith(block.text)
+                        assert sent_text.startswith(block.text)
             resumed = await asyncio.wait_for(session.run("continue", EventRecorder()), timeout=30)
             assert isinstance(resumed.event, Done)
         finally:
             await provider.aclose()
         assert server.violations == [], server.violations
         assert server.unexpected == [], server.unexpected
-    return True
 
 
 @settings(
@@ -92,11 +116,11 @@ def test_cut_at_every_event_boundary(shape: dict[str, Any]) -> None:
         for i in range(shape["calls"]):
             (workdir / f"f{i}.txt").write_text(f"file {i}")
 
-        async def sweep() -> int:
-            for cut in range(1, MAX_CUT):
-                if not await _cut_once(shape, cut, workdir):
-                    return cut
-            raise AssertionError(f"the stream was still being cut after {MAX_CUT} events")
+        total = _frame_count(shape)
+        assert total > 2
 
-        end = asyncio.run(sweep())
-        assert end > 2
+        async def sweep() -> None:
+            for cut in range(1, total):  # every boundary strictly inside the stream
+                await _cut_once(shape, cut, workdir)
+
+        asyncio.run(sweep())

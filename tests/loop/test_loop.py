@@ -211,8 +211,9 @@ async def test_parallel_tool_calls_overlap_and_results_keep_call_order(
 
 
 async def test_turn_limit_is_a_resumable_pause(
-    provider: Provider, fake_llm: FakeLLMServer, tmp_path: Path
+    unchained_provider: Provider, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
+    provider = unchained_provider
     glob = {"name": "glob", "input": {"pattern": "*"}}
     fake_llm.script({"tool_calls": [glob]}, {"tool_calls": [glob]}, {"text": "finished"})
     session = new_session(provider, tmp_path, settings=LoopSettings(max_turns=2))
@@ -257,8 +258,9 @@ async def test_error_before_anything_accumulated_is_error(
 
 
 async def test_error_after_tools_ran_is_incomplete_and_keeps_outputs(
-    provider: Provider, fake_llm: FakeLLMServer, tmp_path: Path
+    unchained_provider: Provider, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
+    provider = unchained_provider
     (tmp_path / "a.txt").write_text("AAA")
     fake_llm.script(
         {"tool_calls": [{"name": "read_file", "input": {"path": "a.txt"}}]},

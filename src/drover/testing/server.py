@@ -202,9 +202,13 @@ class FakeLLMServer:
 
     def _bind(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only for
+        # sockets that say they are TCP; without it every streamed reply waits ~40 ms (Nagle
+        # against the client's delayed ACK) after its headers.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind((self.host, self.port))
             sock.listen(128)
         except OSError:

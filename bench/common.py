@@ -1,0 +1,722 @@
+"""Shared pieces of the benchmarks in ``bench/``: environment, guards, counters, the fake server.
+
+* :func:`environment` — the lines every script prints first (Python, CPUs, SQLite, commit).
+* :func:`forbid_network` — refuses any connection that is not to the loopback interface.
+* :class:`CommitCounter` — counts SQLite commits per database file by tracing every statement
+  of every connection opened through ``sqlite3.connect`` (patched in the benchmark process).
+* :func:`proc_io` — this process's ``/proc/self/io`` counters.
+* :class:`FakeServerProcess` — drover's fake LLM (:class:`drover.testing.app.FakeLLMApp`) served
+  by uvicorn in a *separate process* (so its CPU does not compete for the benchmark's GIL),
+  wrapped in an ASGI layer that times every request — from the call of the app (request
+  headers parsed) to the last body byte sent — and answers ``/bench/*`` control requests.
+
+Run ``python bench/common.py serve`` to start that server by hand; it prints ``port N``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import ipaddress
+import json
+import os
+import platform
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+# -- environment ---------------------------------------------------------------------------------
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _fs_type(path: Path) -> str:
+    """The file system type holding ``path`` (from /proc/mounts; longest mount-point match)."""
+    best, kind = "", "unknown"
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    target = str(path.resolve())
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount = parts[1]
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, parts[2]
+    return kind
+
+
+def environment(temp_dir: Path | None = None) -> list[str]:
+    """Lines describing where the figures were measured."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 0
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "unknown"
+    try:
+        from importlib.metadata import version
+
+        drover_version = version("drover")
+    except Exception:
+        drover_version = "unknown"
+    lines = [
+        f"python   {platform.python_implementation()} {platform.python_version()} "
+        f"({sys.executable})",
+        f"machine  {platform.system()} {platform.release()} {platform.machine()}; "
+        f"CPUs: {os.cpu_count()} (usable {usable}); load avg {load}",
+        f"sqlite   {sqlite3.sqlite_version} (python sqlite3 module)",
+        f"drover   {drover_version}, checkout {_git_commit()} (uncommitted changes may apply)",
+    ]
+    if temp_dir is not None:
+        lines.append(f"temp dir {temp_dir} on {_fs_type(temp_dir)}")
+    return lines
+
+
+def print_environment(title: str, temp_dir: Path | None = None) -> None:
+    print(f"== {title}")
+    for line in environment(temp_dir):
+        print(f"   {line}")
+    print()
+
+
+# -- guards --------------------------------------------------------------------------------------
+
+
+def _loopback(address: object) -> bool:
+    if not isinstance(address, tuple) or not address:
+        return True  # AF_UNIX paths and the like
+    host = str(address[0])
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def forbid_network() -> None:
+    """Make every socket connection to a non-loopback address fail (no traffic leaves here)."""
+    original_connect = socket.socket.connect
+    original_connect_ex = socket.socket.connect_ex
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if not _loopback(address):
+            raise ConnectionRefusedError(f"bench: network access to {address!r} is forbidden")
+        original_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if not _loopback(address):
+            raise ConnectionRefusedError(f"bench: network access to {address!r} is forbidden")
+        return original_connect_ex(self, address)
+
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
+
+
+def quiet_environment() -> None:
+    """Environment variables that keep the peer frameworks from phoning home."""
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    os.environ["LANGCHAIN_TRACING_V2"] = "false"
+    os.environ["LANGSMITH_TRACING"] = "false"
+    os.environ["OPENAI_API_KEY"] = os.environ.get("BENCH_FAKE_KEY", "sk-fake-bench")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        os.environ.pop(var, None)
+
+
+# -- SQLite commit counting ----------------------------------------------------------------------
+
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
+
+
+@dataclass(slots=True)
+class Counts:
+    commits: int = 0
+    rollbacks: int = 0
+    statements: int = 0
+    pragmas: set[str] = field(default_factory=set)
+
+
+class CommitCounter:
+    """Counts committed transactions per database file.
+
+    ``sqlite3.connect`` is replaced by a wrapper that installs a trace callback
+    (``Connection.set_trace_callback``) on each new connection while the counter is active. A
+    commit is an executed ``COMMIT``/``END`` statement, or a write statement (INSERT, UPDATE,
+    DELETE, REPLACE, CREATE, DROP, ALTER) run while the connection was in autocommit mode (then
+    SQLite commits it by itself). Python's implicit ``BEGIN``/``COMMIT`` are traced like any
+    other statement. The trace costs a little time, so timed runs leave the counter inactive.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, Counts] = {}
+        self.active = False
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        original = sqlite3.connect
+
+        def connect(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn: sqlite3.Connection = original(database, *args, **kwargs)
+            if self.active:
+                self._watch(conn, _db_key(database))
+            return conn
+
+        sqlite3.connect = connect  # type: ignore[assignment]
+        sqlite3.dbapi2.connect = connect  # type: ignore[assignment]
+
+    def _watch(self, conn: sqlite3.Connection, key: str) -> None:
+        with self._lock:
+            counts = self._counts.setdefault(key, Counts())
+        # The transaction state is followed from the statements themselves: a callback that
+        # held the connection would keep it alive (sqlite3 connections take no weak reference).
+        state = {"in_tx": conn.in_transaction, "savepoints": 0}
+
+        def trace(statement: str) -> None:
+            head = statement.lstrip()[:10].upper()
+            with self._lock:
+                counts.statements += 1
+                if head.startswith("BEGIN"):
+                    state["in_tx"] = True
+                elif head.startswith(("COMMIT", "END")):
+                    counts.commits += 1
+                    state["in_tx"], state["savepoints"] = False, 0
+                elif head.startswith("ROLLBACK") and "TO" not in statement.upper().split()[1:3]:
+                    counts.rollbacks += 1
+                    state["in_tx"], state["savepoints"] = False, 0
+                elif head.startswith("SAVEPOINT"):
+                    state["savepoints"] += 1
+                    if not state["in_tx"]:
+                        state["in_tx"] = True
+                elif head.startswith("RELEASE"):
+                    state["savepoints"] = max(0, state["savepoints"] - 1)
+                    if state["savepoints"] == 0 and state["in_tx"]:
+                        counts.commits += 1
+                        state["in_tx"] = False
+                elif head.startswith(_WRITES) and not state["in_tx"]:
+                    counts.commits += 1
+                elif head.startswith("PRAGMA") and "=" in statement:
+                    counts.pragmas.add(" ".join(statement.split()).rstrip(";"))
+
+        conn.set_trace_callback(trace)
+
+    def counts(self, path: str | os.PathLike[str]) -> Counts:
+        with self._lock:
+            found = self._counts.get(_db_key(path), Counts())
+            return Counts(found.commits, found.rollbacks, found.statements, set(found.pragmas))
+
+    def pragmas(self, path: str | os.PathLike[str]) -> list[str]:
+        """The PRAGMA assignments run on the database's connections, sorted."""
+        return sorted(self.counts(path).pragmas)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+
+
+def _db_key(database: Any) -> str:
+    text = os.fsdecode(database) if isinstance(database, str | bytes | os.PathLike) else ""
+    if text.startswith("file:"):
+        text = text[5:].split("?", 1)[0]
+    if not text or text == ":memory:":
+        return ":memory:"
+    return os.path.realpath(text)
+
+
+def db_files_size(path: Path) -> tuple[int, int]:
+    """(size of the database file, size of its ``-wal`` file) in bytes, 0 when absent."""
+
+    def size(p: Path) -> int:
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    return size(path), size(Path(f"{path}-wal"))
+
+
+def checkpointed_size(path: Path) -> int:
+    """Size of the database after folding its WAL in (``wal_checkpoint(TRUNCATE)``)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    db, wal = db_files_size(path)
+    return db + wal
+
+
+# -- /proc/self/io -------------------------------------------------------------------------------
+
+
+def proc_io() -> dict[str, int] | None:
+    """This process's I/O counters (all threads), or None where /proc/self/io is missing.
+
+    ``wchar`` counts bytes handed to write-like system calls (files, pipes and sockets alike);
+    ``write_bytes`` counts bytes the process caused to be sent to the storage layer (page-cache
+    pages dirtied in files on a block device; tmpfs and sockets do not count).
+    """
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return None
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        with contextlib.suppress(ValueError):
+            out[name.strip()] = int(value)
+    return out
+
+
+def io_delta(before: Mapping[str, int] | None, after: Mapping[str, int] | None) -> dict[str, int]:
+    if before is None or after is None:
+        return {}
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+# -- formatting ----------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *[line(r) for r in cells[1:]]])
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+_VOCABULARY = (
+    "the journal keeps every delta of the answer while it streams so a crash loses at most a "
+    "quarter second of text and the next turn resumes from what was written function returns "
+    "value error retry tool call result database commit page"
+)
+
+
+def words(n_chars: int, seed: int = 7) -> str:
+    """Deterministic English-like text of exactly ``n_chars`` characters (words and spaces)."""
+    vocabulary = _VOCABULARY.split()
+    out: list[str] = []
+    size = 0
+    state = seed
+    while size < n_chars:
+        state = (state * 1103515245 + 12345) & 0x7FFFFFFF
+        word = vocabulary[state % len(vocabulary)]
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)[:n_chars]
+
+
+# -- the fake LLM server in its own process ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Timing:
+    serial: int
+    path: str
+    start: float
+    end: float | None = None
+    #: When the request body had fully arrived (the app reads it first).
+    received: float | None = None
+    sent: int = 0
+    frames: int = 0
+    body: list[bytes] = field(default_factory=list)
+
+
+def _streamed_text(body: bytes) -> str:
+    """The text of the SSE frames sent so far (Chat Completions or Anthropic deltas)."""
+    out: list[str] = []
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        try:
+            data = json.loads(line[6:])
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        choices = data.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            content = (choices[0].get("delta") or {}).get("content")
+            if isinstance(content, str):
+                out.append(content)
+        delta = data.get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("text"), str):
+            out.append(delta["text"])
+        if data.get("type") == "response.output_text.delta" and isinstance(data.get("delta"), str):
+            out.append(data["delta"])
+    return "".join(out)
+
+
+class TimedFakeApp:
+    """ASGI: drover's fake LLM app, timed per request, plus ``/bench/*`` control routes."""
+
+    def __init__(self) -> None:
+        self._stopping: asyncio.Event | None = None
+        self._app: Any = None
+        self._ledger: Any = None
+        self._timings: list[_Timing] = []
+
+    def _load(self, data: object) -> None:
+        from drover.testing.app import FakeLLMApp, Ledger
+        from drover.testing.scenario import Scenario
+
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+        scenario = Scenario.from_data(data)
+        self._ledger = Ledger()
+        self._ledger.load(scenario)
+        self._app = FakeLLMApp(self._ledger, self._stopping)
+        self._timings = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path.startswith("/bench/"):
+            await self._control(path, scope, receive, send)
+            return
+        if self._app is None:
+            self._load({"responses": []})
+        timing = _Timing(serial=len(self._timings) + 1, path=path, start=time.perf_counter())
+        for older in self._timings[-1:]:
+            older.body.clear()  # keep the bytes of the latest request only
+        self._timings.append(timing)
+
+        async def timed_receive() -> Any:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                timing.received = time.perf_counter()
+            return message
+
+        async def timed_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                chunk = message.get("body", b"")
+                timing.sent += len(chunk)
+                timing.frames += 1
+                timing.body.append(chunk)
+                await send(message)
+                if not message.get("more_body", False):
+                    timing.end = time.perf_counter()
+                return
+            await send(message)
+
+        try:
+            await self._app(scope, timed_receive, timed_send)
+        finally:
+            if timing.end is None:
+                timing.end = time.perf_counter()
+
+    async def _control(self, path: str, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        status, answer = 200, dict[str, Any]()
+        try:
+            if path == "/bench/load":
+                self._load(json.loads(body or b"{}"))
+                answer = {"ok": True}
+            elif path == "/bench/stats":
+                answer = self._stats()
+            else:
+                status, answer = 404, {"error": f"no route {path}"}
+        except Exception as exc:  # report it to the benchmark, which prints it
+            status, answer = 500, {"error": f"{type(exc).__name__}: {exc}"}
+        data = json.dumps(answer).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def _stats(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        requests = [
+            {
+                "serial": t.serial,
+                "path": t.path,
+                "start": t.start,
+                "end": t.end,
+                "seconds": (t.end if t.end is not None else now) - t.start,
+                "receive_seconds": (t.received or t.start) - t.start,
+                "done": t.end is not None,
+                "bytes": t.sent,
+                "frames": t.frames,
+            }
+            for t in self._timings
+        ]
+        last = self._timings[-1] if self._timings else None
+        snapshot = self._ledger.snapshot() if self._ledger is not None else ([], [], [], 0)
+        return {
+            "now": now,
+            "requests": requests,
+            "last_text": _streamed_text(b"".join(last.body)) if last else "",
+            "violations": snapshot[1],
+            "unexpected": snapshot[2],
+            "remaining": snapshot[3],
+        }
+
+
+def _serve() -> None:
+    import uvicorn
+
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and accepted sockets inherit the listener's. Without it every streamed reply stalls ~40 ms
+    # (Nagle's algorithm against the client's delayed ACK) after its headers.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    config = uvicorn.Config(
+        TimedFakeApp(),
+        lifespan="off",
+        http="h11",
+        log_config=None,
+        log_level="critical",  # a killed client's reply is cancelled at stop; no noise
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    print(f"port {sock.getsockname()[1]}", flush=True)
+    server.run(sockets=[sock])
+
+
+class FakeServerProcess:
+    """The timed fake LLM in a child process; ``load()`` scripts it, ``stats()`` reads it."""
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self._python = python
+        self._proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            [self._python, str(Path(__file__).resolve()), "serve"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if not line.startswith("port "):
+            self.stop()
+            raise RuntimeError(f"fake server did not start (said {line!r})")
+        self.port = int(line.split()[1])
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def __enter__(self) -> FakeServerProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _request(self, method: str, path: str, payload: object = None) -> Any:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            body = None if payload is None else json.dumps(payload)
+            conn.request(method, path, body=body, headers={"content-type": "application/json"})
+            response = conn.getresponse()
+            data = json.loads(response.read() or b"{}")
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise RuntimeError(f"fake server {path}: {data.get('error', response.status)}")
+        return data
+
+    def load(self, responses: Sequence[Mapping[str, Any]], **options: Any) -> None:
+        """Replace the script (and forget the timings) with these scenario responses."""
+        self._request("POST", "/bench/load", {"options": options, "responses": list(responses)})
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/bench/stats"))
+
+    def server_seconds(self) -> float:
+        """Total time the fake spent answering the requests since the last ``load``."""
+        return float(sum(r["seconds"] for r in self.stats()["requests"]))
+
+    def check_clean(self) -> None:
+        """Raise if the fake saw a history violation, an unexpected request or left a reply."""
+        stats = self.stats()
+        problems = [*stats["violations"], *stats["unexpected"]]
+        if stats["remaining"]:
+            problems.append(f"{stats['remaining']} scripted responses were not used")
+        if problems:
+            raise RuntimeError("fake server: " + "; ".join(problems[:3]))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+# -- drover runs ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DroverRun:
+    seconds: float
+    #: CPU time of this process (all its threads) during the turn.
+    cpu: float
+    status: str
+    text: str
+
+
+def drover_provider(protocol: str, base_url: str) -> Any:
+    """A real drover provider (``anthropic`` or ``openai`` Chat Completions) for ``base_url``,
+    the address its SDK is given (the fake's root for Anthropic, its ``/v1`` for OpenAI)."""
+    knobs: dict[str, Any] = {"api_key": "bench-key", "base_url": base_url, "max_retries": 0}
+    if protocol == "anthropic":
+        from drover.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider("fake-model", **knobs)
+    from drover.providers.openai_chat import OpenAIChatProvider
+
+    return OpenAIChatProvider("fake-model", **knobs)
+
+
+async def run_drover(
+    *,
+    provider: Any,
+    tools: Any,
+    workdir: Path,
+    prompt: str,
+    max_turns: int,
+    db: Path | None,
+) -> DroverRun:
+    """One turn through the real loop: with the journal (Runner + SqliteStore at ``db``) or,
+    with ``db=None``, a plain AgentSession whose only sink records the events in memory.
+
+    The timed part is the turn itself (``Runner.run`` / ``AgentSession.run``, journal close
+    included); opening the store and creating the session are set-up and are not timed.
+    """
+    from drover.channel import EventRecorder
+    from drover.convo import ConversationManager
+    from drover.loop import LoopSettings
+    from drover.permissions import PermissionPolicy
+    from drover.runner import Runner
+    from drover.session import AgentSession
+    from drover.store import SqliteStore
+
+    settings = LoopSettings(max_turns=max_turns, compaction=False, stream_retries=0)
+    policy = PermissionPolicy("allow")
+    if db is None:
+        session = AgentSession(
+            provider=provider, tools=tools, workdir=workdir, policy=policy, settings=settings
+        )
+        started, cpu_started = time.perf_counter(), time.process_time()
+        outcome = await session.run(prompt, EventRecorder())
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    else:
+        store = SqliteStore(db)
+        await store.open()
+        try:
+            runner = Runner(store)
+            record = await runner.open_session(workdir=workdir, model="fake-model")
+            session = await runner.agent_session(
+                record,
+                provider=provider,
+                tools=tools,
+                workdir=workdir,
+                policy=policy,
+                settings=settings,
+                convo=ConversationManager(),
+            )
+            started, cpu_started = time.perf_counter(), time.process_time()
+            outcome = await runner.run(session, prompt)
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        finally:
+            await store.close()
+    text = getattr(outcome.event, "text", "")
+    return DroverRun(seconds=seconds, cpu=cpu, status=outcome.event.type, text=text)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["serve"]:
+        _serve()
+    else:
+        print("usage: python bench/common.py serve", file=sys.stderr)
+        sys.exit(2)
