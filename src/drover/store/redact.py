@@ -11,8 +11,9 @@ and a flush between them would write its first half before the redactor could re
 :class:`StreamRedactor` therefore writes only a *safe prefix* of what it buffered and keeps a
 raw tail back for the next flush. The tail starts at the earliest of:
 
-* the last whitespace-free run of text (capped at :data:`HOLD_MAX` characters) — no secret
-  contains whitespace, so a secret that is still arriving lies inside that run;
+* the trailing run of characters a credential can consist of (ASCII letters, digits and
+  ``_-.~+/=``, capped at :data:`HOLD_MAX` characters) — a secret that is still arriving lies
+  inside that run, and text no key can contain (spaces, punctuation, Chinese…) is never held;
 * an opening that can still grow into a secret across whitespace or across a long run: a
   ``Bearer`` prefix, a ``scheme://user:`` URL whose ``@`` has not arrived, an unfinished
   ``-----BEGIN … PRIVATE KEY`` line or a key block without its END line (held until it ends);
@@ -21,12 +22,13 @@ raw tail back for the next flush. The tail starts at the earliest of:
 The written prefix is redacted with the matches found in the *whole* buffer, so a secret is
 always redacted in one piece. The final flush of a block (its message ended) writes the rest,
 redacting an unterminated key block to the end. The cost is that a reload in mid-stream shows
-the text up to the last complete word.
+the text up to the last key-like run of characters.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
@@ -42,8 +44,10 @@ from drover.messages import (
 )
 
 REDACTED = "[REDACTED]"
-#: The longest whitespace-free tail kept back at a flush (a key is far shorter).
+#: The longest key-like tail kept back at a flush (a key is far shorter).
 HOLD_MAX = 256
+#: The characters of the built-in credentials (keys, tokens, JWTs, base64).
+_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_-.~+/=")
 
 _TOKEN = r"[A-Za-z0-9_\-]"
 #: Where a key of a built-in pattern can begin (used to hold a streamed tail back).
@@ -78,7 +82,8 @@ _BUILTIN_PATTERNS: tuple[str, ...] = (
 #: Openings that can still grow into a secret; a flush keeps them back whole.
 _OPENINGS = (
     re.compile(r"(?i)\bbearer\s+\S*\Z"),
-    re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s/?#@]*\Z"),
+    # a URL whose credentials may still arrive, from its scheme's colon on
+    re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}:(?://[^\s/?#@]*|/?)\Z"),
     re.compile(r"-----BEGIN[A-Z0-9 ]*-{0,5}\Z"),
 )
 
@@ -144,13 +149,13 @@ class Redactor:
         """
         n = len(text)
         run = n
-        while run > 0 and n - run < HOLD_MAX and not text[run - 1].isspace():
+        while run > 0 and n - run < HOLD_MAX and text[run - 1] in _KEY_CHARS:
             run -= 1
         cut = run
-        # A key-like start in the whitespace-free tail is held however long the tail grows:
-        # whether it is a key may only be decided by a character still to come.
+        # A key-like start in the key-like tail is held however long the tail grows: whether
+        # it is a key may only be decided by a character still to come.
         tail = run
-        while tail > 0 and not text[tail - 1].isspace():
+        while tail > 0 and text[tail - 1] in _KEY_CHARS:
             tail -= 1
         key = _KEY_START.search(text, tail)
         if key is not None:
