@@ -29,7 +29,6 @@ from typing import Any
 
 from common import (
     CommitCounter,
-    FakeServerProcess,
     checkpointed_size,
     drover_provider,
     forbid_network,
@@ -40,6 +39,7 @@ from common import (
     table,
     words,
 )
+from fakeserver import FakeServerProcess
 
 from drover.tools import ToolContext, ToolRegistry, tool
 

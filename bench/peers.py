@@ -42,7 +42,6 @@ from typing import Any
 
 from common import (
     CommitCounter,
-    FakeServerProcess,
     checkpointed_size,
     db_files_size,
     drover_provider,
@@ -53,9 +52,9 @@ from common import (
     quiet_environment,
     run_drover,
     table,
-    wait_until,
     words,
 )
+from fakeserver import FakeServerProcess, wait_until
 
 from drover.tools import ToolContext, ToolRegistry, tool
 
