@@ -3,53 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from drover.testing.server import FakeLLMServer
 
-DROVER = [sys.executable, "-m", "drover.cli.main"]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.pop("DROVER_DB", None)
-    env["DROVER_CONFIG"] = "/nonexistent/drover-config.toml"
-    env.update(extra)
-    return env
-
-
-def _run(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 60) -> Any:
-    return subprocess.run(
-        [*DROVER, *args],
-        capture_output=True,
-        text=True,
-        env=env or _env(ANTHROPIC_API_KEY="test"),
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _base(server: FakeLLMServer, tmp_path: Path) -> list[str]:
-    return [
-        "--model",
-        "anthropic:test",
-        "--base-url",
-        server.base_url,
-        "--db",
-        str(tmp_path / "journal.db"),
-        "--workdir",
-        str(tmp_path),
-        "--permission-mode",
-        "allow",
-    ]
+from .helpers import DROVER, base_args, clean_env, run_drover
 
 
 def test_answer_on_stdout_tools_on_stderr(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
@@ -58,7 +20,7 @@ def test_answer_on_stdout_tools_on_stderr(fake_llm: FakeLLMServer, tmp_path: Pat
         {"tool_calls": [{"name": "read_file", "input": {"path": "a.txt"}}]},
         {"text": "The file says alpha."},
     )
-    result = _run(["-p", "read a.txt", *_base(fake_llm, tmp_path)])
+    result = run_drover(["-p", "read a.txt", *base_args(fake_llm, tmp_path)])
     assert result.returncode == 0, result.stderr
     assert result.stdout == "The file says alpha.\n"
     assert "read_file: a.txt" in result.stderr
@@ -66,8 +28,8 @@ def test_answer_on_stdout_tools_on_stderr(fake_llm: FakeLLMServer, tmp_path: Pat
 
 def test_json_output_and_session_continues(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
     fake_llm.script({"text": "First answer."}, {"text": "Second answer."})
-    base = _base(fake_llm, tmp_path)
-    first = _run(["-p", "one", "--output-format", "json", "--session", "s1", *base])
+    base = base_args(fake_llm, tmp_path)
+    first = run_drover(["-p", "one", "--output-format", "json", "--session", "s1", *base])
     assert first.returncode == 0, first.stderr
     data = json.loads(first.stdout)
     assert data["session_id"] == "s1"
@@ -75,7 +37,7 @@ def test_json_output_and_session_continues(fake_llm: FakeLLMServer, tmp_path: Pa
     assert data["text"] == "First answer."
     assert data["usage"]["output_tokens"] > 0
 
-    second = _run(["-p", "two", "--output-format", "json", "--session", "s1", *base])
+    second = run_drover(["-p", "two", "--output-format", "json", "--session", "s1", *base])
     assert json.loads(second.stdout)["text"] == "Second answer."
     sent = json.dumps(fake_llm.requests[1].body)
     assert "one" in sent and "First answer." in sent and "two" in sent
@@ -83,7 +45,9 @@ def test_json_output_and_session_continues(fake_llm: FakeLLMServer, tmp_path: Pa
 
 def test_stream_json_prints_every_event(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
     fake_llm.script({"text": "Streamed."})
-    result = _run(["-p", "hi", "--output-format", "stream-json", *_base(fake_llm, tmp_path)])
+    result = run_drover(
+        ["-p", "hi", "--output-format", "stream-json", *base_args(fake_llm, tmp_path)]
+    )
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     types = [line["type"] for line in lines]
     assert types[0] == "turn_started"
@@ -100,13 +64,13 @@ def test_incomplete_turn_exits_3_and_next_prompt_resumes(
         {"http_error": {"status": 400, "message": "bad"}},
         {"text": "Resumed with alpha."},
     )
-    base = _base(fake_llm, tmp_path)
-    first = _run(["-p", "read", "--session", "s", "--output-format", "json", *base])
+    base = base_args(fake_llm, tmp_path)
+    first = run_drover(["-p", "read", "--session", "s", "--output-format", "json", *base])
     assert first.returncode == 3
     assert json.loads(first.stdout)["status"] == "incomplete"
     assert "--session s" in first.stderr
 
-    resumed = _run(["-p", "--resume-turn", "--session", "s", *base])
+    resumed = run_drover(["-p", "--resume-turn", "--session", "s", *base])
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "Resumed with alpha."
     body = json.dumps(fake_llm.requests[-1].body)
@@ -117,14 +81,14 @@ def test_sigint_interrupts_keeps_work_and_exits_nonzero(
     fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
     fake_llm.script({"text": "Working on it slowly", "stall_after": 4}, {"text": "Resumed."})
-    base = _base(fake_llm, tmp_path)
+    base = base_args(fake_llm, tmp_path)
     proc = subprocess.Popen(
         [*DROVER, "-p", "go", "--session", "s", "--output-format", "stream-json", *base],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=_env(ANTHROPIC_API_KEY="test"),
+        env=clean_env(ANTHROPIC_API_KEY="test"),
     )
     assert proc.stdout is not None
     for line in proc.stdout:  # wait for the first streamed text, then press Ctrl-C
@@ -137,7 +101,7 @@ def test_sigint_interrupts_keeps_work_and_exits_nonzero(
     assert result["status"] == "interrupted"
     assert "Traceback" not in err
 
-    after = _run(["-p", "continue", "--session", "s", "--output-format", "json", *base])
+    after = run_drover(["-p", "continue", "--session", "s", "--output-format", "json", *base])
     assert json.loads(after.stdout)["status"] == "completed"
     assert "Working" in json.dumps(fake_llm.requests[-1].body)
 
@@ -166,7 +130,7 @@ def test_bad_input_gives_one_clear_line(
 ) -> None:
     if "--db" not in args:
         args = [*args, "--db", str(tmp_path / "j.db")]
-    result = _run(args, env=_env(**env))
+    result = run_drover(args, env=clean_env(**env))
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -175,7 +139,7 @@ def test_bad_input_gives_one_clear_line(
 
 def test_unreachable_server_is_one_error_line_after_retries(tmp_path: Path) -> None:
     args = ["-p", "hi", "--model", "anthropic:x", "--base-url", "http://127.0.0.1:9"]
-    result = _run([*args, "--db", str(tmp_path / "j.db")], env=_env())
+    result = run_drover([*args, "--db", str(tmp_path / "j.db")], env=clean_env())
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("drover: error:")]

@@ -103,15 +103,24 @@ async def show_session(args: argparse.Namespace) -> int:
             print(f"  ended: {turn['reason']}: {turn['error']}")
         if turn["user_message"]:
             print(f"  user: {_text(turn['user_message'])}")
+        calls = {call["call_id"]: call for call in turn["tool_calls"]}
         for message in turn["messages"]:
             partial = " [partial]" if message["partial"] else ""
             text = _text(message)
             if text:
                 print(f"  {message['role']}{partial}: {text}")
-        for call in turn["tool_calls"]:
-            note = " (outcome unknown)" if call["outcome_unknown"] else ""
-            print(f"  tool {call['name']} [{call['state']}]{note}")
+            for block in message["content"]:
+                if block.get("type") == "tool_use" and block.get("id") in calls:
+                    print(_call_line(calls.pop(block["id"])))
+        # Calls cut off before their message was complete appear in no message.
+        for call in calls.values():
+            print(_call_line(call))
     return 0
+
+
+def _call_line(call: dict[str, Any]) -> str:
+    note = " (outcome unknown)" if call["outcome_unknown"] else ""
+    return f"  tool {call['name']} [{call['state']}]{note}"
 
 
 def _text(message: dict[str, Any]) -> str:

@@ -55,6 +55,8 @@ from drover.store.migrations import migrate
 T = TypeVar("T")
 Conn = sqlite3.Connection
 
+#: Bytes the WAL file is truncated to after a checkpoint (see ``journal_size_limit``).
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 _WRITE = "BEGIN IMMEDIATE"
 _TERMINAL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
 # A call in a terminal state keeps it: a late write cannot reopen it.
@@ -142,6 +144,9 @@ class SqliteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             self._enable_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
+            # A checkpoint truncates the WAL back to this size instead of leaving it as large
+            # as the biggest transaction ever made (a final message of a long answer).
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, self._clock())
         except (OSError, sqlite3.Error) as exc:
