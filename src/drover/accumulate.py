@@ -25,7 +25,7 @@ from drover.messages import (
     ToolUseBlock,
     Usage,
 )
-from drover.providers.base import (
+from drover.streaming import (
     BlockDelta,
     BlockKind,
     BlockStart,

@@ -17,7 +17,8 @@ from drover.convo import ConversationManager, safe_cut
 from drover.errors import ProviderError
 from drover.events import Compacted
 from drover.messages import user_message
-from drover.providers.base import ModelRequest, Provider, RetryNotice
+from drover.providers.base import Provider
+from drover.streaming import ModelRequest, RetryNotice
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,16 @@
     ├── ConfigError            bad flags, unknown provider, missing API key
     ├── ProviderError          anything that went wrong talking to a model
     │   ├── ProviderHTTPError      an HTTP error status before the stream began (429, 5xx, 400…)
+    │   │   └── ContextOverflowError   the request does not fit the model's context window
     │   ├── ProviderConnectionError the server could not be reached / the connection dropped
     │   ├── StreamError            an error event or malformed data in the middle of a stream
     │   └── EmptyResponseError     the model returned no content at all
     ├── ToolError              a tool failed; becomes an ``is_error`` tool result, never fatal
     │   └── PathEscapeError        a path from the model points outside the working directory
     ├── TurnLimitError         the turn used all its model calls (a resumable pause)
+    ├── SessionBusyError       another live process (or task) is running a turn on the session
     └── StoreError             the journal could not be opened or written
+        └── LeaseLostError         another process took over the turn this one was running
 
 SDK exceptions are translated into this tree inside ``providers/``; nothing above them sees an
 SDK type. The CLI prints ``str(error)`` on one line and exits non-zero.
@@ -40,6 +43,12 @@ class ProviderHTTPError(ProviderError):
         self.status = status
         self.error_type = error_type
         self.retryable = status in (408, 409, 429) or status >= 500
+
+
+class ContextOverflowError(ProviderHTTPError):
+    """The API refused the request because it does not fit the model's context window
+    (Anthropic "prompt is too long", OpenAI ``context_length_exceeded``). Compacting the
+    history and sending it again may succeed; sending it unchanged cannot."""
 
 
 class ProviderConnectionError(ProviderError):
@@ -81,5 +90,21 @@ class TurnLimitError(DroverError):
         self.max_turns = max_turns
 
 
+class SessionBusyError(DroverError):
+    """A turn of the session is running in a live process: a second one is refused."""
+
+    def __init__(self, session_id: str, turn_id: str) -> None:
+        super().__init__(
+            f"session {session_id} is busy: turn {turn_id} is running in another process"
+        )
+        self.session_id = session_id
+        self.turn_id = turn_id
+
+
 class StoreError(DroverError):
     """The journal could not be opened, migrated or written."""
+
+
+class LeaseLostError(StoreError):
+    """The turn is no longer this process's to write: its lease expired and another process
+    recovered or took it over."""

@@ -203,6 +203,9 @@ class Incomplete:
     reason: EndReason
     error: str
     usage: Usage
+    #: Whether sending the same request again may succeed. False for a request the API
+    #: rejected as such (invalid, too long after compaction): resuming as is would fail again.
+    retryable: bool = True
     type: Literal["incomplete"] = "incomplete"
 
 
@@ -211,6 +214,9 @@ class Error:
     reason: EndReason
     error: str
     usage: Usage
+    #: Whether sending the same request again may succeed. False for a request the API
+    #: rejected as such (invalid, too long after compaction): resuming as is would fail again.
+    retryable: bool = True
     type: Literal["error"] = "error"
 
 
@@ -336,7 +342,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         case Done():
             body = {"text": event.text, "usage": event.usage.to_dict()}
         case Incomplete() | Error():
-            body = {"reason": event.reason, "error": event.error, "usage": event.usage.to_dict()}
+            body = {
+                "reason": event.reason,
+                "error": event.error,
+                "usage": event.usage.to_dict(),
+                "retryable": event.retryable,
+            }
         case _:
             assert_never(event)
     return {"type": event.type, **body}

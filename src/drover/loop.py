@@ -52,15 +52,9 @@ from drover.messages import (
     tool_result_message,
 )
 from drover.permissions import PermissionPolicy
-from drover.providers.base import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
-    ModelRequest,
-    Provider,
-    StreamEvent,
-)
-from drover.providers.base import RetryNotice as ProviderRetry
+from drover.providers.base import Provider
+from drover.streaming import BlockDelta, BlockStart, BlockStop, ModelRequest, StreamEvent
+from drover.streaming import RetryNotice as ProviderRetry
 from drover.toolrun import NOT_RUN_TEXT, ToolBatch
 from drover.tools.registry import ToolRegistry
 

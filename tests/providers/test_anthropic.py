@@ -16,7 +16,7 @@ from drover.messages import (
     user_message,
 )
 from drover.providers.anthropic import AnthropicEvents, AnthropicProvider
-from drover.providers.base import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
+from drover.streaming import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
 from drover.testing.server import FakeLLMServer
 
 from .conftest import collect, drain, make_provider, request

@@ -16,7 +16,6 @@ from drover.errors import (
     StreamError,
 )
 from drover.messages import Usage
-from drover.providers.base import BlockDelta, BlockStart, RetryNotice, StreamEnd, StreamEvent
 from drover.providers.retry import (
     STARTED,
     RetryPolicy,
@@ -26,6 +25,7 @@ from drover.providers.retry import (
     retrying,
     stream_error,
 )
+from drover.streaming import BlockDelta, BlockStart, RetryNotice, StreamEnd, StreamEvent
 
 FAST = RetryPolicy(max_retries=3, backoff_base=0.0001, backoff_max=0.0002)
 END = StreamEnd(stop_reason="end_turn", usage=Usage())

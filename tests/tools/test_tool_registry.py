@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import drover.tools
-from drover.providers.base import ToolSpec
+from drover.streaming import ToolSpec
 from drover.tools import BashTool, ToolContext, ToolRegistry, default_registry, tool
 
 BUILTINS = ["read_file", "write_file", "edit_file", "bash", "glob", "grep"]

@@ -35,17 +35,6 @@ from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
 from drover.messages import Usage
-from drover.providers.base import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
-    DeltaKind,
-    ModelRequest,
-    StopReason,
-    StreamEnd,
-    StreamEvent,
-    UsageUpdate,
-)
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.retry import (
     STARTED,
@@ -55,6 +44,17 @@ from drover.providers.retry import (
     parse_retry_after,
     retrying,
     stream_error,
+)
+from drover.streaming import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    DeltaKind,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    UsageUpdate,
 )
 
 PROVIDER = "anthropic"

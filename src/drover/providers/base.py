@@ -1,115 +1,18 @@
-"""The provider seam: one request type in, one stream of neutral events out.
+"""The provider seam: one :class:`~drover.streaming.ModelRequest` in, one stream of neutral
+:data:`~drover.streaming.StreamEvent` values out.
 
 A provider adapts one wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI
 Responses) using the official SDK. It converts the neutral history of :mod:`drover.messages`
-into its native request, and turns the SDK's raw stream into the :data:`StreamEvent` values
-below, which :mod:`drover.accumulate` reduces into content blocks. SDK types never leave the
-provider module.
-
-Contract of :meth:`Provider.stream`:
-
-* Before the first event it may retry retryable failures (429, 5xx, 529, connection errors)
-  itself, yielding a :class:`RetryNotice` before each new attempt.
-* Content blocks are announced with :class:`BlockStart`, filled with :class:`BlockDelta` and
-  closed with :class:`BlockStop`, keyed by an integer ``index`` unique within one response.
-  Indexes need not be contiguous.
-* It ends with exactly one :class:`StreamEnd` on success. Any failure is raised as a
-  :class:`drover.errors.ProviderError` (``StreamError`` once events were yielded); the consumer
-  keeps whatever it accumulated until then.
+into its native request and the SDK's raw stream into neutral events (see
+:mod:`drover.streaming` for the stream's contract). SDK types never leave the provider module.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from collections.abc import AsyncGenerator
+from typing import Protocol
 
-from drover.messages import Message, Meta, Usage
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A tool as offered to the model."""
-
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequest:
-    system: str
-    messages: Sequence[Message]
-    tools: Sequence[ToolSpec] = ()
-    max_tokens: int = 8192
-
-
-BlockKind: TypeAlias = Literal["text", "thinking", "tool_use"]
-DeltaKind: TypeAlias = Literal["text", "thinking", "signature", "input_json"]
-
-#: Normalised reasons a response stopped. Providers map their own vocabulary onto these.
-StopReason: TypeAlias = Literal[
-    "end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "other"
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryNotice:
-    """A failed attempt will be retried after ``delay`` seconds (nothing was streamed yet)."""
-
-    attempt: int
-    delay: float
-    error: str
-    type: Literal["retry"] = "retry"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlockStart:
-    index: int
-    kind: BlockKind
-    #: Tool-use id and name; both may be empty for text and thinking blocks.
-    id: str = ""
-    name: str = ""
-    meta: Meta = field(default_factory=dict)
-    type: Literal["block_start"] = "block_start"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlockDelta:
-    index: int
-    kind: DeltaKind
-    data: str
-    type: Literal["block_delta"] = "block_delta"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlockStop:
-    index: int
-    #: Detail learnt only at the end of the block (e.g. a Responses item), merged into its meta.
-    meta: Meta = field(default_factory=dict)
-    #: For blocks delivered whole (e.g. redacted thinking), the final data of the block.
-    data: str | None = None
-    type: Literal["block_stop"] = "block_stop"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UsageUpdate:
-    """Usage known so far (e.g. input tokens at message start); later updates supersede it."""
-
-    usage: Usage
-    type: Literal["usage"] = "usage"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamEnd:
-    stop_reason: StopReason
-    usage: Usage
-    #: Message-level detail to keep on the assistant message (response id, model…).
-    meta: Meta = field(default_factory=dict)
-    type: Literal["end"] = "end"
-
-
-StreamEvent: TypeAlias = RetryNotice | BlockStart | BlockDelta | BlockStop | UsageUpdate | StreamEnd
+from drover.streaming import ModelRequest, StreamEvent
 
 
 class Provider(Protocol):

@@ -38,16 +38,6 @@ from openai.types.chat import ChatCompletionChunk
 
 from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
 from drover.messages import Usage
-from drover.providers.base import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
-    ModelRequest,
-    StopReason,
-    StreamEnd,
-    StreamEvent,
-    UsageUpdate,
-)
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
 from drover.providers.retry import (
@@ -58,6 +48,16 @@ from drover.providers.retry import (
     parse_retry_after,
     retrying,
     stream_error,
+)
+from drover.streaming import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    UsageUpdate,
 )
 
 PROVIDER = "openai"

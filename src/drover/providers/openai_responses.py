@@ -40,7 +40,15 @@ from openai.types.shared_params import Reasoning
 
 from drover.errors import ProviderError
 from drover.messages import Usage
-from drover.providers.base import (
+from drover.providers.convert_openai_responses import (
+    PROVIDER,
+    InputPlan,
+    plan_input,
+    to_responses_tools,
+)
+from drover.providers.openai_chat import translate_openai_error
+from drover.providers.retry import STARTED, RetryPolicy, Started, retrying, stream_error
+from drover.streaming import (
     BlockDelta,
     BlockKind,
     BlockStart,
@@ -50,14 +58,6 @@ from drover.providers.base import (
     StreamEnd,
     StreamEvent,
 )
-from drover.providers.convert_openai_responses import (
-    PROVIDER,
-    InputPlan,
-    plan_input,
-    to_responses_tools,
-)
-from drover.providers.openai_chat import translate_openai_error
-from drover.providers.retry import STARTED, RetryPolicy, Started, retrying, stream_error
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 

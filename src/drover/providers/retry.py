@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from drover.errors import ProviderError, StreamError
-from drover.providers.base import RetryNotice, StreamEvent
+from drover.streaming import RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).
