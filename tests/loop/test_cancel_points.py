@@ -212,14 +212,17 @@ async def test_a_store_failing_for_good_stops_the_turn_and_keeps_a_valid_prefix(
     rig = await Rig.open(tmp_path / "j.db", store)
     store.at, store.action = index, "fail-forever"
     recorder = Recorder()
+    failure: StoreError | None = None
     try:
-        session, outcome = await rig.run([recorder], on_task=store.arm)
+        _, outcome = await rig.run([recorder], on_task=store.arm)
     except StoreError as exc:
+        failure = exc
+    if failure is not None:
         # Failed before the turn began, or the end of a finished turn could not be recorded:
         # either way the caller is told, never a silent success.
         store.armed = False
         turns = await rig.store.turns(rig.session_id)
-        assert not turns or "journal" in str(exc), exc
+        assert not turns or "journal" in str(failure), failure
         if turns:
             await rig.store.recover_orphans(is_alive=lambda owner: False)
             await check_record(rig, lossy=True)
