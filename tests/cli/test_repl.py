@@ -1,0 +1,118 @@
+"""The REPL on a real terminal: one owner of standard input, errors as lines, /model, /discard."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drover.testing.server import FakeLLMServer
+
+from .helpers import Terminal, base_args, clean_env
+
+WRITE = {"tool_calls": [{"name": "write_file", "input": {"path": "x.txt", "content": "x"}}]}
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        if terminal.proc.poll() is None:
+            terminal.proc.kill()
+            terminal.proc.wait()
+
+
+def repl(terminals: list[Terminal], server: FakeLLMServer, tmp_path: Path, *extra: str) -> Terminal:
+    args = base_args(server, tmp_path)
+    args[args.index("allow")] = "ask"
+    terminal = Terminal([*args, *extra], env=clean_env(ANTHROPIC_API_KEY="test"))
+    terminals.append(terminal)
+    terminal.expect("› ")
+    return terminal
+
+
+def test_line_after_ctrl_c_at_a_permission_prompt_reaches_the_repl(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script(WRITE, {"text": "Second answer."})
+    term = repl(terminals, fake_llm, tmp_path, "--session", "s1")
+    term.type("write x")
+    term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    term.interrupt()
+    term.expect("[interrupted")
+    term.expect("› ")
+    # The dead question must not eat this line: the REPL runs it as a turn.
+    term.type("go on")
+    term.expect("Second answer.")
+    term.expect("› ")
+    assert term.close() == 0
+    assert not (tmp_path / "x.txt").exists()
+    assert "go on" in json.dumps(fake_llm.requests[-1].body)
+
+
+def test_model_switch_keeps_the_base_url(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script({"text": "From the other model."})
+    term = repl(terminals, fake_llm, tmp_path)
+    term.type("/model anthropic:other-model")
+    term.expect("now using anthropic:other-model")
+    term.type("hello")
+    term.expect("From the other model.")
+    term.expect("› ")
+    assert term.close() == 0
+    assert fake_llm.requests[-1].body["model"] == "other-model"
+
+
+def test_model_that_cannot_be_built_keeps_the_old_one(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script({"text": "Still the first model."})
+    term = repl(terminals, fake_llm, tmp_path)
+    term.type("/model nope:x")
+    term.expect("unknown provider 'nope'")
+    term.type("hello")
+    term.expect("Still the first model.")
+    term.expect("› ")
+    assert term.close() == 0
+    assert fake_llm.requests[-1].body["model"] == "test"
+
+
+def test_a_request_the_api_refuses_says_how_to_continue_and_discard_drops_it(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script(
+        {"http_error": {"status": 400, "message": "prompt is malformed"}},
+        {"text": "Fresh start."},
+    )
+    term = repl(terminals, fake_llm, tmp_path)
+    term.type("bad request")
+    said = term.expect("› ")
+    assert "resending will fail the same way" in said and "/discard" in said
+    term.type("/discard")
+    term.expect("discarded 1 pending message")
+    term.type("new request")
+    term.expect("Fresh start.")
+    term.expect("› ")
+    assert term.close() == 0
+    sent = json.dumps(fake_llm.requests[-1].body)
+    assert "new request" in sent and "bad request" not in sent
+
+
+def test_ctrl_c_at_a_headless_permission_prompt_leaves_no_reader_behind(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script(WRITE)
+    args = base_args(fake_llm, tmp_path)
+    args[args.index("allow")] = "ask"
+    term = Terminal(["-p", "write x", *args], env=clean_env(ANTHROPIC_API_KEY="test"))
+    terminals.append(term)
+    term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    term.interrupt()
+    said = term.expect("--resume-turn) to resume")
+    assert term.proc.wait(timeout=term.timeout) == 130
+    assert "Traceback" not in said and "Fatal" not in said
+    assert not (tmp_path / "x.txt").exists()
