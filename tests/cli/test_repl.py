@@ -28,7 +28,9 @@ def terminals() -> Iterator[list[Terminal]]:
 def repl(terminals: list[Terminal], server: FakeLLMServer, tmp_path: Path, *extra: str) -> Terminal:
     args = base_args(server, tmp_path)
     args[args.index("allow")] = "ask"
-    terminal = Terminal([*args, *extra], env=clean_env(ANTHROPIC_API_KEY="test"))
+    # TERM=dumb: the line mode, which these tests are about (test_repl_tui.py: the full one).
+    env = clean_env(ANTHROPIC_API_KEY="test", TERM="dumb")
+    terminal = Terminal([*args, *extra], env=env)
     terminals.append(terminal)
     terminal.expect("› ")
     return terminal

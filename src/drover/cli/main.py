@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--continue", dest="continue_", action="store_true", help="continue the latest session"
     )
     parser.add_argument(
+        "--resume",
+        metavar="ID",
+        type=_session_id,
+        help="open the REPL on this stored session (it must exist)",
+    )
+    parser.add_argument(
         "--resume-turn",
         action="store_true",
         help="finish the session's unfinished turn without a new prompt",
@@ -107,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
     _add_run_options(parser)
+    parser.add_argument(
+        "initial_prompt",
+        nargs="?",
+        metavar="PROMPT",
+        help="open the REPL with this first message sent (after -- when it is a subcommand name)",
+    )
     return parser
 
 
@@ -197,6 +209,23 @@ def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--discard-pending needs --session ID or --continue")
 
 
+def _check_positional(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str], headless: bool
+) -> None:
+    prompt = args.initial_prompt
+    if headless and args.resume is not None:
+        parser.error("--resume ID opens the REPL; with -p use --session ID")
+    if prompt is None:
+        return
+    if headless:
+        parser.error(f"a prompt outside -p opens the REPL: put it after -p (-p {prompt!r})")
+    if prompt in SUBCOMMANDS and "--" not in argv:
+        parser.error(
+            f"{prompt!r} is a subcommand: put it first (drover {prompt} …), or send it as a "
+            f"prompt after -- (drover -- {prompt})"
+        )
+
+
 def _dispatch(argv: list[str]) -> int:
     import asyncio
 
@@ -208,9 +237,10 @@ def _dispatch(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     headless = args.prompt is not None or args.resume_turn or args.discard_pending
+    _check_positional(parser, args, argv, headless)
     if not headless:
-        if args.session is not None and args.continue_:
-            parser.error("use either --session or --continue, not both")
+        if sum((args.session is not None, args.continue_, args.resume is not None)) > 1:
+            parser.error("use only one of --session, --continue and --resume")
         from drover.cli.repl import run_repl
 
         return asyncio.run(run_repl(args))

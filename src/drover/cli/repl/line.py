@@ -1,4 +1,4 @@
-"""``drover`` with no arguments: a line-based REPL over one session.
+"""The REPL's line mode, used when stdin or stdout is not a terminal (or ``TERM=dumb``).
 
 Each line is a turn. Ctrl-C during a turn interrupts it (its work stays pending, and the next
 line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. Slash commands:
@@ -44,16 +44,22 @@ async def _read_line(lines: StdinLines, prompt: str) -> str | None:
             print("that line is not valid UTF-8 text; it was ignored")
 
 
-async def run_repl(args: argparse.Namespace) -> int:
+async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
     async with open_runtime(run_options(args)) as runtime:
-        opened = await runtime.session(session_id=args.session, continue_latest=args.continue_)
+        opened = await runtime.session(
+            session_id=args.resume or args.session,
+            continue_latest=args.continue_,
+            must_exist=args.resume is not None,
+        )
         session = opened.session
         print(f"drover — session {opened.record.id} in {runtime.workdir} ({runtime.model})")
         print("Type a request, /help for commands, Ctrl-D to leave.")
         if session.pending:
             print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
+        if args.initial_prompt:
+            await _turn(runtime, session, args.initial_prompt, lines)
         while True:
             line = await _read_line(lines, "› ")
             if line is None:

@@ -1,0 +1,301 @@
+"""The interactive REPL on a terminal: prompt_toolkit for input, rich for output.
+
+Between turns prompt_toolkit reads the message (history per user, multi-line editing with
+Alt-Enter or a trailing backslash, Tab completion of slash commands and of paths under
+the working directory, bracketed paste) with the status line at the bottom. During a turn
+:class:`~drover.cli.repl.keys.TurnKeys` owns the keyboard and :class:`~drover.cli.tui.TurnView`
+draws: Esc (or one Ctrl-C) interrupts the turn in any phase — the journal keeps what it did and
+the next message resumes it (seed 000 §7) — and a second Ctrl-C also leaves the REPL once the
+interrupted turn is recorded. Ctrl-C at the prompt clears it; twice leaves, as does Ctrl-D.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from platformdirs import user_data_path
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from drover.cli.repl.complete import ReplCompleter
+from drover.cli.repl.keys import TurnKeys
+from drover.cli.repl.status import TokenAccount, load_prices, prices_path, status_text
+from drover.cli.repl.transcript import print_transcript
+from drover.cli.runtime import Runtime
+from drover.cli.tui import TurnView, describe_kept
+from drover.errors import DroverError
+from drover.events import Done, Error, Incomplete, ToolState
+from drover.messages import Usage
+from drover.session import AgentSession
+
+HISTORY_FILE = "repl_history"
+
+
+def history_store() -> History:
+    """The user's prompt history, kept across runs (in memory when it cannot be written)."""
+    try:
+        folder = user_data_path("drover")
+        folder.mkdir(parents=True, exist_ok=True)
+        return FileHistory(str(folder / HISTORY_FILE))
+    except OSError:
+        return InMemoryHistory()
+
+
+def _key_bindings() -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    @bindings.add("c-j")  # typed ahead before the prompt, the terminal turned Enter into \n
+    def _submit(event: KeyPressEvent) -> None:
+        buffer = event.current_buffer
+        if buffer.document.text_before_cursor.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    @bindings.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.current_buffer.insert_text("\n")
+
+    return bindings
+
+
+class _TurnKeysHandler:
+    """What the keys typed during one turn do."""
+
+    def __init__(self, view: TurnView, task: asyncio.Task[object], console: Console) -> None:
+        self.view = view
+        self.task = task
+        self.console = console
+        self.phase: str | None = None
+        self.quit = False
+
+    def key(self, name: str) -> None:
+        if name in ("escape", "c-c"):
+            if self.phase is not None and name == "c-c":
+                self.quit = True
+                self.console.print(Text("leaving once the interrupted turn is recorded…"))
+            self.interrupt()
+            return
+        decision = {"y": "allow", "a": "always", "n": "deny"}.get(name.lower())
+        if decision == "allow":
+            self.view.answer("allow")
+        elif decision == "always":
+            self.view.answer("always")
+        elif decision == "deny":
+            self.view.answer("deny")
+
+    def interrupt(self) -> None:
+        if self.phase is not None or self.task.done():
+            return
+        if self.view.question is not None:
+            self.phase = "a permission question"
+        elif any(not row.final for row in self.view.rows.values()):
+            self.phase = "a tool call"
+        else:
+            self.phase = "the model's answer"
+        self.console.print(Text(f"interrupting {self.phase}…", style="yellow"))
+        self.task.cancel()
+
+
+class Repl:
+    def __init__(self, runtime: Runtime, session: AgentSession, console: Console) -> None:
+        self.runtime = runtime
+        self.session = session
+        self.console = console
+        self.account = TokenAccount(prices=load_prices(prices_path()))
+        self.sandbox: str | None = None
+        self._prompt: PromptSession[str] | None = None
+        self._ctrl_c_armed = False
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> str:
+        convo = self.session.convo
+        return status_text(
+            model=self.runtime.model,
+            account=self.account,
+            context_used=convo.calibrated_tokens(self.session.pending),
+            context_limit=convo.context_limit,
+            session_id=self.session.id,
+            sandbox=self.sandbox,
+        )
+
+    def reset_account(self) -> None:
+        self.account = TokenAccount(prices=self.account.prices)
+
+    def add_usage(self, usage: Usage) -> None:
+        self.account.add(usage, self.runtime.model)
+
+    async def show_session(self, *, transcript: bool) -> None:
+        """The header of a session, with its transcript so far when it has one."""
+        if transcript:
+            used = await print_transcript(self.runtime.store, self.session.id, self.console)
+            self.account.used = self.account.used + used
+        self.console.print(
+            Text(f"drover — session {self.session.id} in {self.runtime.workdir}", style="bold")
+        )
+        pending = self.session.pending
+        if pending:
+            self.console.print(
+                Text(
+                    f"This session has unfinished work ({describe_kept(pending)}): the next "
+                    "message resumes it; /resume continues without one, /discard drops it.",
+                    style="yellow",
+                )
+            )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self, first_prompt: str | None = None) -> int:
+        from drover.cli.repl.commands import run_command
+
+        self.console.print(
+            Text("Type a request; /help lists commands; Esc interrupts a turn; Ctrl-D leaves.")
+        )
+        if first_prompt and await self.turn(first_prompt, echo=True):
+            return 0
+        while True:
+            line = await self._read()
+            if line is None:
+                return 0
+            if not line.strip():
+                continue
+            try:
+                if line.startswith("/"):
+                    if await run_command(self, line.strip()):
+                        return 0
+                    continue
+                if await self.turn(line):
+                    return 0
+            except DroverError as exc:  # a busy session, a journal that failed: stay here
+                self.console.print(Text(f"error: {exc}", style="red"))
+
+    async def _read(self) -> str | None:
+        if self._prompt is None:
+            self._prompt = PromptSession(
+                history=history_store(),
+                completer=ReplCompleter(self.runtime),
+                complete_while_typing=False,
+                multiline=True,
+                key_bindings=_key_bindings(),
+                prompt_continuation="  ",
+            )
+        while True:
+            try:
+                line = await self._prompt.prompt_async("› ", bottom_toolbar=self.status)
+            except KeyboardInterrupt:
+                if self._ctrl_c_armed:
+                    return None
+                self._ctrl_c_armed = True
+                self.console.print(Text("(Ctrl-C again to leave; Ctrl-D also leaves)", style="dim"))
+                continue
+            except EOFError:
+                return None
+            self._ctrl_c_armed = False
+            return line
+
+    # -- one turn -------------------------------------------------------------------------------
+
+    async def turn(self, prompt: str | None, *, echo: bool = False) -> bool:
+        """Run a turn (``None`` resumes the unfinished one); True when the user asked to leave.
+        ``echo`` shows a prompt that was not typed at the prompt (the command line's)."""
+        if prompt is not None and echo:
+            self.console.print(Text(f"› {prompt}", style="bold"))
+        if prompt is not None and self.session.pending:
+            self.console.print(
+                Text(
+                    f"(the unfinished work goes before this message: "
+                    f"{describe_kept(self.session.pending)})",
+                    style="dim",
+                )
+            )
+        view = TurnView(
+            self.console, self.runtime.workdir, status=self.status, on_usage=self.add_usage
+        )
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[object] = loop.create_task(
+            self.runtime.runner.run(self.session, prompt, [view])
+        )
+        handler = _TurnKeysHandler(view, task, self.console)
+        loop.add_signal_handler(signal.SIGINT, handler.interrupt)
+        try:
+            with (
+                TurnKeys(handler.key).attached(),
+                Live(view, console=self.console, refresh_per_second=10, transient=True),
+            ):
+                await asyncio.wait([task])
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        if not task.cancelled() and task.exception() is not None:
+            view.settle(await self._journal_states(view.turn_id))
+            exc = task.exception()
+            assert exc is not None
+            raise exc
+        view.settle(await self._journal_states(view.turn_id))
+        self._report_end(view, handler)
+        self._ctrl_c_armed = handler.quit
+        return handler.quit
+
+    async def _journal_states(self, turn_id: str) -> dict[str, tuple[ToolState, bool, str | None]]:
+        if not turn_id:
+            return {}
+        calls = await self.runtime.store.tool_calls(turn_id)
+        return {c.call_id: (c.state, c.outcome_unknown, c.output) for c in calls}
+
+    def _report_end(self, view: TurnView, handler: _TurnKeysHandler) -> None:
+        pending = self.session.pending
+        end = view.ended
+        interrupted = not isinstance(end, Done) and (end is None or end.reason == "interrupted")
+        if handler.phase is not None or interrupted:
+            during = f" during {handler.phase}" if handler.phase else ""
+            self.console.print(
+                Text(
+                    f"■ interrupted{during}; {describe_kept(pending)}. The next message resumes "
+                    "it (/resume continues without one, /pending shows it, /discard drops it).",
+                    style="yellow",
+                )
+            )
+            return
+        if isinstance(end, Done):
+            return
+        status = "incomplete" if isinstance(end, Incomplete) else "failed"
+        assert isinstance(end, Incomplete | Error)
+        line = f"turn {status} ({end.reason}): {end.error}"
+        if not end.retryable:
+            line += (
+                ". Resending will fail the same way (the request itself was refused); "
+                "/discard drops the unfinished work, or /model switches to another model"
+            )
+        elif pending:
+            line += (
+                f"; {describe_kept(pending)}. Type a message to continue "
+                "with it, or /resume; /pending shows it"
+            )
+        else:
+            line += ". Nothing was kept; send the message again"
+        self.console.print(Text(line, style="red" if status == "failed" else "yellow"))
+
+
+def make_console() -> Console:
+    """Output for people: width and colour from the terminal, no colour under ``NO_COLOR``."""
+    return Console(highlight=False)
+
+
+async def run_interactive(args: argparse.Namespace, runtime: Runtime) -> int:
+    session_id = args.resume or args.session
+    opened = await runtime.session(
+        session_id=session_id,
+        continue_latest=args.continue_,
+        must_exist=args.resume is not None,
+    )
+    repl = Repl(runtime, opened.session, make_console())
+    await repl.show_session(transcript=not opened.created)
+    return await repl.run(args.initial_prompt)

@@ -1,0 +1,169 @@
+"""Slash commands of the interactive REPL.
+
+/help                    this list
+/model [PROVIDER:MODEL]  show or switch the model (pending work is kept and converted)
+/tokens                  context estimate, calibration ratio, divisor; tokens used and cost
+/compact                 summarise older history now to free context
+/sessions                stored sessions, latest first
+/resume [ID]             finish the unfinished turn, or open another stored session
+/clear                   start a new session (this one stays stored)
+/pending                 the unfinished work the next message resumes
+/discard                 drop the unfinished work (the journal keeps it, marked discarded)
+/exit                    leave (also Ctrl-D, or Ctrl-C twice)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from drover.compact import compact_history
+from drover.errors import DroverError
+from drover.events import Compacted, Event
+
+if TYPE_CHECKING:
+    from drover.cli.repl.app import Repl
+
+HELP = (__doc__ or "").split("\n\n", 1)[1].strip()
+
+
+class _CompactionNote:
+    def __init__(self, repl: Repl) -> None:
+        self.repl = repl
+
+    async def send(self, event: Event) -> None:
+        if isinstance(event, Compacted):
+            self.repl.console.print(
+                f"compacted the history: {event.messages_before} → {event.messages_after} messages"
+            )
+
+
+async def run_command(repl: Repl, line: str) -> bool:
+    """Run one slash command; True means leave."""
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    say = repl.console.print
+    if name in ("/exit", "/quit"):
+        return True
+    if name == "/help":
+        say(Text(HELP))
+    elif name == "/model":
+        await _model(repl, arg)
+    elif name == "/tokens":
+        _tokens(repl)
+    elif name == "/compact":
+        session = repl.session
+        keep = repl.runtime.settings.keep_tail
+        if not await compact_history(session.provider, session.convo, keep, _CompactionNote(repl)):
+            say(f"nothing compacted (the history is short, or the summary failed); keeps {keep}")
+    elif name == "/sessions":
+        await _sessions(repl)
+    elif name == "/resume":
+        return await _resume(repl, arg)
+    elif name == "/clear":
+        opened = await repl.runtime.session()
+        repl.session = opened.session
+        repl.reset_account()
+        say(f"new session {opened.record.id} (the previous one stays stored: /sessions)")
+    elif name == "/pending":
+        _pending(repl)
+    elif name == "/discard":
+        count = len(repl.session.pending)
+        await repl.runtime.runner.discard_pending(repl.session)
+        say(
+            f"discarded {count} pending message{'' if count == 1 else 's'} "
+            "(the journal keeps them, marked discarded)"
+        )
+    else:
+        say(f"unknown command {name}; /help lists them")
+    return False
+
+
+async def _model(repl: Repl, spec: str) -> None:
+    say = repl.console.print
+    if not spec:
+        say(f"model: {repl.runtime.model}")
+        return
+    pending = len(repl.session.pending)
+    try:
+        await repl.runtime.switch_model(repl.session, spec)
+    except DroverError as exc:
+        say(Text(f"error: {exc} (still using {repl.runtime.model})", style="red"))
+        return
+    note = (
+        f"; the unfinished work ({pending} message{'' if pending == 1 else 's'}) is kept and "
+        "goes to the new model with the next message"
+        if pending
+        else ""
+    )
+    say(f"now using {spec}{note}")
+
+
+def _tokens(repl: Repl) -> None:
+    convo = repl.session.convo
+    pending = repl.session.pending
+    calibration = convo.calibration
+    ratio = f"{calibration:.2f}" if calibration is not None else "not yet measured"
+    estimate = convo.estimated_tokens(pending)
+    calibrated = convo.calibrated_tokens(pending)
+    left = max(convo.context_limit - calibrated, 0)
+    used = repl.account.used
+    repl.console.print(
+        f"context: estimated {estimate:,} tokens (calibrated {calibrated:,}) of "
+        f"{convo.context_limit:,}; {left:,} left\n"
+        f"estimate: characters / {convo.chars_per_token:g} (the divisor); "
+        f"API/estimate calibration ratio {ratio}\n"
+        f"used in this session: {used.input_tokens:,} input, {used.output_tokens:,} output, "
+        f"{used.cache_read_tokens:,} cache read, {used.cache_write_tokens:,} cache write; "
+        f"cost {repl.account.cost_text(repl.runtime.model)} ({repl.runtime.model})"
+    )
+
+
+async def _sessions(repl: Repl) -> None:
+    store = repl.runtime.store
+    records = await store.list_sessions(limit=20)
+    if not records:
+        repl.console.print("no sessions yet")
+    for record in records:
+        turns = await store.turns(record.id)
+        last = turns[-1].status if turns else "empty"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated_at))
+        mark = "*" if record.id == repl.session.id else " "
+        repl.console.print(
+            Text(
+                f"{mark} {record.id}  {when}  {len(turns):>3} turns  {last:<11} "
+                f"{record.title or ''}"
+            )
+        )
+
+
+async def _resume(repl: Repl, session_id: str) -> bool:
+    if session_id and session_id != repl.session.id:
+        opened = await repl.runtime.session(session_id=session_id, must_exist=True)
+        repl.session = opened.session
+        repl.reset_account()
+        await repl.show_session(transcript=True)
+        return False
+    if not repl.session.pending:
+        repl.console.print("nothing to resume: the last turn completed")
+        return False
+    return await repl.turn(None)
+
+
+def _pending(repl: Repl) -> None:
+    pending = repl.session.pending
+    if not pending:
+        repl.console.print("no unfinished work")
+        return
+    for message in pending:
+        calls = ", ".join(c.name for c in message.tool_uses)
+        results = len(message.tool_results)
+        text = " ".join(message.text.split())[:70]
+        repl.console.print(
+            Text(
+                f"  {message.role}: {text}{' calls: ' + calls if calls else ''}"
+                f"{f' ({results} results)' if results else ''}"
+            )
+        )

@@ -1,0 +1,396 @@
+"""Rendering of a turn on an interactive terminal with rich: the REPL's event sink.
+
+:class:`TurnView` turns the loop's events into two kinds of output. What is final is printed
+once, above the live area, and scrolls away like ordinary terminal output: markdown paragraphs
+as soon as they are complete, one row per tool call once it reached its final state, notes on
+retries and on the end of the turn. What still changes lives in the live area at the bottom
+(the view is its renderable): the paragraph being written, one spinner per tool call still in
+flight (matched by call index within the response, seed 002 §2.4), the permission question
+being asked, and the status line.
+
+Permission requests queue here and are asked one at a time, whatever order parallel calls ask
+in; the whole input is printed first (as a diff for ``edit_file``, and for ``write_file`` on a
+file that exists), so nothing is approved unseen. Keys reach :meth:`TurnView.answer` from the
+REPL, which owns the keyboard.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, assert_never
+
+from rich.console import Console, Group, RenderableType
+from rich.markdown import Markdown
+from rich.spinner import Spinner
+from rich.syntax import Syntax
+from rich.text import Text
+
+from drover.events import (
+    TERMINAL_TOOL_STATES,
+    AssistantMessage,
+    Compacted,
+    Decision,
+    Done,
+    Error,
+    Event,
+    Incomplete,
+    PermissionRequest,
+    Retry,
+    StepStarted,
+    TextDelta,
+    ThinkingDelta,
+    ToolDone,
+    ToolResults,
+    ToolStart,
+    ToolState,
+    ToolStateChanged,
+    TurnStarted,
+    UsageReport,
+)
+from drover.messages import Message, Usage
+from drover.summaries import summarise_input, summarise_output
+
+#: Lines of a file shown for a new ``write_file``; the rest is counted, not shown.
+PREVIEW_LINES = 40
+
+#: Final row marks and labels, per final state of a tool call.
+FINAL_LABELS: dict[str, tuple[str, str, str]] = {
+    "output-available": ("✓", "done", "green"),
+    "output-error": ("✗", "error", "red"),
+    "denied": ("⊘", "denied", "yellow"),
+    "interrupted": ("■", "interrupted", "yellow"),
+    "unknown": ("?", "interrupted, outcome unknown", "magenta"),
+}
+WAITING_LABELS: dict[ToolState, str] = {
+    "input-streaming": "writing input",
+    "input-available": "ready",
+    "awaiting-permission": "waiting for your answer",
+    "running": "running",
+}
+
+
+@dataclass(slots=True)
+class ToolRow:
+    call_id: str
+    index: int
+    name: str
+    state: ToolState = "input-streaming"
+    summary: str = ""
+    output_summary: str = ""
+    outcome_unknown: bool = False
+    printed: bool = False
+
+    @property
+    def final(self) -> bool:
+        return self.state in TERMINAL_TOOL_STATES
+
+
+def tool_row_text(row: ToolRow) -> Text:
+    """The one-line final row of a tool call: mark, input summary, state, output summary."""
+    key = "unknown" if row.outcome_unknown else row.state
+    mark, label, style = FINAL_LABELS.get(key, ("·", row.state, "dim"))
+    text = Text(no_wrap=False)
+    text.append(f"{mark} ", style=style)
+    text.append(row.summary or row.name, style="bold")
+    text.append(f"  [{label}]", style=style)
+    if row.output_summary:
+        text.append(f"  {row.output_summary}", style="dim")
+    return text
+
+
+def split_markdown(text: str) -> tuple[str, str]:
+    """``(complete, rest)``: complete paragraphs that can be rendered for good, and the tail
+    still being written. Never cuts inside a fenced code block."""
+    cut = 0
+    fences = 0
+    position = 0
+    for line in text.splitlines(keepends=True):
+        position += len(line)
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fences += 1
+        elif not stripped and fences % 2 == 0 and line.endswith("\n"):
+            cut = position
+    return text[:cut], text[cut:]
+
+
+def _inside(workdir: Path, path: str) -> Path | None:
+    """The file a model's path names, or None when it leaves the working directory."""
+    try:
+        resolved = (workdir / path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return resolved if resolved.is_relative_to(workdir) else None
+
+
+def _read_text(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _diff(before: str, after: str, name: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"a/{name}",
+        tofile=f"b/{name}",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def permission_details(tool: str, input: Mapping[str, Any], workdir: Path) -> RenderableType:
+    """What a permission question shows of the call: a diff for file edits, else the input."""
+    path = input.get("path")
+    if isinstance(path, str) and tool in ("edit_file", "write_file"):
+        current = _read_text(_inside(workdir, path))
+        if tool == "edit_file":
+            old, new = str(input.get("old_string", "")), str(input.get("new_string", ""))
+            if current is not None and old and old in current:
+                after = current.replace(old, new, 1)
+                return Syntax(_diff(current, after, path), "diff", word_wrap=True)
+            return Syntax(_diff(old, new, path), "diff", word_wrap=True)
+        content = str(input.get("content", ""))
+        if current is not None:
+            return Syntax(_diff(current, content, path), "diff", word_wrap=True)
+        lines = content.splitlines()
+        shown = "\n".join(lines[:PREVIEW_LINES])
+        more = len(lines) - PREVIEW_LINES
+        note = f"\n… {more} more lines" if more > 0 else ""
+        return Text(f"new file {path} ({len(lines)} lines):\n{shown}{note}")
+    if tool == "bash" and isinstance(input.get("command"), str):
+        return Syntax(str(input["command"]), "bash", word_wrap=True)
+    return Text(json.dumps(dict(input), ensure_ascii=False, indent=2))
+
+
+def describe_kept(pending: Sequence[Message]) -> str:
+    """What the unfinished work holds, in a few words (``"kept …"``)."""
+    if not pending:
+        return "nothing was kept (the turn had not produced anything yet)"
+    chars = sum(len(m.text) for m in pending if m.role == "assistant")
+    calls = sum(len(m.tool_uses) for m in pending)
+    results = sum(len(m.tool_results) for m in pending)
+    parts = [f"{len(pending)} message{'s' if len(pending) != 1 else ''}"]
+    if chars:
+        parts.append(f"{chars} characters of answer")
+    if calls:
+        parts.append(f"{calls} tool call{'s' if calls != 1 else ''} ({results} with results)")
+    return "kept " + ", ".join(parts)
+
+
+class TurnView:
+    """The event sink of one turn in the interactive REPL (see the module docstring)."""
+
+    def __init__(
+        self,
+        console: Console,
+        workdir: Path,
+        *,
+        status: Callable[[], str] = lambda: "",
+        on_usage: Callable[[Usage], None] = lambda usage: None,
+    ) -> None:
+        self.console = console
+        self.workdir = workdir
+        self.status = status
+        self.on_usage = on_usage
+        self.turn_id = ""
+        self.rows: dict[str, ToolRow] = {}
+        self._by_index: dict[int, str] = {}
+        self._tail = ""
+        self._thinking = 0
+        self._questions: deque[PermissionRequest] = deque()
+        self._asked: PermissionRequest | None = None
+        self.ended: Done | Incomplete | Error | None = None
+
+    # -- events --------------------------------------------------------------------------------
+
+    async def send(self, event: Event) -> None:
+        self.handle(event)
+
+    def handle(self, event: Event) -> None:
+        match event:
+            case TurnStarted():
+                self.turn_id = event.turn_id
+            case StepStarted():
+                self._by_index = {}
+                self._thinking = 0
+            case TextDelta():
+                self._thinking = 0
+                self._add_text(event.text)
+            case ThinkingDelta():
+                self._thinking += len(event.text)
+            case Retry():
+                self._retry(event)
+            case AssistantMessage():
+                self._flush_text()
+                if event.partial:
+                    self.console.print(Text("(the answer above was cut off here)", style="dim"))
+            case ToolStateChanged():
+                self._tool_state(event)
+            case ToolStart():
+                row = self._row_at(event.call_index)
+                if row is not None:
+                    row.summary = event.input_summary
+            case ToolDone():
+                row = self._row_at(event.call_index)
+                if row is not None:
+                    row.output_summary = event.output_summary
+                    self._print_final(row)
+            case ToolResults():
+                pass
+            case PermissionRequest():
+                self._questions.append(event)
+                self._next_question()
+            case UsageReport():
+                self.on_usage(event.usage)
+            case Compacted():
+                self.console.print(
+                    Text(
+                        f"compacted the history: {event.messages_before} → "
+                        f"{event.messages_after} messages",
+                        style="dim",
+                    )
+                )
+            case Done() | Incomplete() | Error():
+                self._flush_text()
+                self.ended = event
+            case _:
+                assert_never(event)
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def _add_text(self, text: str) -> None:
+        # The tail holds one paragraph at a time: complete ones are printed and dropped.
+        self._tail += text
+        complete, self._tail = split_markdown(self._tail)
+        if complete.strip():
+            self.console.print(Markdown(complete))
+
+    def _flush_text(self) -> None:
+        tail, self._tail = self._tail, ""
+        if tail.strip():
+            self.console.print(Markdown(tail))
+
+    def _retry(self, event: Retry) -> None:
+        note = f"retry {event.attempt} in {event.delay:.1f}s after: {event.error}"
+        if event.discard_partial:
+            self._tail = ""
+            note += " — the answer restarts below"
+        self.console.print(Text(note, style="yellow"))
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    def _row_at(self, index: int) -> ToolRow | None:
+        call_id = self._by_index.get(index)
+        return self.rows.get(call_id) if call_id is not None else None
+
+    def _tool_state(self, event: ToolStateChanged) -> None:
+        row = self.rows.get(event.call_id)
+        if row is None:
+            self._flush_text()  # the text before a call belongs above its row
+            row = ToolRow(call_id=event.call_id, index=event.call_index, name=event.name)
+            self.rows[event.call_id] = row
+        self._by_index[event.call_index] = event.call_id
+        row.state = event.state
+        if event.input is not None:
+            row.summary = summarise_input(event.name, event.input)
+        if event.outcome_unknown:
+            row.outcome_unknown = True
+        if event.output is not None:
+            row.output_summary = summarise_output(event.output)
+        if row.final:
+            self._print_final(row)
+
+    def _print_final(self, row: ToolRow) -> None:
+        if row.printed:
+            return
+        row.printed = True
+        self.console.print(tool_row_text(row))
+
+    def settle(self, states: Mapping[str, tuple[ToolState, bool, str | None]]) -> None:
+        """After the turn: give every row the final state the journal recorded
+        (``call_id → (state, outcome_unknown, output)``) and print the rows not yet printed.
+        A row the journal does not know was cut off before it ran."""
+        self._flush_text()
+        for row in self.rows.values():
+            known = states.get(row.call_id)
+            if known is not None:
+                row.state, unknown, output = known
+                row.outcome_unknown = row.outcome_unknown or unknown
+                if output is not None and not row.output_summary:
+                    row.output_summary = summarise_output(output)
+            if not row.final:
+                row.state = "interrupted"
+            self._print_final(row)
+
+    # -- permission questions ------------------------------------------------------------------
+
+    @property
+    def question(self) -> PermissionRequest | None:
+        """The request being asked, if any."""
+        return self._asked
+
+    def _next_question(self) -> None:
+        if self._asked is not None and not self._asked.decision.done():
+            return
+        self._asked = None
+        while self._questions:
+            request = self._questions.popleft()
+            if request.decision.done():
+                continue
+            self._asked = request
+            self.console.print(Text(f"\n{request.tool_name} asks to run:", style="bold"))
+            self.console.print(permission_details(request.tool_name, request.input, self.workdir))
+            return
+
+    def answer(self, decision: Decision) -> bool:
+        """Answer the question being asked; True when there was one."""
+        request = self._asked
+        if request is None:
+            return False
+        request.decide(decision)
+        label = {"allow": "allowed once", "always": "allowed always", "deny": "denied"}[decision]
+        self.console.print(Text(f"{request.summary}: {label}", style="dim"))
+        self._asked = None
+        self._next_question()
+        return True
+
+    # -- the live area -------------------------------------------------------------------------
+
+    def __rich__(self) -> RenderableType:
+        parts: list[RenderableType] = []
+        if self._thinking:
+            parts.append(Text(f"thinking… ({self._thinking} characters)", style="dim italic"))
+        if self._tail.strip():
+            lines = self._tail.splitlines()
+            room = max(self.console.height - 8, 3)
+            if len(lines) > room:  # a long code block in progress: its last lines
+                parts.append(Text("\n".join(lines[-room:])))
+            else:
+                parts.append(Markdown(self._tail))
+        for row in self.rows.values():
+            if not row.final:
+                label = WAITING_LABELS.get(row.state, row.state)
+                parts.append(Spinner("dots", Text(f"{row.summary or row.name}  ({label})")))
+        if self._asked is not None and not self._asked.decision.done():
+            parts.append(
+                Text.assemble(
+                    ("Allow ", "bold"),
+                    (self._asked.summary, "bold cyan"),
+                    ("?  [y] once  [a] always  [n] deny  (Esc interrupts)", "bold"),
+                )
+            )
+        elif not parts:
+            parts.append(Spinner("dots", Text("working…  (Esc interrupts)", style="dim")))
+        status = self.status()
+        if status:
+            parts.append(Text(status, style="reverse", no_wrap=True, overflow="ellipsis"))
+        return Group(*parts)

@@ -1,0 +1,227 @@
+"""The interactive REPL as a person uses it: the real program in tmux against the fake LLM.
+
+Keys go in with ``send-keys``; what the person sees comes back with ``capture-pane``. Every
+wait is on screen content, bounded by a deadline; a failed wait keeps its captures as an
+artefact file and prints the path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drover.testing.server import FakeLLMServer
+
+from .helpers import base_args, clean_env, run_drover
+from .tmux_screen import Screen, tmux_available
+
+pytestmark = pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
+
+PROMPT = "›"
+
+
+@pytest.fixture
+def screens() -> Iterator[list[Screen]]:
+    opened: list[Screen] = []
+    yield opened
+    for screen in opened:
+        # pytest shows this output only when the test failed: where its screens are kept.
+        print(f"screen captures kept in {screen.save('final')}")
+        screen.close()
+
+
+def open_repl(
+    screens: list[Screen],
+    server: FakeLLMServer,
+    tmp_path: Path,
+    *extra: str,
+    mode: str = "ask",
+    width: int = 80,
+    **env: str,
+) -> Screen:
+    args = base_args(server, tmp_path)
+    args[args.index("allow")] = mode
+    artefacts = tmp_path / "screens"
+    artefacts.mkdir(exist_ok=True)
+    environment = clean_env(
+        ANTHROPIC_API_KEY="test",
+        TERM="xterm-256color",
+        LANG="C.UTF-8",
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        **env,
+    )
+    screen = Screen([*args, *extra], env=environment, artefacts=artefacts, width=width)
+    screens.append(screen)
+    screen.wait_for(PROMPT, after="Ctrl-D leaves")
+    return screen
+
+
+def flat(screen: str) -> str:
+    """The screen's text with line breaks and runs of spaces as one space (rich wraps)."""
+    return " ".join(screen.split())
+
+
+def sent(server: FakeLLMServer, index: int = -1) -> str:
+    return json.dumps(server.requests[index].body)
+
+
+def test_a_tool_turn_asks_with_a_diff_and_renders_markdown(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    edit = {"path": "a.txt", "old_string": "world", "new_string": "there"}
+    fake_llm.script(
+        {"text": "Editing.", "tool_calls": [{"name": "edit_file", "input": edit}]},
+        {"text": "Changed **one** line:\n\n- `a.txt`\n", "usage": {"input_tokens": 1500}},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("edit a")
+    asked = screen.wait_for("[y] once")
+    assert "-world" in asked and "+there" in asked  # the diff, before the answer
+    assert (tmp_path / "a.txt").read_text() == "hello\nworld\n"
+    screen.keys("y")
+    done = screen.wait_for("• a.txt", after="allowed once")
+    assert "✓ edit_file: a.txt  [done]" in done
+    assert "**one**" not in done and "Changed one line:" in done  # markdown, not raw
+    status = screen.wait_for(PROMPT, after="• a.txt")
+    assert "anthropic:test │" in status and "tokens" in status and "context left" in status
+    assert (tmp_path / "a.txt").read_text() == "hello\nthere\n"
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_esc_during_a_running_bash_call_interrupts_and_the_next_message_resumes(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    command = "touch started && sleep 60 && touch finished"
+    fake_llm.script(
+        {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+        {"text": "Resumed after the interruption."},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path, mode="allow")
+    screen.type("run it")
+    screen.wait_for("(running)")
+    screen.keys("Escape")
+    shown = flat(screen.wait_for("The next message resumes it"))
+    assert "interrupted during a tool call" in shown
+    # bash has side effects: cut off while running, its outcome is unknown
+    assert "[interrupted, outcome unknown]" in shown
+    assert "kept 3 messages, 1 tool call (1 with results)" in shown
+    screen.wait_for(PROMPT, after="The next message resumes it")
+    screen.type("go on")
+    screen.wait_for("Resumed after the interruption.")
+    request = sent(fake_llm)
+    assert "go on" in request and "interrupted" in request and command in request
+    assert (tmp_path / "started").exists() and not (tmp_path / "finished").exists()
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_parallel_calls_ask_one_at_a_time(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    calls = [
+        {"name": "write_file", "input": {"path": "one.txt", "content": "first\n"}},
+        {"name": "write_file", "input": {"path": "two.txt", "content": "second\n"}},
+    ]
+    fake_llm.script({"tool_calls": calls}, {"text": "One written, one refused."})
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("write both")
+    first = screen.wait_for("[y] once")
+    assert first.count("[y] once") == 1  # one question at a time
+    assert "one.txt" in first.rsplit("asks to run", 1)[1]
+    screen.keys("y")
+    second = screen.wait_for("[y] once", after="allowed once")
+    assert "two.txt" in second.rsplit("asks to run", 1)[1]
+    screen.keys("n")
+    end = screen.wait_for("One written, one refused.")
+    assert "[denied]" in end and "[done]" in end
+    assert (tmp_path / "one.txt").exists() and not (tmp_path / "two.txt").exists()
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_esc_at_a_permission_prompt_keeps_the_work_and_ctrl_c_twice_quits(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    write = {"name": "write_file", "input": {"path": "x.txt", "content": "x"}}
+    fake_llm.script({"text": "Writing x.", "tool_calls": [write]})
+    screen = open_repl(screens, fake_llm, tmp_path, "--session", "s1")
+    screen.type("write x")
+    screen.wait_for("[y] once")
+    screen.keys("C-c")
+    screen.wait_for("interrupted during a permission question")
+    screen.wait_for(PROMPT, after="The next message resumes it")
+    screen.keys("C-c")
+    screen.wait_for("Ctrl-C again to leave")
+    screen.keys("C-c")
+    assert screen.exit_status() == 0
+    assert not (tmp_path / "x.txt").exists()
+    shown = run_drover(["show", "s1", "--db", str(tmp_path / "journal.db")])
+    assert "turn 1: interrupted" in shown.stdout and "Writing x." in shown.stdout
+
+
+def test_model_switch_keeps_the_pending_work(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    read = {"name": "read_file", "input": {"path": "notes.txt"}}
+    fake_llm.script({"tool_calls": [read]}, {"text": "The other model read the notes."})
+    screen = open_repl(screens, fake_llm, tmp_path, "--max-turns", "1")
+    screen.type("read the notes")
+    screen.wait_for("turn incomplete (max_turns)")
+    screen.wait_for(PROMPT, after="turn incomplete")
+    screen.type("/model anthropic:other-model")
+    switched = flat(screen.wait_for(PROMPT, after="now using anthropic:other-model"))
+    assert "the unfinished work (3 messages) is kept" in switched
+    screen.type("/pending")
+    screen.wait_for("calls: read_file")
+    screen.type("continue")
+    screen.wait_for("The other model read the notes.")
+    body = fake_llm.requests[-1].body
+    assert body["model"] == "other-model"
+    assert "the notes" in json.dumps(body) and "continue" in json.dumps(body)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_resume_opens_a_stored_session_with_its_transcript(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    fake_llm.script({"text": "The first answer."}, {"text": "The second answer."})
+    first = run_drover(["-p", "first question", "--session", "s1", *base_args(fake_llm, tmp_path)])
+    assert first.returncode == 0, first.stderr
+    screen = open_repl(screens, fake_llm, tmp_path, "--resume", "s1")
+    shown = screen.wait_for(PROMPT, after="Ctrl-D leaves")
+    assert "› first question" in shown and "The first answer." in shown
+    screen.type("second question")
+    screen.wait_for("The second answer.")
+    request = sent(fake_llm)
+    assert "first question" in request and "The first answer." in request
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_a_prompt_on_the_command_line_is_sent_first_and_works_narrow_without_colour(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    fake_llm.script({"text": "A first answer that is long enough to wrap in a narrow pane."})
+    screen = open_repl(screens, fake_llm, tmp_path, "hello there", width=40, NO_COLOR="1")
+    shown = screen.wait_for("narrow pane.")
+    assert "› hello there" in shown
+    assert all(len(line) <= 40 for line in shown.splitlines())
+    screen.type("/model nope:x")  # an error line: red, when colour is on
+    screen.wait_for(PROMPT, after="unknown provider")
+    coloured = screen._tmux("capture-pane", "-p", "-e")
+    # No colour under NO_COLOR (bold and reverse video stay; 39/49 reset to the defaults).
+    assert not re.search(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])[;m]", coloured)
+    screen.resize(100, 24)
+    screen.type("/tokens")
+    tokens = screen.wait_for("the divisor")
+    assert "calibration ratio" in tokens and "used in this session" in tokens
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
