@@ -113,7 +113,7 @@ def test_esc_during_a_running_bash_call_interrupts_and_the_next_message_resumes(
     assert "kept 3 messages, 1 tool call (1 with results)" in shown
     screen.wait_for(PROMPT, after="The next message resumes it")
     screen.type("go on")
-    screen.wait_for("Resumed after the interruption.")
+    screen.wait_for(PROMPT, after="Resumed after the interruption.")
     request = sent(fake_llm)
     assert "go on" in request and "interrupted" in request and command in request
     assert (tmp_path / "started").exists() and not (tmp_path / "finished").exists()
@@ -138,7 +138,7 @@ def test_parallel_calls_ask_one_at_a_time(
     second = screen.wait_for("[y] once", after="allowed once")
     assert "two.txt" in second.rsplit("asks to run", 1)[1]
     screen.keys("n")
-    end = screen.wait_for("One written, one refused.")
+    end = screen.wait_for(PROMPT, after="One written, one refused.")
     assert "[denied]" in end and "[done]" in end
     assert (tmp_path / "one.txt").exists() and not (tmp_path / "two.txt").exists()
     screen.keys("C-d")
@@ -181,7 +181,7 @@ def test_model_switch_keeps_the_pending_work(
     screen.type("/pending")
     screen.wait_for("calls: read_file")
     screen.type("continue")
-    screen.wait_for("The other model read the notes.")
+    screen.wait_for(PROMPT, after="The other model read the notes.")
     body = fake_llm.requests[-1].body
     assert body["model"] == "other-model"
     assert "the notes" in json.dumps(body) and "continue" in json.dumps(body)
@@ -199,7 +199,7 @@ def test_resume_opens_a_stored_session_with_its_transcript(
     shown = screen.wait_for(PROMPT, after="Ctrl-D leaves")
     assert "› first question" in shown and "The first answer." in shown
     screen.type("second question")
-    screen.wait_for("The second answer.")
+    screen.wait_for(PROMPT, after="The second answer.")
     request = sent(fake_llm)
     assert "first question" in request and "The first answer." in request
     screen.keys("C-d")
@@ -211,7 +211,7 @@ def test_a_prompt_on_the_command_line_is_sent_first_and_works_narrow_without_col
 ) -> None:
     fake_llm.script({"text": "A first answer that is long enough to wrap in a narrow pane."})
     screen = open_repl(screens, fake_llm, tmp_path, "hello there", width=40, NO_COLOR="1")
-    shown = screen.wait_for("narrow pane.")
+    shown = screen.wait_for(PROMPT, after="narrow pane.")
     assert "› hello there" in shown
     assert all(len(line) <= 40 for line in shown.splitlines())
     screen.type("/model nope:x")  # an error line: red, when colour is on
@@ -221,7 +221,34 @@ def test_a_prompt_on_the_command_line_is_sent_first_and_works_narrow_without_col
     assert not re.search(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])[;m]", coloured)
     screen.resize(100, 24)
     screen.type("/tokens")
-    tokens = screen.wait_for("the divisor")
+    tokens = screen.wait_for(PROMPT, after="the divisor")
     assert "calibration ratio" in tokens and "used in this session" in tokens
+    # Laid out for the new width: the first line of /tokens (~70 columns) is no longer cut.
+    lines = tokens.rsplit("/tokens", 1)[1].splitlines()
+    assert any(line.startswith("context: estimated") and line.endswith("left") for line in lines)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_clear_sessions_and_resume_another_session(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    fake_llm.script({"text": "Answer in session A."}, {"text": "Answer in session A again."})
+    screen = open_repl(screens, fake_llm, tmp_path, "--session", "session-a")
+    screen.type("question for A")
+    screen.wait_for(PROMPT, after="Answer in session A.")
+    screen.type("/clear")
+    cleared = screen.wait_for(PROMPT, after="the previous one stays stored")
+    new_id = cleared.rsplit("new session ", 1)[1].split()[0]
+    screen.type("/sessions")
+    listed = screen.wait_for(PROMPT, after="› /sessions").rsplit("› /sessions", 1)[1]
+    assert f"* {new_id}" in listed and "  session-a" in listed
+    screen.type("/resume session-a")
+    screen.wait_count("drover — session session-a", 2)  # the start-up one, then this one
+    resumed = screen.wait_for(PROMPT, after="drover — session session-a")
+    assert "› question for A" in resumed.rsplit("/resume session-a", 1)[1]
+    screen.type("again")
+    screen.wait_for(PROMPT, after="Answer in session A again.")
+    assert "question for A" in sent(fake_llm)
     screen.keys("C-d")
     assert screen.exit_status() == 0

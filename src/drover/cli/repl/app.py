@@ -76,6 +76,7 @@ class _TurnKeysHandler:
         self.console = console
         self.phase: str | None = None
         self.quit = False
+        self.typed: list[str] = []
 
     def key(self, name: str) -> None:
         if name in ("escape", "c-c"):
@@ -84,13 +85,17 @@ class _TurnKeysHandler:
                 self.console.print(Text("leaving once the interrupted turn is recorded…"))
             self.interrupt()
             return
-        decision = {"y": "allow", "a": "always", "n": "deny"}.get(name.lower())
-        if decision == "allow":
-            self.view.answer("allow")
-        elif decision == "always":
-            self.view.answer("always")
-        elif decision == "deny":
-            self.view.answer("deny")
+        if self.view.question is not None:
+            decision = {"y": "allow", "a": "always", "n": "deny"}.get(name.lower())
+            if decision == "allow":
+                self.view.answer("allow")
+            elif decision == "always":
+                self.view.answer("always")
+            elif decision == "deny":
+                self.view.answer("deny")
+        elif name.isprintable():
+            # Typed ahead while the turn runs: it starts the next prompt's line.
+            self.typed.append(name)
 
     def interrupt(self) -> None:
         if self.phase is not None or self.task.done():
@@ -111,9 +116,15 @@ class Repl:
         self.session = session
         self.console = console
         self.account = TokenAccount(prices=load_prices(prices_path()))
+        # The bash sandbox, once the runtime has one (``SandboxStatus``): its short label.
+        sandbox = getattr(runtime, "sandbox", None)
         self.sandbox: str | None = None
+        if sandbox is not None:
+            active = bool(getattr(sandbox, "active", True)) or sandbox.mode == "off"
+            self.sandbox = str(sandbox.label()) + ("" if active else " (unavailable)")
         self._prompt: PromptSession[str] | None = None
         self._ctrl_c_armed = False
+        self._typed_ahead = ""
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -142,6 +153,9 @@ class Repl:
         self.console.print(
             Text(f"drover — session {self.session.id} in {self.runtime.workdir}", style="bold")
         )
+        sandbox = getattr(self.runtime, "sandbox", None)
+        if sandbox is not None:
+            self.console.print(Text(str(sandbox.describe()), style="dim"))
         pending = self.session.pending
         if pending:
             self.console.print(
@@ -190,7 +204,10 @@ class Repl:
             )
         while True:
             try:
-                line = await self._prompt.prompt_async("› ", bottom_toolbar=self.status)
+                typed, self._typed_ahead = self._typed_ahead, ""
+                line = await self._prompt.prompt_async(
+                    "› ", bottom_toolbar=self.status, default=typed
+                )
             except KeyboardInterrupt:
                 if self._ctrl_c_armed:
                     return None
@@ -242,6 +259,7 @@ class Repl:
         view.settle(await self._journal_states(view.turn_id))
         self._report_end(view, handler)
         self._ctrl_c_armed = handler.quit
+        self._typed_ahead = "".join(handler.typed)
         return handler.quit
 
     async def _journal_states(self, turn_id: str) -> dict[str, tuple[ToolState, bool, str | None]]:
