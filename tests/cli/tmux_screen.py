@@ -33,7 +33,7 @@ class Screen:
         artefacts: Path,
         width: int = 80,
         height: int = 24,
-        timeout: float = 30,
+        timeout: float = 60,
     ) -> None:
         self.socket = artefacts / "tmux.sock"
         self.artefacts = artefacts
