@@ -252,3 +252,26 @@ def test_clear_sessions_and_resume_another_session(
     assert "question for A" in sent(fake_llm)
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_a_multi_line_paste_is_one_message_and_history_outlives_the_process(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    fake_llm.script({"text": "Got both lines."})
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen._tmux("set-buffer", "first pasted line\nsecond pasted line")
+    screen._tmux("paste-buffer", "-p")  # bracketed, as a terminal pastes
+    screen.wait_for("second pasted line")
+    assert not fake_llm.requests  # the newline inside the paste did not send it
+    screen.keys("Enter")
+    screen.wait_for(PROMPT, after="Got both lines.")
+    assert "first pasted line\\nsecond pasted line" in sent(fake_llm)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+    screen.close()
+    again = open_repl(screens, fake_llm, tmp_path)
+    again.keys("Up")  # the history of the previous process
+    assert "second pasted line" in again.wait_for("first pasted line", after="Ctrl-D leaves")
+    again.keys("C-c")
+    again.keys("C-c")
+    assert again.exit_status() == 0

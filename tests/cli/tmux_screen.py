@@ -40,6 +40,7 @@ class Screen:
         self.timeout = timeout
         self.captures: list[str] = []
         self.exit_file = artefacts / "exit-status"
+        self.exit_file.unlink(missing_ok=True)  # a previous program's, in the same test
         command = " ".join(shlex.quote(part) for part in [*DROVER, *args])
         # The exit status outlives the pane: the shell writes it, then the pane closes.
         script = f"{command}; echo $? > {shlex.quote(str(self.exit_file))}"
