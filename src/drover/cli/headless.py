@@ -52,15 +52,19 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 class _Terminal:
-    """Remembers the terminal event of the turn, whatever path ended it."""
+    """Remembers the terminal event of the turn, whatever path ended it; says ``note`` once
+    the turn has really begun (not when it is refused, e.g. the session is busy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, note: str | None = None) -> None:
         self.event: TerminalEvent | None = None
         self.turn_id = ""
+        self._note = note
 
     async def send(self, event: Event) -> None:
         if isinstance(event, TurnStarted):
             self.turn_id = event.turn_id
+            if self._note:
+                _note(self._note)
         elif isinstance(event, Done | Incomplete | Error):
             self.event = event
 
@@ -109,14 +113,15 @@ async def run_headless(args: argparse.Namespace) -> int:
             if prompt is None:
                 _report_discarded(args.output_format, record.id, dropped)
                 return 0
-        elif prompt is not None and session.pending and args.output_format == "text":
+        note = None
+        if prompt is not None and session.pending and args.output_format == "text":
             count = len(session.pending)
-            _note(
+            note = (
                 f"{_messages(count)} of unfinished work from earlier turns "
                 f"{'goes' if count == 1 else 'go'} before this prompt; --discard-pending drops "
                 f"{'it' if count == 1 else 'them'}"
             )
-        return await _run_turn(runtime, record.id, session, prompt, args)
+        return await _run_turn(runtime, record.id, session, prompt, args, note)
 
 
 async def _run_turn(
@@ -125,10 +130,11 @@ async def _run_turn(
     session: AgentSession,
     prompt: str | None,
     args: argparse.Namespace,
+    note: str | None = None,
 ) -> int:
     ask = stdin_is_terminal() and args.permission_mode == "ask"
     printer = HeadlessPrinter(output_format=args.output_format, lines=StdinLines() if ask else None)
-    terminal = _Terminal()
+    terminal = _Terminal(note)
     loop = asyncio.get_running_loop()
     turn = loop.create_task(runtime.runner.run(session, prompt, [terminal, printer]))
     for sig in (signal.SIGINT, signal.SIGTERM):
