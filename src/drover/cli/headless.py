@@ -81,8 +81,11 @@ def read_stdin_prompt() -> str:
         ) from None
 
 
-def _prompt(args: argparse.Namespace) -> str | None:
-    """The new instruction, or None (resume the unfinished turn / only discard)."""
+def headless_prompt(args: argparse.Namespace) -> str | None:
+    """The new instruction, or None (resume the unfinished turn / only discard).
+
+    Called before the event loop starts: a Ctrl-C while stdin is read then interrupts at once
+    (inside the loop, a blocking read would only see the cancellation once it returned)."""
     if args.resume_turn:
         return None
     prompt: str = args.prompt or ""
@@ -95,8 +98,7 @@ def _prompt(args: argparse.Namespace) -> str | None:
     raise ConfigError("no prompt: give one after -p or on standard input")
 
 
-async def run_headless(args: argparse.Namespace) -> int:
-    prompt = _prompt(args)
+async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with open_runtime(run_options(args)) as runtime:
         opened = await runtime.session(
             session_id=args.session,

@@ -215,9 +215,10 @@ def _dispatch(argv: list[str]) -> int:
 
         return asyncio.run(run_repl(args))
     _check_headless(parser, args)
-    from drover.cli.headless import run_headless
+    from drover.cli.headless import headless_prompt, run_headless
 
-    return asyncio.run(run_headless(args))
+    prompt = headless_prompt(args)
+    return asyncio.run(run_headless(args, prompt))
 
 
 def _run_subcommand(name: str, args: argparse.Namespace) -> int:
