@@ -156,3 +156,26 @@ def test_a_busy_session_is_one_line_for_p_and_the_repl_stays(
         running.communicate(timeout=30)
     assert running.returncode == 130
     assert len(fake_llm.requests) == 1
+
+
+def test_parallel_calls_are_asked_about_one_at_a_time(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    calls = [
+        {"name": "write_file", "input": {"path": name, "content": name}}
+        for name in ("first.txt", "second.txt")
+    ]
+    fake_llm.script({"tool_calls": calls}, {"text": "Wrote one."})
+    term = repl(terminals, fake_llm, tmp_path)
+    term.type("write both")
+    asked = term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    assert "first.txt" in asked and "second.txt" not in asked
+    term.type("y")
+    asked = term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    assert "second.txt" in asked
+    term.type("n")
+    term.expect("Wrote one.")
+    term.expect("› ")
+    assert term.close() == 0
+    assert (tmp_path / "first.txt").read_text() == "first.txt"
+    assert not (tmp_path / "second.txt").exists()
