@@ -41,12 +41,13 @@ from drover.events import (
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 
 
-def silence_stdout() -> None:
-    """Point standard output at /dev/null once its reader has gone (the Python docs' way for
-    a closed pipe), so that no later write, nor the flush at exit, raises again."""
+def point_at_devnull(stream: TextIO | None = None) -> None:
+    """Point standard output (or ``stream``, stderr say) at /dev/null once its reader has gone
+    (the Python docs' way for a closed pipe), so no later write, nor the flush at exit, raises
+    again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
     finally:
         os.close(devnull)
 
@@ -57,8 +58,8 @@ def write(stream: TextIO, text: str) -> bool:
         stream.write(text)
         stream.flush()
     except BrokenPipeError:
-        if stream is sys.stdout:
-            silence_stdout()
+        if stream is sys.stdout or stream is sys.stderr:
+            point_at_devnull(stream)
         return False
     return True
 
