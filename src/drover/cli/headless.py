@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import Any
 
-from drover.cli.render import HeadlessPrinter, write
+from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.runtime import RunOptions, Runtime, open_runtime
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import ConfigError
@@ -52,19 +52,15 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 class _Terminal:
-    """Remembers the terminal event of the turn, whatever path ended it; says ``note`` once
-    the turn has really begun (not when it is refused, e.g. the session is busy)."""
+    """Remembers the terminal event of the turn, whatever path ended it."""
 
-    def __init__(self, note: str | None = None) -> None:
+    def __init__(self) -> None:
         self.event: TerminalEvent | None = None
         self.turn_id = ""
-        self._note = note
 
     async def send(self, event: Event) -> None:
         if isinstance(event, TurnStarted):
             self.turn_id = event.turn_id
-            if self._note:
-                _note(self._note)
         elif isinstance(event, Done | Incomplete | Error):
             self.event = event
 
@@ -116,13 +112,8 @@ async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
                 _report_discarded(args.output_format, record.id, dropped)
                 return 0
         note = None
-        if prompt is not None and session.pending and args.output_format == "text":
-            count = len(session.pending)
-            note = (
-                f"{_messages(count)} of unfinished work from earlier turns "
-                f"{'goes' if count == 1 else 'go'} before this prompt; --discard-pending drops "
-                f"{'it' if count == 1 else 'them'}"
-            )
+        if prompt is not None and args.output_format == "text":
+            note = pending_note(len(session.pending), "--discard-pending")
         return await _run_turn(runtime, record.id, session, prompt, args, note)
 
 
@@ -135,8 +126,10 @@ async def _run_turn(
     note: str | None = None,
 ) -> int:
     ask = stdin_is_terminal() and args.permission_mode == "ask"
-    printer = HeadlessPrinter(output_format=args.output_format, lines=StdinLines() if ask else None)
-    terminal = _Terminal(note)
+    printer = HeadlessPrinter(
+        output_format=args.output_format, lines=StdinLines() if ask else None, preamble=note
+    )
+    terminal = _Terminal()
     loop = asyncio.get_running_loop()
     turn = loop.create_task(runtime.runner.run(session, prompt, [terminal, printer]))
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,10 +175,6 @@ async def _run_turn(
             f"--session {session_id} (or add --resume-turn) to resume"
         )
     return EXIT_CODES[status]
-
-
-def _messages(count: int) -> str:
-    return f"{count} message{'' if count == 1 else 's'}"
 
 
 def _report_discarded(output_format: str, session_id: str, dropped: int) -> None:

@@ -35,6 +35,7 @@ from drover.events import (
     TextDelta,
     ToolDone,
     ToolStart,
+    TurnStarted,
     event_to_dict,
 )
 
@@ -64,6 +65,17 @@ def write(stream: TextIO, text: str) -> bool:
     return True
 
 
+def pending_note(count: int, flag: str, new: str = "prompt") -> str | None:
+    """What to say when ``count`` messages of earlier unfinished work go before a new one."""
+    if not count:
+        return None
+    one = count == 1
+    return (
+        f"{count} message{'' if one else 's'} of unfinished work from earlier turns "
+        f"{'goes' if one else 'go'} before this {new}; {flag} drops {'it' if one else 'them'}"
+    )
+
+
 def _decision(answer: bytes) -> Decision:
     text = answer.decode(errors="replace").strip().lower()
     if text in ("a", "always"):
@@ -84,6 +96,8 @@ class HeadlessPrinter:
 
     output_format: OutputFormat
     lines: StdinLines | None = None
+    #: Said on stderr once the turn has begun (not when it is refused before, e.g. busy).
+    preamble: str | None = None
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     _live_text: bool = False
@@ -99,6 +113,8 @@ class HeadlessPrinter:
     async def send(self, event: Event) -> None:
         if isinstance(event, PermissionRequest):
             self._answer(event)
+        elif isinstance(event, TurnStarted) and self.preamble:
+            self._line(self.err, self.preamble)
         if self.output_format == "stream-json":
             self._line(self.out, json.dumps(event_to_dict(event), ensure_ascii=False))
             return
