@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 
 from drover.testing.server import FakeLLMServer
 
-from .helpers import Terminal, base_args, clean_env
+from .helpers import DROVER, Terminal, base_args, clean_env, run_drover
 
 WRITE = {"tool_calls": [{"name": "write_file", "input": {"path": "x.txt", "content": "x"}}]}
 
@@ -118,3 +120,64 @@ def test_ctrl_c_at_a_headless_permission_prompt_leaves_no_reader_behind(
     assert term.proc.wait(timeout=term.timeout) == 130
     assert "Traceback" not in said and "Fatal" not in said
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_busy_session_is_one_line_for_p_and_the_repl_stays(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    fake_llm.script({"text": "Working on it slowly", "stall_after": 4})
+    base = base_args(fake_llm, tmp_path)
+    env = clean_env(ANTHROPIC_API_KEY="test")
+    running = subprocess.Popen(
+        [*DROVER, "-p", "long job", "--session", "s", "--output-format", "stream-json", *base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert running.stdout is not None
+        for line in running.stdout:  # the turn is running once its text streams
+            if json.loads(line)["type"] == "text_delta":
+                break
+        second = run_drover(["-p", "another", "--session", "s", *base])
+        assert second.returncode == 1
+        assert second.stderr.startswith("drover: error: session s is busy: ")
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+
+        term = repl(terminals, fake_llm, tmp_path, "--session", "s")
+        term.type("another")
+        said = term.expect("› ")
+        assert "session s is busy" in said and "Traceback" not in said
+        term.type("/session")
+        term.expect("s\r\n")
+        assert term.close() == 0
+    finally:
+        running.send_signal(signal.SIGINT)
+        running.communicate(timeout=30)
+    assert running.returncode == 130
+    assert len(fake_llm.requests) == 1
+
+
+def test_parallel_calls_are_asked_about_one_at_a_time(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    calls = [
+        {"name": "write_file", "input": {"path": name, "content": name}}
+        for name in ("first.txt", "second.txt")
+    ]
+    fake_llm.script({"tool_calls": calls}, {"text": "Wrote one."})
+    term = repl(terminals, fake_llm, tmp_path)
+    term.type("write both")
+    asked = term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    assert "first.txt" in asked and "second.txt" not in asked
+    term.type("y")
+    asked = term.expect("Allow? [y]es / [a]lways for this tool / [N]o: ")
+    assert "second.txt" in asked
+    term.type("n")
+    term.expect("Wrote one.")
+    term.expect("› ")
+    assert term.close() == 0
+    assert (tmp_path / "first.txt").read_text() == "first.txt"
+    assert not (tmp_path / "second.txt").exists()

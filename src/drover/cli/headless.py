@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import Any
 
-from drover.cli.render import HeadlessPrinter, write
+from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.runtime import RunOptions, Runtime, open_runtime
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import ConfigError
@@ -77,8 +77,11 @@ def read_stdin_prompt() -> str:
         ) from None
 
 
-def _prompt(args: argparse.Namespace) -> str | None:
-    """The new instruction, or None (resume the unfinished turn / only discard)."""
+def headless_prompt(args: argparse.Namespace) -> str | None:
+    """The new instruction, or None (resume the unfinished turn / only discard).
+
+    Called before the event loop starts: a Ctrl-C while stdin is read then interrupts at once
+    (inside the loop, a blocking read would only see the cancellation once it returned)."""
     if args.resume_turn:
         return None
     prompt: str = args.prompt or ""
@@ -91,8 +94,7 @@ def _prompt(args: argparse.Namespace) -> str | None:
     raise ConfigError("no prompt: give one after -p or on standard input")
 
 
-async def run_headless(args: argparse.Namespace) -> int:
-    prompt = _prompt(args)
+async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with open_runtime(run_options(args)) as runtime:
         opened = await runtime.session(
             session_id=args.session,
@@ -109,14 +111,10 @@ async def run_headless(args: argparse.Namespace) -> int:
             if prompt is None:
                 _report_discarded(args.output_format, record.id, dropped)
                 return 0
-        elif prompt is not None and session.pending and args.output_format == "text":
-            count = len(session.pending)
-            _note(
-                f"{_messages(count)} of unfinished work from earlier turns "
-                f"{'goes' if count == 1 else 'go'} before this prompt; --discard-pending drops "
-                f"{'it' if count == 1 else 'them'}"
-            )
-        return await _run_turn(runtime, record.id, session, prompt, args)
+        note = None
+        if prompt is not None and args.output_format == "text":
+            note = pending_note(len(session.pending), "--discard-pending")
+        return await _run_turn(runtime, record.id, session, prompt, args, note)
 
 
 async def _run_turn(
@@ -125,9 +123,12 @@ async def _run_turn(
     session: AgentSession,
     prompt: str | None,
     args: argparse.Namespace,
+    note: str | None = None,
 ) -> int:
     ask = stdin_is_terminal() and args.permission_mode == "ask"
-    printer = HeadlessPrinter(output_format=args.output_format, lines=StdinLines() if ask else None)
+    printer = HeadlessPrinter(
+        output_format=args.output_format, lines=StdinLines() if ask else None, preamble=note
+    )
     terminal = _Terminal()
     loop = asyncio.get_running_loop()
     turn = loop.create_task(runtime.runner.run(session, prompt, [terminal, printer]))
@@ -174,10 +175,6 @@ async def _run_turn(
             f"--session {session_id} (or add --resume-turn) to resume"
         )
     return EXIT_CODES[status]
-
-
-def _messages(count: int) -> str:
-    return f"{count} message{'' if count == 1 else 's'}"
 
 
 def _report_discarded(output_format: str, session_id: str, dropped: int) -> None:

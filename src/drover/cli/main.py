@@ -172,16 +172,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except DroverError as exc:
-        print(f"drover: error: {exc}", file=sys.stderr)
+        _say(f"drover: error: {exc}")
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("drover: interrupted", file=sys.stderr)
+        _say("drover: interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        from drover.cli.render import silence_stdout
+        from drover.cli.render import point_at_devnull
 
-        silence_stdout()
+        point_at_devnull()
         return EXIT_FAILED
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:  # ``drover … 2>&1 | head -1``: nobody reads stderr either
+        from drover.cli.render import point_at_devnull
+
+        point_at_devnull(sys.stderr)
 
 
 def _check_utf8(argv: list[str]) -> None:
@@ -245,9 +254,10 @@ def _dispatch(argv: list[str]) -> int:
 
         return asyncio.run(run_repl(args))
     _check_headless(parser, args)
-    from drover.cli.headless import run_headless
+    from drover.cli.headless import headless_prompt, run_headless
 
-    return asyncio.run(run_headless(args))
+    prompt = headless_prompt(args)
+    return asyncio.run(run_headless(args, prompt))
 
 
 def _run_subcommand(name: str, args: argparse.Namespace) -> int:

@@ -35,18 +35,20 @@ from drover.events import (
     TextDelta,
     ToolDone,
     ToolStart,
+    TurnStarted,
     event_to_dict,
 )
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 
 
-def silence_stdout() -> None:
-    """Point standard output at /dev/null once its reader has gone (the Python docs' way for
-    a closed pipe), so that no later write, nor the flush at exit, raises again."""
+def point_at_devnull(stream: TextIO | None = None) -> None:
+    """Point standard output (or ``stream``, stderr say) at /dev/null once its reader has gone
+    (the Python docs' way for a closed pipe), so no later write, nor the flush at exit, raises
+    again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
     finally:
         os.close(devnull)
 
@@ -57,10 +59,21 @@ def write(stream: TextIO, text: str) -> bool:
         stream.write(text)
         stream.flush()
     except BrokenPipeError:
-        if stream is sys.stdout:
-            silence_stdout()
+        if stream is sys.stdout or stream is sys.stderr:
+            point_at_devnull(stream)
         return False
     return True
+
+
+def pending_note(count: int, flag: str, new: str = "prompt") -> str | None:
+    """What to say when ``count`` messages of earlier unfinished work go before a new one."""
+    if not count:
+        return None
+    one = count == 1
+    return (
+        f"{count} message{'' if one else 's'} of unfinished work from earlier turns "
+        f"{'goes' if one else 'go'} before this {new}; {flag} drops {'it' if one else 'them'}"
+    )
 
 
 def _decision(answer: bytes) -> Decision:
@@ -83,6 +96,8 @@ class HeadlessPrinter:
 
     output_format: OutputFormat
     lines: StdinLines | None = None
+    #: Said on stderr once the turn has begun (not when it is refused before, e.g. busy).
+    preamble: str | None = None
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     _live_text: bool = False
@@ -98,6 +113,8 @@ class HeadlessPrinter:
     async def send(self, event: Event) -> None:
         if isinstance(event, PermissionRequest):
             self._answer(event)
+        elif isinstance(event, TurnStarted) and self.preamble:
+            self._line(self.err, self.preamble)
         if self.output_format == "stream-json":
             self._line(self.out, json.dumps(event_to_dict(event), ensure_ascii=False))
             return

@@ -16,7 +16,7 @@ import signal
 import sys
 
 from drover.cli.headless import run_options
-from drover.cli.render import HeadlessPrinter
+from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.runtime import Runtime, open_runtime
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import DroverError
@@ -73,22 +73,21 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                     if await _command(line, runtime, session, lines):
                         return 0
                     continue
-                if session.pending:
-                    count = len(session.pending)
-                    print(
-                        f"({_messages(count)} of unfinished work from earlier turns "
-                        f"{'goes' if count == 1 else 'go'} before this message; /discard drops "
-                        f"{'it' if count == 1 else 'them'})"
-                    )
-                await _turn(runtime, session, line, lines)
+                note = pending_note(len(session.pending), "/discard", "message")
+                await _turn(runtime, session, line, lines, note)
             except DroverError as exc:  # a busy session, a journal that failed: stay here
                 print(f"error: {exc}")
 
 
 async def _turn(
-    runtime: Runtime, session: AgentSession, prompt: str | None, lines: StdinLines
+    runtime: Runtime,
+    session: AgentSession,
+    prompt: str | None,
+    lines: StdinLines,
+    note: str | None = None,
 ) -> None:
-    printer = HeadlessPrinter(output_format="text", lines=lines if stdin_is_terminal() else None)
+    asks = lines if stdin_is_terminal() else None
+    printer = HeadlessPrinter(output_format="text", lines=asks, preamble=note)
     loop = asyncio.get_running_loop()
     task = loop.create_task(runtime.runner.run(session, prompt, [printer]))
     loop.add_signal_handler(signal.SIGINT, task.cancel)
