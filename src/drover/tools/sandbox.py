@@ -185,11 +185,21 @@ class SandboxStatus:
         tag = self.mode + ("+net" if self.settings.network else "")
         return tag + ("+writable" if self.settings.writable and self.mode == "workdir" else "")
 
-    def argv(self, command: Sequence[str], workdir: Path) -> list[str]:
-        """``bwrap`` options that run ``command`` sandboxed in ``workdir``."""
+    def argv(
+        self, command: Sequence[str], workdir: Path, *, guard_fd: int | None = None
+    ) -> list[str]:
+        """``bwrap`` options that run ``command`` sandboxed in ``workdir``.
+
+        ``guard_fd``: the read end of a pipe whose write end only drover holds. A watchdog in
+        the sandbox kills every process in it when the pipe reports end-of-file, that is when
+        drover is gone. ``--die-with-parent`` alone leaves a gap: a drover killed while
+        bubblewrap is still setting up orphans the namespace's init before it has asked to
+        die with its parent, and the command then runs on unsupervised.
+        """
         if not self.active or self.bwrap is None:
             raise RuntimeError("argv() of a sandbox that is not active")
-        return [self.bwrap, *_bwrap_options(self.settings, workdir, self.features), *command]
+        inner = list(command) if guard_fd is None else [*_guarded(guard_fd), *command]
+        return [self.bwrap, *_bwrap_options(self.settings, workdir, self.features), *inner]
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         return filtered_env(env)
@@ -233,6 +243,17 @@ def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset
     return args
 
 
+def _guarded(fd: int) -> list[str]:
+    """A shell that starts the watchdog (detached twice, so the command's ``wait`` never waits
+    for it; the namespace's init reaps it), closes the pipe and becomes the command."""
+    fd = int(fd)
+    watchdog = (
+        f"( (read -r _ <&{fd}; kill -KILL -1) </dev/null >/dev/null 2>&1 & ); "
+        f'exec {fd}<&-; exec "$@"'
+    )
+    return ["/bin/bash", "-c", watchdog, "drover-sandbox-guard"]
+
+
 def _hide(path: Path) -> list[str]:
     if path.is_dir():
         return ["--tmpfs", str(path), "--remount-ro", str(path)]
@@ -274,7 +295,9 @@ def probe_sandbox(settings: SandboxSettings) -> SandboxStatus:
     features = _features(bwrap)
     status = SandboxStatus(settings=settings, active=True, bwrap=bwrap, features=features)
     with tempfile.TemporaryDirectory(prefix="drover-sandbox-probe-") as scratch:
-        argv = status.argv(["/bin/sh", "-c", "echo > probe"], Path(scratch))
+        # A write in the private /tmp, and in the workdir when the mode makes it writable.
+        probe = "echo > /tmp/probe" + (" && echo > probe" if settings.mode == "workdir" else "")
+        argv = status.argv(["/bin/sh", "-c", probe], Path(scratch))
         try:
             done = subprocess.run(
                 argv,

@@ -163,7 +163,28 @@ class BashTool:
         Args:
             command: The shell command to run.
         """
-        argv, env = self._command(command, ctx)
+        sandboxed = self._sandboxed()
+        if not sandboxed:
+            return await self._spawn(["/bin/bash", "-c", command], None, (), ctx)
+        if not ctx.workdir.is_dir():
+            raise ToolError(f"cannot start /bin/bash: no working directory {ctx.workdir}")
+        # The guard pipe: its write end lives (close-on-exec) only in this process, so the
+        # sandbox's watchdog sees end-of-file exactly when drover is gone.
+        guard_r, guard_w = os.pipe()
+        try:
+            argv = sandboxed.argv(["/bin/bash", "-c", command], ctx.workdir, guard_fd=guard_r)
+            return await self._spawn(argv, sandboxed.env(), (guard_r,), ctx)
+        finally:
+            os.close(guard_r)
+            os.close(guard_w)
+
+    async def _spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None,
+        pass_fds: tuple[int, ...],
+        ctx: ToolContext,
+    ) -> ToolOutput:
         buffer = OutputBuffer(self.output_limit)
         loop = asyncio.get_running_loop()
         starting = asyncio.ensure_future(
@@ -172,6 +193,7 @@ class BashTool:
                 *argv,
                 cwd=ctx.workdir,
                 env=env,
+                pass_fds=pass_fds,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -209,20 +231,17 @@ class BashTool:
             raise shell.error
         return self._result(buffer, transport.get_returncode(), timed_out, ctx.workdir)
 
-    def _command(self, command: str, ctx: ToolContext) -> tuple[list[str], dict[str, str] | None]:
-        """The argv and environment (None: drover's own) that run ``command``."""
-        shell = ["/bin/bash", "-c", command]
+    def _sandboxed(self) -> SandboxStatus | None:
+        """The active sandbox to run in; None runs unsandboxed (``--sandbox off``)."""
         sandbox = self.sandbox
         if sandbox is None or sandbox.mode == "off":
-            return shell, None
+            return None
         if not sandbox.active:
             raise ToolError(
                 f"bash is disabled: the sandbox is unavailable ({sandbox.reason}). The user "
                 "can restart drover with --sandbox off to run commands unsandboxed."
             )
-        if not ctx.workdir.is_dir():
-            raise ToolError(f"cannot start /bin/bash: no working directory {ctx.workdir}")
-        return sandbox.argv(shell, ctx.workdir), sandbox.env()
+        return sandbox
 
     async def _end_group(self, pgid: int, shell: _ShellProtocol) -> None:
         """SIGTERM the group, wait (bounded) for the shell and the pipe, SIGKILL what is left."""
