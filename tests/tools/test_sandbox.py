@@ -194,3 +194,17 @@ async def test_git_status_in_a_repository_workdir(sandbox: SandboxStatus, workdi
         sandbox, "git add b.txt && git -c user.name=t -c user.email=t@e commit -qm 2", workdir
     )
     assert not out.is_error, out.content
+
+
+async def test_no_capabilities_so_nothing_can_be_remounted_writable(
+    sandbox: SandboxStatus, workdir: Path
+) -> None:
+    out = await run(
+        sandbox,
+        "grep CapEff /proc/self/status; mount -o remount,rw,bind /usr; touch /usr/drover-x; "
+        "unshare -U true && echo nested",
+        workdir,
+    )
+    assert "CapEff:\t0000000000000000" in out.content
+    assert "nested" not in out.content  # no user namespaces inside to regain capabilities
+    assert not exists(Path("/usr/drover-x"))

@@ -8,13 +8,14 @@ bash and every subshell carry the command text; ``exec -a`` names the long sleep
 from __future__ import annotations
 
 import asyncio
+import shlex
 import uuid
 
 import pytest
 
 from drover.tools.base import ToolContext
 from drover.tools.builtin.bash import BashTool
-from drover.tools.sandbox import SandboxStatus
+from drover.tools.sandbox import SandboxStatus, guard_argv, pid_namespace
 
 from .procs import all_dead, pids_with
 
@@ -109,3 +110,35 @@ async def test_cancellation_ends_the_sandbox_and_processes_that_left_the_group(
     with pytest.raises(asyncio.CancelledError):
         await call
     assert await all_dead(seen.pids) == []
+
+
+async def test_the_watchdog_never_fires_in_drovers_own_pid_namespace(
+    sandbox: SandboxStatus, workdir: object
+) -> None:
+    """``kill -KILL -1`` in drover's namespace would hit every process of the user on the
+    machine, so the watchdog refuses to act in the namespace it is told is drover's. Checked
+    inside a sandbox (whose namespace stands in for drover's) so that a broken check could only
+    hurt the sandbox; the command first makes sure it really is in a namespace of its own."""
+    host_ns = pid_namespace()
+    assert host_ns is not None
+    mark = marker()
+    guard = shlex.join(guard_argv(87, "$NS")).replace("'$NS'", '"$NS"')
+    # The check waits (bounded by the tool's timeout) until no watchdog is left, then looks
+    # for the canary; "[(]" keeps the pattern from matching the check's own command line.
+    check = (
+        'while ps -eo args= | grep -q "^/bin/bash -c ( [(]read -r _ <&87;"; do sleep 0.01; done; '
+        'kill -0 "$1" && echo canary-alive'
+    )
+    command = (
+        f'[ "$(readlink /proc/self/ns/pid)" != "{host_ns}" ] || exit 99; '
+        "NS=$(readlink /proc/self/ns/pid); "
+        f"(exec -a {mark} sleep 600) & canary=$!; "
+        # fd 87 at end-of-file at once: the watchdog wakes immediately and decides. (The
+        # sandbox's own watchdog, on drover's guard pipe, reads another fd.)
+        f"{guard} /bin/bash -c {shlex.quote(check)} check $canary 87</dev/null"
+    )
+    out = await BashTool(timeout=30, sandbox=sandbox).run(
+        {"command": command},
+        ToolContext(workdir=workdir),  # type: ignore[arg-type]
+    )
+    assert out.content == "canary-alive\n", out.content

@@ -193,12 +193,17 @@ class SandboxStatus:
         ``guard_fd``: the read end of a pipe whose write end only drover holds. A watchdog in
         the sandbox kills every process in it when the pipe reports end-of-file, that is when
         drover is gone. ``--die-with-parent`` alone leaves a gap: a drover killed while
-        bubblewrap is still setting up orphans the namespace's init before it has asked to
-        die with its parent, and the command then runs on unsupervised.
+        bubblewrap is still setting up can orphan the namespace's init before it has asked to
+        die with its parent, and the command then runs on unsupervised. The watchdog only acts
+        inside a PID namespace other than drover's (see :func:`guard_argv`).
         """
         if not self.active or self.bwrap is None:
             raise RuntimeError("argv() of a sandbox that is not active")
-        inner = list(command) if guard_fd is None else [*_guarded(guard_fd), *command]
+        outside = pid_namespace()
+        if guard_fd is None or outside is None:
+            inner = list(command)
+        else:
+            inner = [*guard_argv(guard_fd, outside), *command]
         return [self.bwrap, *_bwrap_options(self.settings, workdir, self.features), *inner]
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -243,15 +248,29 @@ def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset
     return args
 
 
-def _guarded(fd: int) -> list[str]:
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[INODE]``), or None where /proc cannot tell."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def guard_argv(fd: int, outside: str) -> list[str]:
     """A shell that starts the watchdog (detached twice, so the command's ``wait`` never waits
-    for it; the namespace's init reaps it), closes the pipe and becomes the command."""
+    for it; the namespace's init reaps it), closes the pipe and becomes the command (the
+    arguments after these).
+
+    The watchdog ends everything with ``kill -KILL -1``, which in the PID namespace drover runs
+    in would mean every process the user may signal on the machine. It therefore checks first
+    that its PID namespace is not ``outside`` (drover's) and does nothing if it is.
+    """
     fd = int(fd)
     watchdog = (
-        f"( (read -r _ <&{fd}; kill -KILL -1) </dev/null >/dev/null 2>&1 & ); "
-        f'exec {fd}<&-; exec "$@"'
+        f'( (read -r _ <&{fd}; [ "$(readlink /proc/self/ns/pid)" != "$0" ] && kill -KILL -1) '
+        f'</dev/null >/dev/null 2>&1 & ); exec {fd}<&-; exec "$@"'
     )
-    return ["/bin/bash", "-c", watchdog, "drover-sandbox-guard"]
+    return ["/bin/bash", "-c", watchdog, outside]
 
 
 def _hide(path: Path) -> list[str]:
