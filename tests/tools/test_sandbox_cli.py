@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -55,6 +56,26 @@ def test_headless_commands_run_sandboxed_by_default(
     assert "key=none" in sent
     assert "sk-ant-cli-secret" not in sent
     assert "warning" not in result.stderr
+
+
+def tool_start_sandboxes(db: Path) -> list[str | None]:
+    """The ``sandbox`` of every ``tool_start`` in the journal's event log."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT payload FROM events WHERE type = 'tool_start' ORDER BY seq")
+        return [json.loads(payload).get("sandbox") for (payload,) in rows]
+
+
+def test_the_journal_records_the_sandbox_of_each_call(
+    sandbox: SandboxStatus, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script(bash_call("true"), {"text": "One."})
+    fake_llm.script(bash_call("true"), {"text": "Two."})
+    fake_llm.script(bash_call("true"), {"text": "Three."})
+    base = [*base_args(fake_llm, tmp_path), "--session", "s"]
+    for extra in ([], ["--sandbox", "read-only", "--sandbox-network"], ["--sandbox", "off"]):
+        result = run_drover(["-p", "go", *extra, *base])
+        assert result.returncode == 0, result.stderr
+    assert tool_start_sandboxes(tmp_path / "journal.db") == ["workdir", "read-only+net", "off"]
 
 
 def test_without_bubblewrap_headless_says_so_once_and_refuses_commands(
