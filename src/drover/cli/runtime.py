@@ -26,7 +26,13 @@ from drover.store import open_store
 from drover.store.base import SessionRecord, Store
 from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry, default_registry
-from drover.tools.sandbox import SandboxSettings, SandboxStatus, probe_sandbox, sandbox_settings
+from drover.tools.sandbox import (
+    SandboxSettings,
+    SandboxStatus,
+    probe_sandbox,
+    sandbox_settings,
+)
+from drover.tools.sandbox import require_sandbox as sandbox_required
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,14 +131,18 @@ async def open_runtime(
     tools: ToolRegistry | None = None,
     config: Config | None = None,
     sandbox: SandboxStatus | None = None,
+    require_sandbox: bool = False,
 ) -> AsyncIterator[Runtime]:
-    """Everything a command needs; ``sandbox`` is a status already probed (e.g. by
-    :func:`~drover.tools.sandbox.require_sandbox`), else the settings are probed here."""
+    """Everything a command needs; ``sandbox`` is a status already probed, else the settings
+    are probed here. ``require_sandbox`` (``drover serve``) makes a wanted sandbox that cannot
+    run here a :class:`~drover.errors.ConfigError` instead of a warning; ``--sandbox off``
+    still passes."""
     workdir = resolve_workdir(options.workdir)
     config = config or load_config()
     if sandbox is None:
         settings = resolve_sandbox_settings(options, config, workdir)
-        sandbox = await asyncio.to_thread(probe_sandbox, settings)
+        check = sandbox_required if require_sandbox else probe_sandbox
+        sandbox = await asyncio.to_thread(check, settings)
     model = options.model or config.default_model
     if provider is None:
         provider = create_provider(model, config, base_url=options.base_url)
