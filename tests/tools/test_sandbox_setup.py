@@ -120,6 +120,14 @@ def test_labels_and_containment() -> None:
     assert ro.label() == "read-only" and ro.contained
     assert ro.describe() == "sandbox: read-only (bubblewrap, no network)"
     assert BashTool().sandbox_label == "off" and not BashTool().contained
+    # The model is told what the sandbox allows; unsandboxed, the description is unchanged.
+    assert BashTool(sandbox=ACTIVE).description.endswith(
+        "Commands run in a sandbox: only the working directory and a private /tmp can be "
+        "written, there is no network access, and secret files are hidden."
+    )
+    assert "read-only" not in BashTool(sandbox=ro).description
+    assert "only /tmp (private to the command) can be written" in BashTool(sandbox=ro).description
+    assert "sandbox" not in BashTool().description
 
 
 def test_secret_variables_are_filtered() -> None:

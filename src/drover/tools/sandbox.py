@@ -167,7 +167,7 @@ class SandboxStatus:
         return self.mode == "read-only" or not self.settings.writable
 
     def describe(self) -> str:
-        """One line for start-up lines and status bars, e.g. ``sandbox: workdir, no network``."""
+        """One line for start-up lines, e.g. ``sandbox: workdir (bubblewrap, no network)``."""
         if self.mode == "off":
             return "sandbox: off (commands run with your full rights)"
         if not self.active:
@@ -208,6 +208,18 @@ class SandboxStatus:
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         return filtered_env(env)
+
+    def model_note(self) -> str:
+        """What the model should know before it runs commands here ("" when unsandboxed)."""
+        if not self.active:
+            return ""
+        writes = (
+            "only /tmp (private to the command) can be written"
+            if self.mode == "read-only"
+            else "only the working directory and a private /tmp can be written"
+        )
+        net = "" if self.settings.network else ", there is no network access"
+        return f"Commands run in a sandbox: {writes}{net}, and secret files are hidden."
 
 
 def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset[str]) -> list[str]:

@@ -128,7 +128,8 @@ class BashTool:
 
     @property
     def description(self) -> str:
-        return self._tool.description
+        note = self.sandbox.model_note() if self.sandbox is not None else ""
+        return f"{self._tool.description} {note}" if note else self._tool.description
 
     @property
     def input_schema(self) -> Mapping[str, Any]:
