@@ -58,6 +58,28 @@ def test_headless_commands_run_sandboxed_by_default(
     assert "warning" not in result.stderr
 
 
+def test_permission_mode_sandboxed_runs_contained_commands_without_asking(
+    sandbox: SandboxStatus, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {
+            "tool_calls": [
+                {"name": "bash", "input": {"command": "echo ran > by-bash"}},
+                {"name": "write_file", "input": {"path": "by-write", "content": "x"}},
+            ]
+        },
+        {"text": "Done."},
+    )
+    args = [*base_args(fake_llm, tmp_path), "--permission-mode", "sandboxed"]
+    result = run_drover(["-p", "go", *args])  # the later --permission-mode wins
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "by-bash").read_text() == "ran\n"
+    # write_file is not sandboxed: it needs consent, and there is no terminal to ask.
+    assert not (tmp_path / "by-write").exists()
+    assert "denied write_file" in result.stderr
+    assert "denied bash" not in result.stderr
+
+
 def tool_start_sandboxes(db: Path) -> list[str | None]:
     """The ``sandbox`` of every ``tool_start`` in the journal's event log."""
     with sqlite3.connect(db) as conn:
