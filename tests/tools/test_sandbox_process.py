@@ -15,7 +15,7 @@ import pytest
 
 from drover.tools.base import ToolContext
 from drover.tools.builtin.bash import BashTool
-from drover.tools.sandbox import SandboxStatus, guard_argv, pid_namespace
+from drover.tools.sandbox import PROCESS_LIMIT, SandboxStatus, guard_argv, pid_namespace
 
 from .procs import all_dead, pids_with
 
@@ -142,3 +142,8 @@ async def test_the_watchdog_never_fires_in_drovers_own_pid_namespace(
         ToolContext(workdir=workdir),  # type: ignore[arg-type]
     )
     assert out.content == "canary-alive\n", out.content
+
+
+async def test_commands_run_with_a_process_limit(sandbox: SandboxStatus, ctx: ToolContext) -> None:
+    out = await BashTool(sandbox=sandbox).run({"command": "ulimit -u"}, ctx)
+    assert out.content == f"{PROCESS_LIMIT}\n"

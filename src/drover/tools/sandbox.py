@@ -46,6 +46,10 @@ SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
 #: Size bound of the private ``/tmp`` (bytes): it lives in memory, so a runaway command must
 #: not be able to fill the machine's RAM through it.
 TMP_SIZE = 1 << 30
+#: Processes a sandboxed command may have at once (``ulimit -u``), so a fork bomb cannot use up
+#: the machine's process table before the timeout ends it. The kernel does not apply the limit
+#: to root, whose commands rely on the timeout alone.
+PROCESS_LIMIT = 4096
 #: Seconds the start-up probe may take before bubblewrap is declared unusable.
 PROBE_TIMEOUT = 20.0
 
@@ -270,8 +274,8 @@ def pid_namespace() -> str | None:
 
 def guard_argv(fd: int, outside: str) -> list[str]:
     """A shell that starts the watchdog (detached twice, so the command's ``wait`` never waits
-    for it; the namespace's init reaps it), closes the pipe and becomes the command (the
-    arguments after these).
+    for it; the namespace's init reaps it), closes the pipe, sets :data:`PROCESS_LIMIT` and
+    becomes the command (the arguments after these).
 
     The watchdog ends everything with ``kill -KILL -1``, which in the PID namespace drover runs
     in would mean every process the user may signal on the machine. It therefore checks first
@@ -280,7 +284,8 @@ def guard_argv(fd: int, outside: str) -> list[str]:
     fd = int(fd)
     watchdog = (
         f'( (read -r _ <&{fd}; [ "$(readlink /proc/self/ns/pid)" != "$0" ] && kill -KILL -1) '
-        f'</dev/null >/dev/null 2>&1 & ); exec {fd}<&-; exec "$@"'
+        f"</dev/null >/dev/null 2>&1 & ); exec {fd}<&-; ulimit -u {PROCESS_LIMIT} 2>/dev/null; "
+        'exec "$@"'
     )
     return ["/bin/bash", "-c", watchdog, outside]
 
