@@ -106,6 +106,9 @@ async def test_drovers_own_data_and_credential_stores_are_hidden_by_default(
     hidden = {str(p) for p in sandbox.settings.hidden}
     assert str(Path.home() / ".ssh") in hidden
     assert any(p.endswith("drover") for p in hidden)  # data and config directories
+    assert Path("/etc/shadow") in sandbox.settings.hidden
+    out = await run(sandbox, "cat /etc/shadow", workdir)
+    assert out.is_error and "root:" not in out.content
     ssh = Path.home() / ".ssh"
     if ssh.is_dir() and any(ssh.iterdir()):
         out = await run(sandbox, "ls -A ~/.ssh | wc -l", workdir)

@@ -72,6 +72,9 @@ HOME_SECRETS = (
     ".cargo/credentials.toml",
 )
 
+#: System files holding secrets, hidden too (``/etc/ssh/ssh_host_*_key`` as well).
+SYSTEM_SECRETS = ("shadow", "shadow-", "gshadow", "gshadow-")
+
 # A variable is a secret when its name says so, or its value is a URL with a password.
 _SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE|"
@@ -115,7 +118,8 @@ class SandboxSettings:
 def default_hidden(
     *, home: Path | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[Path, ...]:
-    """drover's own data and config directories, its config file, and credential stores."""
+    """drover's own data and config directories, its config file, credential stores and the
+    system's password hashes and host keys."""
     env = os.environ if env is None else env
     home = home if home is not None else Path.home()
     paths = [
@@ -125,6 +129,9 @@ def default_hidden(
     if env.get("DROVER_CONFIG"):
         paths.append(Path(env["DROVER_CONFIG"]).expanduser())
     paths += [home / name for name in HOME_SECRETS]
+    # Readable when drover runs as root (the sandbox keeps the user's uid).
+    paths += [Path("/etc", name) for name in SYSTEM_SECRETS]
+    paths += sorted(Path("/etc/ssh").glob("ssh_host_*_key"))
     return tuple(paths)
 
 
