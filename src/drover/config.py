@@ -16,6 +16,12 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     [aliases]                                               # short names for --model
     fast = "anthropic:claude-haiku-4-5"
 
+    [sandbox]                                               # where `bash` runs its commands
+    mode = "workdir"                                        # off | workdir | read-only
+    network = false                                         # --sandbox-network
+    writable = ["~/.cache/pip"]                             # extra writable paths
+    hidden = ["~/secrets", "config/prod.env"]               # never readable by commands
+
 Environment: ``DROVER_MODEL``, ``DROVER_CHARS_PER_TOKEN`` (1..32), ``DROVER_MAX_TURNS``,
 ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (both OpenAI protocols) and the API keys
 ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``. Keys come from the environment only: the file may
@@ -67,7 +73,10 @@ _FILE_KEYS = (
     "context_limit",
     "max_turns",
     "redact_patterns",
+    "sandbox",
 )
+SANDBOX_MODES = ("off", "workdir", "read-only")
+_SANDBOX_KEYS = ("mode", "network", "writable", "hidden")
 
 
 def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
@@ -99,6 +108,12 @@ class Config:
     context_limit: int = 200_000
     max_turns: int = 25
     redact_patterns: list[str] = field(default_factory=list)
+    #: ``[sandbox]``: how ``bash`` is sandboxed (flags ``--sandbox``/``--sandbox-network`` win).
+    sandbox_mode: str = "workdir"
+    sandbox_network: bool = False
+    #: Extra writable and hidden paths, as written (``~`` and relative paths resolved later).
+    sandbox_writable: list[str] = field(default_factory=list)
+    sandbox_hidden: list[str] = field(default_factory=list)
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -234,6 +249,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
             out[name] = _positive_int(data[name], where, name)
     if "redact_patterns" in data:
         out["redact_patterns"] = _patterns(data["redact_patterns"], where)
+    if "sandbox" in data:
+        out.update(_sandbox(data["sandbox"], where))
     return out, dict.fromkeys(out, where)
 
 
@@ -364,3 +381,29 @@ def _patterns(value: object, where: str) -> list[str]:
                 f"{where}: redact_patterns: {pattern!r} is not a valid regular expression ({exc})"
             ) from None
     return list(value)
+
+
+def _sandbox(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [sandbox] must be a table (mode, network, writable, hidden)")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _SANDBOX_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'sandbox.{key}' (expected {', '.join(_SANDBOX_KEYS)})"
+            )
+        if key == "mode":
+            if item not in SANDBOX_MODES:
+                raise ConfigError(
+                    f"{where}: sandbox.mode must be one of {', '.join(SANDBOX_MODES)}, got {item!r}"
+                )
+            out["sandbox_mode"] = item
+        elif key == "network":
+            if not isinstance(item, bool):
+                raise ConfigError(f"{where}: sandbox.network must be true or false")
+            out["sandbox_network"] = item
+        else:
+            if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
+                raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")
+            out[f"sandbox_{key}"] = list(item)
+    return out

@@ -89,6 +89,7 @@ def test_a_tool_turn_asks_with_a_diff_and_renders_markdown(
     assert "**one**" not in done and "Changed one line:" in done  # markdown, not raw
     status = screen.wait_for(PROMPT, after="• a.txt")
     assert "anthropic:test │" in status and "tokens" in status and "context left" in status
+    assert "sandbox: " in status  # the start-up line says where bash runs its commands
     assert (tmp_path / "a.txt").read_text() == "hello\nthere\n"
     screen.keys("C-d")
     assert screen.exit_status() == 0

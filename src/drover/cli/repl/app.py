@@ -116,12 +116,8 @@ class Repl:
         self.session = session
         self.console = console
         self.account = TokenAccount(prices=load_prices(prices_path()))
-        # The bash sandbox, once the runtime has one (``SandboxStatus``): its short label.
-        sandbox = getattr(runtime, "sandbox", None)
-        self.sandbox: str | None = None
-        if sandbox is not None:
-            active = bool(getattr(sandbox, "active", True)) or sandbox.mode == "off"
-            self.sandbox = str(sandbox.label()) + ("" if active else " (unavailable)")
+        # Where bash runs its commands: "workdir", "read-only+net", "off", "unavailable"…
+        self.sandbox = runtime.sandbox.label()
         self._prompt: PromptSession[str] | None = None
         self._ctrl_c_armed = False
         self._typed_ahead = ""
@@ -153,9 +149,9 @@ class Repl:
         self.console.print(
             Text(f"drover — session {self.session.id} in {self.runtime.workdir}", style="bold")
         )
-        sandbox = getattr(self.runtime, "sandbox", None)
-        if sandbox is not None:
-            self.console.print(Text(str(sandbox.describe()), style="dim"))
+        sandbox = self.runtime.sandbox
+        style = "yellow" if sandbox.unavailable else "dim"
+        self.console.print(Text(sandbox.describe(), style=style))
         pending = self.session.pending
         if pending:
             self.console.print(
