@@ -138,13 +138,17 @@ def test_one_spinner_per_call_matched_by_call_index(tmp_path: Path) -> None:
     assert screen.live().count("(writing input)") == 2
     view.handle(state("a", 0, "bash", "running", input={"command": "make"}))
     view.handle(state("b", 1, "bash", "running", input={"command": "pytest"}))
-    view.handle(ToolStart(call_index=1, id="b", name="bash", input_summary="bash: pytest -q"))
+    view.handle(
+        ToolStart(
+            call_index=1, id="b", name="bash", input_summary="bash: pytest -q", sandbox="workdir"
+        )
+    )
     live = screen.live()
     assert "bash: make  (running)" in live and "bash: pytest -q  (running)" in live
     # The second call ends first: its row is final, the first still spins.
     view.handle(state("b", 1, "bash", "output-available", output="5 passed\nmore"))
     view.handle(ToolDone(call_index=1, id="b", name="bash", is_error=False, output_summary="ok"))
-    assert "✓ bash: pytest -q  [done]  5 passed…" in screen.printed()
+    assert "✓ bash: pytest -q  [done] (sandbox workdir)  5 passed…" in screen.printed()
     assert "bash: make  (running)" in screen.live() and "pytest" not in screen.live()
     view.handle(state("a", 0, "bash", "output-error", output="exit 2", is_error=True))
     assert "✗ bash: make  [error]  exit 2" in screen.printed()

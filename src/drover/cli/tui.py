@@ -83,6 +83,8 @@ class ToolRow:
     summary: str = ""
     output_summary: str = ""
     outcome_unknown: bool = False
+    #: Where a command ran (``bash``): the sandbox label of its ``tool_start``.
+    sandbox: str | None = None
     printed: bool = False
 
     @property
@@ -98,6 +100,8 @@ def tool_row_text(row: ToolRow) -> Text:
     text.append(f"{mark} ", style=style)
     text.append(row.summary or row.name, style="bold")
     text.append(f"  [{label}]", style=style)
+    if row.sandbox:
+        text.append(f" (sandbox {row.sandbox})", style="dim")
     if row.output_summary:
         text.append(f"  {row.output_summary}", style="dim")
     return text
@@ -239,6 +243,7 @@ class TurnView:
                 row = self._row_at(event.call_index)
                 if row is not None:
                     row.summary = event.input_summary
+                    row.sandbox = event.sandbox
             case ToolDone():
                 row = self._row_at(event.call_index)
                 if row is not None:
