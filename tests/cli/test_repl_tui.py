@@ -276,3 +276,23 @@ def test_a_multi_line_paste_is_one_message_and_history_outlives_the_process(
     again.keys("C-c")
     again.keys("C-c")
     assert again.exit_status() == 0
+
+
+def test_esc_while_the_answer_streams_keeps_the_partial_text(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    first = "The first paragraph arrived whole.\n\nThe second one never ends"
+    fake_llm.script({"text": first, "stall_after": 12}, {"text": "Picked up again."})
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("tell me")
+    screen.wait_for("The first paragraph arrived whole.")
+    screen.keys("Escape")
+    shown = flat(screen.wait_for(PROMPT, after="The next message resumes it"))
+    assert "interrupted during the model's answer" in shown
+    assert "characters of answer" in shown
+    screen.type("please go on")
+    screen.wait_for(PROMPT, after="Picked up again.")
+    request = sent(fake_llm)
+    assert "The first paragraph arrived whole." in request and "please go on" in request
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
