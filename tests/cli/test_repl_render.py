@@ -144,12 +144,12 @@ def test_one_spinner_per_call_matched_by_call_index(tmp_path: Path) -> None:
         )
     )
     live = screen.live()
-    assert "bash: make  (running)" in live and "bash: pytest -q  (running)" in live
+    assert "(running) bash: make" in live and "(running) bash: pytest -q" in live
     # The second call ends first: its row is final, the first still spins.
     view.handle(state("b", 1, "bash", "output-available", output="5 passed\nmore"))
     view.handle(ToolDone(call_index=1, id="b", name="bash", is_error=False, output_summary="ok"))
     assert "✓ bash: pytest -q  [done] (sandbox workdir)  5 passed…" in screen.printed()
-    assert "bash: make  (running)" in screen.live() and "pytest" not in screen.live()
+    assert "(running) bash: make" in screen.live() and "pytest" not in screen.live()
     view.handle(state("a", 0, "bash", "output-error", output="exit 2", is_error=True))
     assert "✗ bash: make  [error]  exit 2" in screen.printed()
     assert "running" not in screen.live()
@@ -322,3 +322,16 @@ def test_path_completion_stays_in_the_workdir(tmp_path: Path) -> None:
     assert path_completions(work, ".h") == [".hidden"]
     assert path_completions(work, "../out") == []
     assert path_completions(work, "/etc/pass") == []
+
+
+async def test_the_live_area_keeps_one_line_per_call_when_narrow(tmp_path: Path) -> None:
+    screen = Screen(tmp_path, width=40)
+    long_command = "echo " + "x" * 200
+    screen.view.handle(state("a", 0, "bash", "running", input={"command": long_command}))
+    screen.view.handle(request("bash", {"command": long_command}, asyncio.get_running_loop()))
+    with screen.console.capture() as captured:  # the live area is drawn on the same console
+        screen.console.print(screen.view)
+    lines = captured.get().splitlines()
+    # spinner, question, its keys, status line: each on one line of at most 40 columns
+    assert len(lines) == 4 and all(len(line) <= 40 for line in lines)
+    assert lines[0].startswith("⠋ (running) bash: echo xxx") and lines[0].endswith("…")

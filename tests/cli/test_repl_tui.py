@@ -80,7 +80,7 @@ def test_a_tool_turn_asks_with_a_diff_and_renders_markdown(
     )
     screen = open_repl(screens, fake_llm, tmp_path)
     screen.type("edit a")
-    asked = screen.wait_for("[y] once")
+    asked = screen.wait_for("y once · a always")
     assert "-world" in asked and "+there" in asked  # the diff, before the answer
     assert (tmp_path / "a.txt").read_text() == "hello\nworld\n"
     screen.keys("y")
@@ -132,11 +132,11 @@ def test_parallel_calls_ask_one_at_a_time(
     fake_llm.script({"tool_calls": calls}, {"text": "One written, one refused."})
     screen = open_repl(screens, fake_llm, tmp_path)
     screen.type("write both")
-    first = screen.wait_for("[y] once")
-    assert first.count("[y] once") == 1  # one question at a time
+    first = screen.wait_for("y once · a always")
+    assert first.count("y once · a always") == 1  # one question at a time
     assert "one.txt" in first.rsplit("asks to run", 1)[1]
     screen.keys("y")
-    second = screen.wait_for("[y] once", after="allowed once")
+    second = screen.wait_for("y once · a always", after="allowed once")
     assert "two.txt" in second.rsplit("asks to run", 1)[1]
     screen.keys("n")
     end = screen.wait_for(PROMPT, after="One written, one refused.")
@@ -153,7 +153,7 @@ def test_esc_at_a_permission_prompt_keeps_the_work_and_ctrl_c_twice_quits(
     fake_llm.script({"text": "Writing x.", "tool_calls": [write]})
     screen = open_repl(screens, fake_llm, tmp_path, "--session", "s1")
     screen.type("write x")
-    screen.wait_for("[y] once")
+    screen.wait_for("y once · a always")
     screen.keys("C-c")
     screen.wait_for("interrupted during a permission question")
     screen.wait_for(PROMPT, after="The next message resumes it")

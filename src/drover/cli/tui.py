@@ -381,18 +381,20 @@ class TurnView:
                 parts.append(Text("\n".join(lines[-room:])))
             else:
                 parts.append(Markdown(self._tail))
+        # One line per call whatever the width (read at each refresh: the terminal may have
+        # been resized), so that the live area stays short.
+        room = max(self.console.width - 3, 10)
         for row in self.rows.values():
             if not row.final:
                 label = WAITING_LABELS.get(row.state, row.state)
-                parts.append(Spinner("dots", Text(f"{row.summary or row.name}  ({label})")))
+                line = Text(f"({label}) {row.summary or row.name}")
+                line.truncate(room, overflow="ellipsis")
+                parts.append(Spinner("dots", line))
         if self._asked is not None and not self._asked.decision.done():
-            parts.append(
-                Text.assemble(
-                    ("Allow ", "bold"),
-                    (self._asked.summary, "bold cyan"),
-                    ("?  [y] once  [a] always  [n] deny  (Esc interrupts)", "bold"),
-                )
-            )
+            ask = Text(f"Allow {self._asked.summary}?", style="bold cyan")
+            ask.truncate(room + 2, overflow="ellipsis")
+            parts.append(ask)
+            parts.append(Text("y once · a always · n deny · Esc stops", style="bold"))
         elif not parts:
             parts.append(Spinner("dots", Text("working…  (Esc interrupts)", style="dim")))
         status = self.status()
