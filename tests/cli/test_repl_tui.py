@@ -296,3 +296,25 @@ def test_esc_while_the_answer_streams_keeps_the_partial_text(
     assert "The first paragraph arrived whole." in request and "please go on" in request
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_a_failed_turn_says_so_and_how_to_go_on(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    fake_llm.script(
+        {"http_error": {"status": 400, "message": "prompt is malformed"}},
+        {"text": "Fresh start."},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("bad request")
+    said = flat(screen.wait_for(PROMPT, after="prompt is malformed"))
+    assert "turn failed (error): HTTP 400: prompt is malformed" in said
+    assert "Resending will fail the same way" in said and "/discard" in said
+    screen.type("/discard")
+    screen.wait_for(PROMPT, after="discarded 1 pending message")
+    screen.type("new request")
+    screen.wait_for(PROMPT, after="Fresh start.")
+    request = sent(fake_llm)
+    assert "new request" in request and "bad request" not in request
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
