@@ -7,8 +7,9 @@ next response from the :class:`Ledger`'s shared queue (none left: a 500 and an `
 entry), and answers it — an HTTP error (a context overflow among them), a JSON object, or SSE
 frames written one by one with the scripted delay and fault: an error frame (``error_after``),
 an abrupt close (``drop_after``) or silence until the client leaves or the server stops
-(``stall_after``). A ``raw`` response is recorded bytes, cut into SSE frames and written the
-same way with its own status and content type, whatever the request asked for.
+(``stall_after``, or ``hang`` before even the status line). A ``raw`` response is recorded
+bytes, cut into SSE frames and written the same way with its own status and content type,
+whatever the request asked for.
 
 The :class:`Ledger` is the only state shared with the thread that owns the server, so it alone
 takes a lock. Rendering runs on the server's event loop.
@@ -293,6 +294,16 @@ class _ObjectReply:
         self._rendered.on_complete()
 
 
+class _Hang:
+    """Answers nothing at all — no status line — until the client leaves or the server stops."""
+
+    def __init__(self, pacing: _Pacing) -> None:
+        self._pacing = pacing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._pacing.stall(receive)
+
+
 class FakeLLMApp:
     """The ASGI app; ``stopping`` is set when the server shuts down (it ends stalled replies)."""
 
@@ -358,6 +369,8 @@ class FakeLLMApp:
             return _JsonReply(wire.http_error(script.http_error, ctx))
         delay = script.delay if script.delay is not None else ctx.options.delay
         pacing = _Pacing(delay, self._stopping)
+        if script.hang:
+            return _Hang(pacing)
         overflow = script.context_overflow
         if overflow is not None:
             if protocol == "openai-responses" and overflow.mid_stream and body.get("stream"):

@@ -14,6 +14,7 @@ A scenario is a JSON or YAML file, or the equivalent Python data::
       - context_overflow: {tokens: 210000, limit: 200000}   # or just `context_overflow: true`
       - {text: "cut short", error_after: 5, error: {type: overloaded_error}}
       - {raw: recordings/tool-use.sse, delay: 0.01}
+      - {hang: true}                       # no status line at all: a server that never answers
       - {raw_text: "data: [DONE]\\n\\n", content_type: text/event-stream, status: 200}
 
 ``raw`` replays a recorded reply: the bytes of the file (a path relative to the scenario file's
@@ -169,6 +170,8 @@ class ScriptedResponse:
     error: StreamError | None = None
     drop_after: int | None = None
     stall_after: int | None = None
+    #: Send nothing, not even the status line, until the client leaves or the server stops.
+    hang: bool = False
     delay: float | None = None
     quirks: frozenset[str] = frozenset()
     raw: RawReply | None = None
@@ -479,6 +482,7 @@ def _parse_response(data: object, where: str, base_dir: Path | None = None) -> S
         error=stream_error,
         drop_after=_opt_int(raw.get("drop_after"), f"{where}.drop_after"),
         stall_after=_opt_int(raw.get("stall_after"), f"{where}.stall_after"),
+        hang=_bool(raw.get("hang", False), f"{where}.hang"),
         delay=None if raw.get("delay") is None else _seconds(raw["delay"], f"{where}.delay"),
         quirks=_parse_quirks(raw.get("quirks", []), f"{where}.quirks"),
         raw=raw_reply,
@@ -493,10 +497,15 @@ def _check_consistent(response: ScriptedResponse, where: str) -> None:
         for name in ("error_after", "drop_after", "stall_after")
         if getattr(response, name) is not None
     ]
+    if response.hang and (faults or response.http_error is not None or response.raw is not None):
+        other = faults[0] if faults else "http_error" if response.http_error else "raw"
+        raise ValueError(f"{where}: 'hang' cannot be combined with {other!r}")
     if len(faults) > 1:
         raise ValueError(f"{where}: choose one of {' / '.join(faults)}, not several")
     if response.http_error is not None and faults:
         raise ValueError(f"{where}: 'http_error' cannot be combined with {faults[0]!r}")
+    if response.hang:
+        faults.append("hang")
     if response.context_overflow is not None and (faults or response.http_error is not None):
         other = faults[0] if faults else "http_error"
         raise ValueError(f"{where}: 'context_overflow' cannot be combined with {other!r}")
