@@ -115,3 +115,49 @@ async def test_the_configured_stall_timeout_reaches_the_provider(
     assert isinstance(outcome.error, StreamError)
     assert "for 0.25 s: the stream stalled" in str(outcome.error)
     assert elapsed < BOUND
+
+
+def _anthropic_frames_with_pings(pings: int) -> str:
+    def frame(event: str, data: str) -> str:
+        return f"event: {event}\ndata: {data}\n\n"
+
+    start = (
+        '{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant",'
+        '"model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,'
+        '"usage":{"input_tokens":5,"output_tokens":1}}}'
+    )
+    return "".join(
+        [
+            frame("message_start", start),
+            *[frame("ping", '{"type": "ping"}')] * pings,
+            frame(
+                "content_block_start",
+                '{"type":"content_block_start","index":0,'
+                '"content_block":{"type":"text","text":""}}',
+            ),
+            frame(
+                "content_block_delta",
+                '{"type":"content_block_delta","index":0,'
+                '"delta":{"type":"text_delta","text":"still here"}}',
+            ),
+            frame("content_block_stop", '{"type":"content_block_stop","index":0}'),
+            frame(
+                "message_delta",
+                '{"type":"message_delta","delta":{"stop_reason":"end_turn",'
+                '"stop_sequence":null},"usage":{"output_tokens":3}}',
+            ),
+            frame("message_stop", '{"type":"message_stop"}'),
+        ]
+    )
+
+
+async def test_keep_alive_pings_are_not_a_stall(fake_llm: FakeLLMServer) -> None:
+    # 40 pings 0.04 s apart: no event reaches the provider for 1.6 s, but bytes keep coming.
+    provider = make_provider("anthropic", fake_llm, max_retries=0, stall_timeout=1.0)
+    fake_llm.script({"raw_text": _anthropic_frames_with_pings(40), "delay": 0.04})
+    try:
+        outcome, elapsed = await timed_drain(provider)
+    finally:
+        await provider.aclose()
+    assert outcome.error is None and outcome.message.text == "still here"
+    assert 1.0 < elapsed < BOUND

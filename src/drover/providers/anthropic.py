@@ -52,7 +52,12 @@ from drover.providers.retry import (
     stream_error,
     where_to_look,
 )
-from drover.providers.sdk_stream import DEFAULT_STALL_TIMEOUT, SdkStream, stall_guard
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
+)
 from drover.streaming import (
     BlockDelta,
     BlockStart,
@@ -297,7 +302,10 @@ class AnthropicProvider:
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property

@@ -56,7 +56,12 @@ from drover.providers.retry import (
     stream_error,
     where_to_look,
 )
-from drover.providers.sdk_stream import DEFAULT_STALL_TIMEOUT, SdkStream, stall_guard
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
+)
 from drover.streaming import (
     BlockDelta,
     BlockStart,
@@ -317,7 +322,10 @@ class OpenAIChatProvider:
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property

@@ -56,7 +56,12 @@ from drover.providers.retry import (
     retrying,
     stream_error,
 )
-from drover.providers.sdk_stream import DEFAULT_STALL_TIMEOUT, SdkStream, stall_guard
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
+)
 from drover.streaming import (
     BlockDelta,
     BlockKind,
@@ -329,7 +334,10 @@ class OpenAIResponsesProvider:
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property

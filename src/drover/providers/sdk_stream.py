@@ -17,20 +17,23 @@ starting from the generator this module iterates and from the frames of the exce
 ended it. Only async generators are followed, and never drover's own (they are the callers,
 and still running).
 
-The stall timeout bounds each wait for the next event — and, through :func:`stall_guard`,
-the wait for the response to start — so a server that goes silent fails the attempt after
-``stall_timeout`` seconds with a retryable error, instead of holding the turn for the SDK's
-ten-minute read timeout.
+The stall timeout is the transport's: :func:`transport_timeout` makes it httpx's connect and
+read timeout, so it bounds every wait for bytes — for the connection, for the status line,
+and between any two pieces of the body. Counting bytes rather than parsed events lets the
+keep-alive ``ping`` events a server sends while a model works (which the SDKs swallow) count
+as signs of life. A wait that runs out fails the attempt after ``stall_timeout`` seconds with
+a retryable error, instead of holding the turn for the SDK's ten-minute default.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import types
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
+
+import httpx2
 
 from drover.errors import ProviderConnectionError, ProviderError, StreamError
 
@@ -60,19 +63,36 @@ def stall_error(api: str, seconds: float, *, started: bool) -> ProviderError:
     return ProviderConnectionError(message)
 
 
-async def stall_guard(awaitable: Awaitable[T], seconds: float, api: str) -> T:
-    """``await awaitable`` (the request that opens a stream), failing after ``seconds``."""
+def transport_timeout(total: float, stall_timeout: float) -> httpx2.Timeout:
+    """httpx's timeouts for an SDK client: ``stall_timeout`` for connecting and for each read,
+    ``total`` for writing the request and waiting for a pooled connection."""
+    return httpx2.Timeout(total, connect=min(total, stall_timeout), read=stall_timeout)
+
+
+def stalled(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps, as the SDKs do) a connect or read timeout."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, httpx2.ReadTimeout | httpx2.ConnectTimeout):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+async def stall_guard(opening: Awaitable[T], seconds: float, api: str) -> T:
+    """``await opening`` (the request that opens a stream); a timeout becomes the stall error."""
     try:
-        async with asyncio.timeout(seconds) as timer:
-            return await awaitable
-    except TimeoutError:
-        if timer.expired():
-            raise stall_error(api, seconds, started=False) from None
+        return await opening
+    except Exception as exc:
+        if stalled(exc):
+            raise stall_error(api, seconds, started=False) from exc
         raise
 
 
 class SdkStream(Generic[T]):
-    """One SDK stream, read event by event under a stall timeout; close it with :meth:`aclose`.
+    """One SDK stream, read event by event; close it with :meth:`aclose`.
 
     Use it as ``async with SdkStream(...) as stream: while (event := await stream.next()) …``:
     leaving the block, by any path, closes the stream and every generator of its chain.
@@ -94,19 +114,15 @@ class SdkStream(Generic[T]):
         await self.aclose()
 
     async def next(self) -> T | None:
-        """The next event, or None at the end of the stream."""
+        """The next event, or None at the end of the stream; a timeout becomes the stall error."""
         try:
-            async with asyncio.timeout(self._stall_timeout) as timer:
-                event = await anext(self._events)
+            event = await anext(self._events)
         except StopAsyncIteration:
             return None
-        except TimeoutError as exc:
-            self._error = exc
-            if timer.expired():
-                raise stall_error(self._api, self._stall_timeout, started=self._delivered) from None
-            raise
         except BaseException as exc:
             self._error = exc
+            if stalled(exc):
+                raise stall_error(self._api, self._stall_timeout, started=self._delivered) from exc
             raise
         self._delivered = True
         return event
