@@ -1,4 +1,4 @@
-"""Reading an SDK's event stream: a stall timeout on every wait, and a deliberate close.
+"""Reading an SDK's event stream: a silent server as a clear error, and a deliberate close.
 
 Both official SDKs parse a response through a chain of async generators (the stream's
 ``__stream__`` → its SSE event iterator → the SSE decoder → httpx's ``aiter_bytes`` →
@@ -35,14 +35,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import httpx2
 
+from drover.config import DEFAULT_STALL_TIMEOUT as DEFAULT_STALL_TIMEOUT
 from drover.errors import ProviderConnectionError, ProviderError, StreamError
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
-#: Default seconds without any data before a stream counts as stalled.
-DEFAULT_STALL_TIMEOUT = 30.0
-_DROVER = str(Path(__file__).resolve().parent.parent)
+#: drover's own source directory, as code objects may name it (resolved or not).
+_DROVER = (str(Path(__file__).parent.parent), str(Path(__file__).resolve().parent.parent))
 #: How many links deep the search goes (the real chains are about ten long).
 _MAX_LINKS = 64
 
