@@ -218,9 +218,11 @@ def is_api_error_body(body: object) -> bool:
 
 
 def foreign_error_text(body: object, reason: str) -> str:
-    """A short message for an error body that is not the API's: its first line, or the
-    status's reason phrase."""
-    text = " ".join(str(body).split()) if isinstance(body, str | bytes) else ""
+    """A short message for an error body that is not the API's: its text on one line, cut at
+    200 characters, or else the status's reason phrase."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    text = " ".join(body.split()) if isinstance(body, str) else ""
     if len(text) > 200:
         text = text[:200] + "…"
     return text or reason or "no error message"
