@@ -48,6 +48,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         workdir=args.workdir,
         permission_mode=args.permission_mode,
         max_turns=args.max_turns,
+        sandbox=args.sandbox,
+        sandbox_network=args.sandbox_network,
     )
 
 
@@ -96,6 +98,8 @@ def headless_prompt(args: argparse.Namespace) -> str | None:
 
 async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with open_runtime(run_options(args)) as runtime:
+        if runtime.sandbox.unavailable:
+            _note(f"drover: warning: {runtime.sandbox.describe()}")
         opened = await runtime.session(
             session_id=args.session,
             continue_latest=args.continue_,
@@ -125,7 +129,7 @@ async def _run_turn(
     args: argparse.Namespace,
     note: str | None = None,
 ) -> int:
-    ask = stdin_is_terminal() and args.permission_mode == "ask"
+    ask = stdin_is_terminal() and args.permission_mode in ("ask", "sandboxed")
     printer = HeadlessPrinter(
         output_format=args.output_format, lines=StdinLines() if ask else None, preamble=note
     )

@@ -51,6 +51,7 @@ async def run_repl(args: argparse.Namespace) -> int:
         opened = await runtime.session(session_id=args.session, continue_latest=args.continue_)
         session = opened.session
         print(f"drover — session {opened.record.id} in {runtime.workdir} ({runtime.model})")
+        print(runtime.sandbox.describe())
         print("Type a request, /help for commands, Ctrl-D to leave.")
         if session.pending:
             print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
