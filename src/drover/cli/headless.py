@@ -99,7 +99,7 @@ def headless_prompt(args: argparse.Namespace) -> str | None:
 async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with open_runtime(run_options(args)) as runtime:
         if runtime.sandbox.unavailable:
-            print(f"drover: warning: {runtime.sandbox.describe()}", file=sys.stderr)
+            _note(f"drover: warning: {runtime.sandbox.describe()}")
         opened = await runtime.session(
             session_id=args.session,
             continue_latest=args.continue_,

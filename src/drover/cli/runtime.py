@@ -175,11 +175,11 @@ async def open_runtime(
     sandbox: SandboxStatus | None = None,
     require_sandbox: bool = False,
 ) -> AsyncIterator[Runtime]:
-    """Everything a command needs to run turns; a ``provider`` given is owned (closed) too.
-
-    ``sandbox`` is a status already probed, else the settings are probed here.
-    ``require_sandbox`` (``drover serve``) makes a wanted sandbox that cannot run here a
-    :class:`~drover.errors.ConfigError` instead of a warning; ``--sandbox off`` still passes."""
+    """Everything a command needs to run turns; a ``provider`` given is owned (closed) too,
+    and whatever fails, each resource already built is closed. ``sandbox`` is a status already
+    probed, else the settings are probed here. ``require_sandbox`` (``drover serve``) makes a
+    wanted sandbox that cannot run here a :class:`~drover.errors.ConfigError` instead of a
+    warning; ``--sandbox off`` still passes."""
     runtime: Runtime | None = None
     async with contextlib.AsyncExitStack() as stack:
 
