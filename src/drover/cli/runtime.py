@@ -25,6 +25,7 @@ from drover.store import open_store
 from drover.store.base import SessionRecord, Store
 from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry, default_registry
+from drover.workers import Coordinator, add_task_tool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +49,8 @@ class Runtime:
     policy: PermissionPolicy
     settings: LoopSettings
     workdir: Path
+    #: Runs the ``task`` tool's workers and resumes interrupted ones (None: no ``task`` tool).
+    coordinator: Coordinator | None = None
 
     async def session(
         self, *, session_id: str | None = None, continue_latest: bool = False
@@ -71,6 +74,8 @@ class Runtime:
                 system_prompt=system_prompt(self.workdir),
             ),
         )
+        if self.coordinator is not None:
+            session.prelude = self.coordinator.resume
         return record, session
 
 
@@ -108,16 +113,23 @@ async def open_runtime(
         await store.open()
         runner = Runner(store, redactor=Redactor(config.redact_patterns))
         await runner.recover()
+        coordinator = None
+        if tools is None:
+            # The built-in set includes the task tool; a caller's own set is taken as given.
+            tools = default_registry()
+            coordinator = Coordinator(store)
+            add_task_tool(tools, coordinator)
         yield Runtime(
             config=config,
             model=model,
             provider=provider,
             store=store,
             runner=runner,
-            tools=tools or default_registry(),
+            tools=tools,
             policy=PermissionPolicy(options.permission_mode),
             settings=LoopSettings(max_turns=options.max_turns or config.max_turns),
             workdir=workdir,
+            coordinator=coordinator,
         )
     finally:
         await store.close()
