@@ -52,7 +52,7 @@ from drover.messages import Message, ToolResultBlock, message_from_dict, user_me
 from drover.session import resume_message
 from drover.store.base import Store, ToolCallRecord, partial_messages
 from drover.store.history import LATE_RESULTS, repair_history
-from drover.store.worker_log import worker_call_prefix
+from drover.store.worker_log import scoped_call_id, worker_call_prefix
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 
@@ -143,7 +143,9 @@ class WorkerSink:
     """A worker's sink: its events go to the parent's sink, wrapped and relabelled.
 
     ``permits`` lets one worker's permission request out at a time: the send holds it until
-    the request is answered (or the worker is cancelled)."""
+    the request is answered (or the worker is cancelled). A request goes out unwrapped, so
+    every consumer answers it as it answers the parent's, with the call's stored (scoped) id.
+    """
 
     def __init__(self, parent: EventSink, call_id: str, worker: int, permits: asyncio.Lock) -> None:
         self._parent = parent
@@ -153,9 +155,17 @@ class WorkerSink:
 
     async def send(self, event: Event) -> None:
         if isinstance(event, PermissionRequest):
+            # Under the id its call is stored with: unique across workers.
+            scoped = replace(
+                event, call_id=scoped_call_id(self._call_id, self._worker, event.call_id)
+            )
             async with self._permits:
-                await self._parent.send(event)
-                await asyncio.wait([event.decision])
+                try:
+                    await self._parent.send(scoped)
+                    await asyncio.wait([event.decision])
+                except asyncio.CancelledError:
+                    event.decision.cancel()  # abandoned: a late answer does nothing
+                    raise
             return
         wrapped = WorkerEvent(
             call_id=self._call_id, worker=self._worker, event=relabel(event, self._worker)

@@ -112,15 +112,19 @@ def worker_servers() -> Iterator[list[FakeLLMServer]]:
 class Watcher(EventRecorder):
     """Records events, allows every permission request, and signals what tests wait for."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, answer: bool = True) -> None:
         super().__init__()
+        self.answer = answer
         self.changed = asyncio.Event()
 
     async def send(self, event: Event) -> None:
         await super().send(event)
-        if isinstance(event, PermissionRequest):
+        if isinstance(event, PermissionRequest) and self.answer:
             event.decide("allow")
         self.changed.set()
+
+    def requests(self) -> list[PermissionRequest]:
+        return [e for e in self.events if isinstance(e, PermissionRequest)]
 
     def worker_events(self) -> list[WorkerEvent]:
         return [e for e in self.events if isinstance(e, WorkerEvent)]
