@@ -37,6 +37,11 @@ def body(server: FakeLLMServer, n: int) -> str:
     return json.dumps(server.requests[n].body)
 
 
+def tool_names(server: FakeLLMServer, n: int) -> list[str]:
+    tools = server.requests[n].body.get("tools", [])
+    return [t.get("name") or t.get("function", {}).get("name") for t in tools]
+
+
 def tool_pairs(watcher: Watcher) -> tuple[list[int], list[int]]:
     starts = [e.event.call_index for e in watcher.worker_events() if isinstance(e.event, ToolStart)]
     dones = [e.event.call_index for e in watcher.worker_events() if isinstance(e.event, ToolDone)]
@@ -61,6 +66,9 @@ async def test_three_workers_run_in_parallel_and_answer_only(
         assert f"content of file {i}" not in final
         assert len(worker_servers[i].requests) == 2
         assert f"content of file {i}" in body(worker_servers[i], 1)
+    # One level deep: workers have the parent's tools but not the task tool.
+    assert "task" in tool_names(fake_llm, 0)
+    assert set(tool_names(worker_servers[0], 0)) == set(tool_names(fake_llm, 0)) - {"task"}
     # Seeded from the parent's conversation, or fresh when asked.
     assert PROMPT in body(worker_servers[0], 0)
     assert PROMPT not in body(worker_servers[2], 0)
@@ -130,3 +138,20 @@ async def test_a_failing_worker_does_not_stop_its_siblings(
     assert "file 0 says hello" in result.content and "file 2 says hello" in result.content
     assert "[worker failed (error:" in result.content and "(1 failed)" in result.content
     assert not result.is_error  # some workers answered
+
+
+async def test_a_worker_stops_at_its_own_turn_limit(
+    rig: Rig, fake_llm: FakeLLMServer, worker_servers: list[FakeLLMServer]
+) -> None:
+    fake_llm.script(task_call(False, False), {"text": "One of two."})
+    reader_script(worker_servers[0], 0)
+    # The rig's workers may make 4 model calls; this one would go on reading forever.
+    looping = {"tool_calls": [{"name": "read_file", "input": {"path": "f1.txt"}}]}
+    worker_servers[1].script(*[looping] * 4)
+    outcome = await Runner(rig.store).run(await rig.session(), PROMPT, [Watcher()])
+    assert isinstance(outcome.event, Done)
+    assert len(worker_servers[1].requests) == 4
+    history = await load_history(rig.store, rig.session_id)
+    (result,) = [r for m in history.committed for r in m.tool_results if "worker 1" in r.content]
+    assert "[worker failed (max_turns: turn limit reached (4 model calls))]" in result.content
+    assert "file 0 says hello" in result.content
