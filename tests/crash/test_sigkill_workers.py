@@ -31,6 +31,7 @@ QUICK = "The quick worker's whole answer."
 STALLED = "The stalled worker had begun to say something long"
 RESUMED = "A resumed worker's answer."
 LONG = "echo $$ > long.pgid; sleep 60"
+NOTES = "the notes say forty-two"
 TASKS = [{"description": f"part {i}", "prompt": f"Do part {i} of the job."} for i in range(3)]
 
 KILLED_RUN = [
@@ -38,11 +39,8 @@ KILLED_RUN = [
     {"text": QUICK},
     {
         "tool_calls": [
-            {
-                "name": "bash",
-                "id": "toolu_long",
-                "input": {"command": "echo $$ > long.pgid; sleep 60"},
-            }
+            {"name": "read_file", "id": "toolu_read", "input": {"path": "notes.txt"}},
+            {"name": "bash", "id": "toolu_long", "input": {"command": LONG}},
         ]
     },
     {"text": STALLED, "stall_after": 7},
@@ -91,6 +89,7 @@ def _kill_mid_workers(root: Path, fork_server: ForkServer) -> DroverProcess:
 def killed(tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer) -> Path:
     root = tmp_path_factory.mktemp("workers-kill")
     (root / "work").mkdir()
+    (root / "work" / "notes.txt").write_text(NOTES)
     _kill_mid_workers(root, fork_server)
     return root
 
@@ -101,6 +100,8 @@ def test_recovery_keeps_the_finished_worker_and_closes_every_call(killed: Path) 
     assert all(c.state in TERMINAL_TOOL_STATES for c in recovery.calls)
     (long_call,) = [c for c in recovery.calls if c.call_id.endswith("/toolu_long")]
     assert long_call.state == "interrupted" and long_call.outcome_unknown
+    (read_call,) = [c for c in recovery.calls if c.call_id.endswith("/toolu_read")]
+    assert read_call.state == "output-available" and read_call.output == NOTES
     states = worker_states([e.payload for e in recovery.events], "toolu_task")
     assert sorted(states) == [0, 1, 2]
     finished = [s for s in states.values() if s.finished]
@@ -150,7 +151,9 @@ def test_resume_runs_only_the_unfinished_workers(
     bodies = [json.dumps(r.body) for r in server.requests]
     assert len(bodies) == 3
     workers, parent = bodies[:2], bodies[2]
-    assert any("may have had effects" in b and "echo $$ > long.pgid" in b for b in workers)
+    # The cut-off worker sees its finished read_file's real output, and its bash call as
+    # cut off with an unknown outcome.
+    assert any("may have had effects" in b and NOTES in b for b in workers), workers
     assert any("The stalled worker" in b for b in workers)
     assert RESULT_HEADER in parent and QUICK in parent and parent.count(RESUMED) == 2
     assert "Output before it was cut off" not in parent
