@@ -209,3 +209,43 @@ async def test_cut_anywhere_then_resume(tmp_path: Path, at: int) -> None:
                 assert looks[0].content == f"k{i} looks fine", (i, looks[0].content)
     finally:
         await rig.store.close()
+
+
+def again_scripts() -> tuple[ScriptedProvider, list[ScriptedProvider]]:
+    parent = ScriptedProvider([Reply(text="Picked up."), Reply(text="Picked up again.")])
+    workers = [ScriptedProvider([Reply(text=f"resumed answer {i}", chunk=4)] * 2) for i in range(3)]
+    return parent, workers
+
+
+async def test_cut_during_the_resume_then_resume_again(tmp_path: Path) -> None:
+    """The turn that resumes the workers is itself cut at each of its events; the one after
+    it still finishes every worker."""
+    resume_events = 0
+    for at in range(500):
+        rig = Rig(tmp_path / f"cut{at}")
+        rig.tmp.mkdir()
+        await rig.open()
+        try:
+            first = await rig.run("look at three keys", first_scripts(), Probe(EVENTS // 2))
+            assert first is None
+            probe = Probe(at)
+            parent, workers = again_scripts()
+            second = await rig.run("go on", (parent, workers), probe)
+            if probe.fired is None:
+                assert second is not None and second.event.type == "done"
+                resume_events = at
+                break
+            assert second is None
+            await _check_closed(rig)
+            third = await rig.run("go on again", (parent, workers), Probe())
+            assert third is not None and third.event.type == "done", (at, probe.fired, third)
+            messages = await _check_closed(rig)
+            assert not (await load_history(rig.store, rig.session_id)).pending
+            (result,) = [r for m in messages for r in m.tool_results if r.tool_use_id == "task_1"]
+            assert result.content.startswith(RESULT_HEADER), (at, result.content)
+            for i in range(3):
+                assert f"## worker {i}: look {i}\n" in result.content
+                assert "[worker failed" not in result.content, (at, result.content)
+        finally:
+            await rig.store.close()
+    assert resume_events > 10  # the resume turn really was cut at each of its events
