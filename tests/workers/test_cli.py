@@ -53,6 +53,7 @@ def test_headless_and_show(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
     assert [c["name"] for c in calls] == ["task"]
     (worker,) = calls[0]["workers"]
     assert [c["name"] for c in worker["tool_calls"]] == ["read_file"]
+    assert worker["usage"]["output_tokens"] > 0  # accounted per worker
 
 
 def test_stream_json_worker_events(fake_llm: FakeLLMServer, tmp_path: Path) -> None:

@@ -108,7 +108,8 @@ async def _workers(store: Store, session_id: str) -> dict[str, list[dict[str, An
             payload["worker"],
         )
         worker = found.setdefault(parent, {}).setdefault(
-            index, {"worker": index, "status": "running", "prompt": None, "answer": None}
+            index,
+            {"worker": index, "status": "running", "prompt": None, "answer": None, "usage": None},
         )
         kind = inner.get("type")
         if kind == "turn_started" and worker["prompt"] is None and inner.get("user_message"):
@@ -116,6 +117,7 @@ async def _workers(store: Store, session_id: str) -> dict[str, list[dict[str, An
         elif kind in ("done", "incomplete", "error"):
             worker["status"] = inner.get("status", kind)
             worker["answer"] = inner.get("text") if kind == "done" else inner.get("error")
+            worker["usage"] = inner.get("usage")
     calls = await store.tool_calls(session_id=session_id)
     out: dict[str, list[dict[str, Any]]] = {}
     for parent, by_index in found.items():
