@@ -11,20 +11,33 @@ from typing import Any
 from drover.events import ToolState
 from drover.toolrun import DENIED_TEXT
 
-from .watch import Trigger, chain, on_db_row, on_file, on_line, on_quiet, on_requests, type_on_tty
+from .watch import (
+    Trigger,
+    chain,
+    from_here,
+    on_db_row,
+    on_file,
+    on_line,
+    on_quiet,
+    on_requests,
+    type_on_tty,
+)
 
 #: The journal's time gate: streamed text is written at most this long after it arrived.
 FLUSH_INTERVAL = 0.25
-#: Allowance for the pipe and the write itself: a delta printed, read by this process and
-#: stamped, versus the same delta committed by the dying process.
+#: Allowance for the work itself: the write and its commit, the pipe, a delta printed, read
+#: by this process and stamped, versus the same delta committed by the dying process. Time the
+#: process spent waiting for a CPU is not in it: that is measured (see :mod:`.sched`).
 PIPE_MARGIN = 0.1
-#: Text read from the pipe more than this long before the kill must be in the database.
+#: Text read from the pipe more than this long before the kill — plus the time the process
+#: waited for a CPU meanwhile, as the kernel counted it — must be in the database.
 WINDOW = FLUSH_INTERVAL + PIPE_MARGIN
 #: Kill points running at once (each mostly waits; the interpreter starts are the CPU cost).
 WORKERS = 4
 #: Per-SSE-event delay of streamed answers: 100 words stream for about two seconds.
 DELAY = 0.02
-#: Silence on the pipe that defines "stalled" kill points (well past the 250 ms gate).
+#: Silence on the pipe that defines "stalled" kill points (well past the 250 ms gate), in the
+#: process's own running time (see :meth:`~.watch.DroverProcess.wait_quiet`).
 STALL = 0.6
 #: What the fake model answers the resumed turn.
 RESUME_TEXT = "Resumed after the crash."
@@ -170,6 +183,15 @@ KILL_POINTS: list[KillPoint] = [
         "text/just-after-first-db-flush",
         (text_answer(),),
         on_db_row("SELECT 1 FROM partial_text"),
+        min_stored_chars=8,
+    ),
+    # A set phase against the gate: the kill comes 22 deltas (~0.44 s) after the first flush
+    # committed, when a 250 ms gate has written again but a gate slower than the window has
+    # not (the other text points kill at whatever phase the gate happens to be in).
+    KillPoint(
+        "text/a-gate-period-after-a-flush",
+        (text_answer(),),
+        chain(on_db_row("SELECT 1 FROM partial_text"), from_here(), on_line("text_delta", 22)),
         min_stored_chars=8,
     ),
     KillPoint(
