@@ -144,8 +144,11 @@ class RecordingStore(SqliteStore):
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        owner: str | None = None,
     ) -> None:
         args = (turn_id, status, reason, error)
         self._before("end_turn", args)
-        await super().end_turn(turn_id, status, reason=reason, error=error, usage=usage)
+        await super().end_turn(
+            turn_id, status, reason=reason, error=error, usage=usage, owner=owner
+        )
         self._after("end_turn", args)

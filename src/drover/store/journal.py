@@ -35,9 +35,14 @@ outputs, event payloads); streamed text goes through
 :class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be the start
 of a secret until the next flush.
 
-``send`` never raises (except the cancellation that interrupts the turn): writes queue in
-order, and one that fails stays at the head of the queue and is retried at the next gate or
-event, up to ``max_attempts`` times, while later writes wait behind it.
+Writes queue in order and are made before ``send`` returns (the text gates aside), so a tool
+call is durably ``running`` before its tool starts. A write that fails is retried at once, with a
+short backoff, up to ``max_attempts`` times while later writes wait behind it. One that still
+fails — or a write to a turn this process no longer holds (:class:`~drover.errors.LeaseLostError`)
+— fails the journal: :attr:`Journal.failure` says why (the original error as its cause), nothing
+more is written, so the durable record stays a consistent prefix of the turn, and
+``on_failure`` is called so the owner can stop the turn. ``send`` itself never raises but for
+the cancellation that interrupts the turn.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, assert_never
 
+from drover.errors import LeaseLostError, StoreError
 from drover.events import (
     AssistantMessage,
     Compacted,
@@ -103,12 +109,17 @@ class Journal:
         on_finished_content: FinishedContentHook | None = None,
         is_read_only: Callable[[str], bool] | None = None,
         max_attempts: int = 5,
+        retry_delay: float = 0.05,
+        turn_id: str | None = None,
+        owner: str | None = None,
+        on_failure: Callable[[StoreError], None] | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
         from a tool name whether the tool has no side effects (recorded on its calls, it decides
         whether a call cut off while running has an unknown outcome; unknown tools count as
-        side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``."""
+        side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``.
+        ``owner`` makes the end of the turn conditional on this process still holding it."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -119,7 +130,14 @@ class Journal:
         self._on_finished = on_finished_content
         self._is_read_only = is_read_only
         self._max_attempts = max_attempts
-        self._turn_id: str | None = None
+        self._retry_delay = retry_delay
+        self._owner = owner
+        self._on_failure = on_failure
+        self._turn_id: str | None = turn_id
+        #: Why the journal stopped writing, if it did.
+        self.failure: StoreError | None = None
+        #: Whether the turn's end was recorded.
+        self.ended = False
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._unflushed = 0
@@ -146,19 +164,22 @@ class Journal:
     # -- the sink ------------------------------------------------------------------------------
 
     async def send(self, event: Event) -> None:
+        if self.failure is not None:
+            return
         try:
             await self._handle(event)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:  # a bug in recording: the record can no longer be trusted
             log.exception("journal: could not record a %s event", event.type)
+            self._fail(f"record a {event.type} event", exc)
 
     async def aclose(self) -> None:
-        """Write what is still buffered and retry failed writes once; stop the timer."""
+        """Write what is still buffered; stop the timer."""
         self._cancel_timer()
-        self._take_text(final=True)
-        if not await self._drain() and self._queue:
-            log.error("journal: %d writes could not be made", len(self._queue))
+        if self.failure is None:
+            self._take_text(final=True)
+            await self._drain()
 
     async def _handle(self, event: Event) -> None:
         match event:
@@ -213,18 +234,26 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
-                self._turn_write(
-                    "end the turn",
-                    lambda t: self.store.end_turn(
-                        t, turn_status(event), reason=reason, error=error, usage=event.usage
-                    ),
-                )
+                self._turn_write("end the turn", lambda t: self._end_turn(t, event, reason, error))
             case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
                 pass
             case _:
                 assert_never(event)
         self._log(event)
         await self._drain()
+
+    async def _end_turn(
+        self, turn_id: str, event: Done | Incomplete | Error, reason: str | None, error: str | None
+    ) -> None:
+        await self.store.end_turn(
+            turn_id,
+            turn_status(event),
+            reason=reason,
+            error=error,
+            usage=event.usage,
+            owner=self._owner,
+        )
+        self.ended = True
 
     # -- text ----------------------------------------------------------------------------------
 
@@ -337,9 +366,10 @@ class Journal:
         )
 
     async def _drain(self) -> bool:
-        """Make the queued writes in order; stop at the first failure (it is retried later)."""
+        """Make the queued writes in order, retrying a failed one before the next; False when
+        the journal failed."""
         async with self._lock:
-            while self._queue:
+            while self._queue and self.failure is None:
                 write = self._queue[0]
                 write.attempts += 1
                 try:
@@ -349,14 +379,28 @@ class Journal:
                     self._queue.popleft()
                     raise
                 except Exception as exc:
-                    if write.attempts >= self._max_attempts:
-                        self._queue.popleft()
-                        log.error("journal: gave up trying to %s: %s", write.what, exc)
-                        continue
-                    log.warning("journal: could not %s (%s); will retry", write.what, exc)
-                    return False
+                    if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:
+                        self._fail(write.what, exc)
+                        break
+                    log.warning("journal: could not %s (%s); retrying", write.what, exc)
+                    await asyncio.sleep(min(1.0, self._retry_delay * 2 ** (write.attempts - 1)))
+                    continue
                 self._queue.popleft()
-        return True
+        return self.failure is None
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        if self.failure is not None:
+            return
+        attempts = "" if isinstance(exc, LeaseLostError) else f" after {self._max_attempts} tries"
+        failure = StoreError(f"the journal could not {what}{attempts}: {exc}")
+        failure.__cause__ = exc
+        self.failure = failure
+        log.error("journal: %s; nothing more of this turn is recorded", failure)
+        self._queue.clear()
+        self._texts.clear()
+        self._cancel_timer()
+        if self._on_failure is not None:
+            self._on_failure(failure)
 
     async def _finished(self, message: Message) -> None:
         if self._on_finished is None:
