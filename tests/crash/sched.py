@@ -60,8 +60,3 @@ def waits(pid: int) -> Waits:
         except (OSError, ValueError, IndexError):
             continue
     return Waits(found)
-
-
-def available() -> bool:
-    """Whether this kernel reports run-queue delays."""
-    return bool(waits(os.getpid()).by_thread)

@@ -139,7 +139,10 @@ class KillOutcome:
         return (
             f"kill point {self.point.id} ({self.launcher}, exit {self.exit_code}); lines, "
             "time relative to the kill (and how long the process then waited for a CPU until "
-            "the kill):\n  " + "\n  ".join(shown[-30:]) + f"\nstderr:\n{self.stderr[-2000:]}"
+            "the kill):\n  "
+            + "\n  ".join(shown[-30:])
+            + ("" if self.kill_waits.by_thread else "\n(this kernel reports no run-queue waits)")
+            + f"\nstderr:\n{self.stderr[-2000:]}"
         )
 
 
