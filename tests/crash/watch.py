@@ -150,12 +150,6 @@ class DroverProcess:
                 # Waiting for a CPU meanwhile moves the end: look again at least this often.
                 self._cond.wait(min(left, deadline - now.t, 0.05))
 
-    def waits_at(self, t: float) -> Waits:
-        """The run-queue sample of the last line read at or before ``t`` (else the start)."""
-        with self._cond:
-            before = [line for line in self._lines if line.t <= t]
-        return before[-1].waits if before else self.started.waits
-
     def alive(self) -> bool:
         return self._child.poll() is None
 
