@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.frames import Progress, first_cut, render
+
 from drover.events import ToolState
 from drover.toolrun import DENIED_TEXT
 
@@ -173,12 +175,27 @@ def text_answer(**extra: Any) -> dict[str, Any]:
     return {"text": LONG, "delay": DELAY, **extra}
 
 
+def held(response: dict[str, Any], until: Callable[[Progress], bool]) -> dict[str, Any]:
+    """``response`` going silent (``stall_after``) once the process holds what ``until`` asks
+    for. The watcher reads the process's output late on a loaded machine; a point whose
+    process could otherwise run past it (finish the answer, run the tool) is held there, so a
+    late kill still finds it in the state the point names. (The processes speak Anthropic.)"""
+    count, _ = first_cut("anthropic", render("anthropic", response), until)
+    return {**response, "stall_after": count}
+
+
+#: A next model call that never answers: a process past the kill point waits here.
+SILENT: dict[str, Any] = {"text": words(10, "late"), "stall_after": 0}
+
+
 KILL_POINTS: list[KillPoint] = [
     # (a) streaming a long answer
     KillPoint("text/first-delta", (text_answer(),), on_line("text_delta")),
     KillPoint("text/early", (text_answer(),), on_line("text_delta", 25)),
     KillPoint("text/mid", (text_answer(),), on_line("text_delta", 50), spawn="exec"),
-    KillPoint("text/late", (text_answer(),), on_line("text_delta", 95)),
+    KillPoint(
+        "text/late", (held(text_answer(), lambda now: now.text == LONG),), on_line("text_delta", 95)
+    ),
     KillPoint(
         "text/just-after-first-db-flush",
         (text_answer(),),
@@ -242,7 +259,12 @@ KILL_POINTS: list[KillPoint] = [
     # (b) tool calls: input streaming, running, finished, between model calls
     KillPoint(
         "tool/input-streaming",
-        ({"text": words(5, "plan"), "tool_calls": [WRITE_BIG], "delay": DELAY},),
+        (
+            held(
+                {"text": words(5, "plan"), "tool_calls": [WRITE_BIG], "delay": DELAY},
+                lambda now: bool(now.arguments),
+            ),
+        ),
         on_line("tool_state", call_id="toolu_write_big", state="input-streaming"),
         calls={"toolu_write_big": Expect("interrupted")},
         files_absent=("big.txt",),
@@ -265,7 +287,7 @@ KILL_POINTS: list[KillPoint] = [
     ),
     KillPoint(
         "tool/message-done-call-not-yet-running",
-        ({"text": words(6, "plan"), "tool_calls": [EFFECT_BASH]},),
+        ({"text": words(6, "plan"), "tool_calls": [EFFECT_BASH]}, SILENT),
         on_line("assistant_message"),
     ),
     KillPoint(
@@ -336,7 +358,7 @@ KILL_POINTS: list[KillPoint] = [
         (
             {"tool_calls": [QUICK_BASH]},
             {"http_error": {"status": 529}},
-            {"text": words(10, "late")},
+            SILENT,
         ),
         on_line("retry"),
         calls={"toolu_bash_quick": Expect("output-available", output=QUICK_OUTPUT)},
