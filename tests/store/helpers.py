@@ -145,10 +145,11 @@ class RecordingStore(SqliteStore):
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
     ) -> None:
         args = (turn_id, status, reason, error)
         self._before("end_turn", args)
         await super().end_turn(
-            turn_id, status, reason=reason, error=error, usage=usage, owner=owner
+            turn_id, status, reason=reason, error=error, usage=usage, owner=owner, event=event
         )
         self._after("end_turn", args)

@@ -173,9 +173,12 @@ class Store(Protocol):
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
     ) -> None:
         """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
-        text deltas become a partial message, so nothing stays "in progress".
+        text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
+        turn's terminal event) is logged in the same transaction, so a turn never ends without
+        it or logs it without ending.
 
         Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
         otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""

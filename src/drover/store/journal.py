@@ -93,6 +93,8 @@ class _Write:
     what: str
     run: Callable[[], Awaitable[Any]]
     attempts: int = 0
+    #: The write that ends the turn.
+    ends_turn: bool = False
 
 
 class Journal:
@@ -234,7 +236,11 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
-                self._turn_write("end the turn", lambda t: self._end_turn(t, event, reason, error))
+                self._turn_write(
+                    "end the turn", lambda t: self._end_turn(t, event, reason, error), ends=True
+                )
+                await self._drain()
+                return
             case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
                 pass
             case _:
@@ -252,6 +258,7 @@ class Journal:
             error=error,
             usage=event.usage,
             owner=self._owner,
+            event=self._redactor.redact_obj(event_to_dict(event)),
         )
         self.ended = True
 
@@ -321,12 +328,14 @@ class Journal:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _turn_write(self, what: str, run: Callable[[str], Awaitable[Any]]) -> None:
+    def _turn_write(
+        self, what: str, run: Callable[[str], Awaitable[Any]], *, ends: bool = False
+    ) -> None:
         turn_id = self._turn_id
         if turn_id is None:
             log.warning("journal: %s before the turn started; skipped", what)
             return
-        self._queue.append(_Write(what, lambda: run(turn_id)))
+        self._queue.append(_Write(what, lambda: run(turn_id), ends_turn=ends))
 
     def _upsert(self, event: ToolStateChanged) -> None:
         read_only = False
@@ -377,6 +386,7 @@ class Journal:
                 except asyncio.CancelledError:
                     # The store completes a write it has started: it must not be made twice.
                     self._queue.popleft()
+                    self.ended = self.ended or write.ends_turn
                     raise
                 except Exception as exc:
                     if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:

@@ -325,6 +325,7 @@ class PostgresStore:
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
     ) -> None:
         if status == "running":
             raise StoreError("a turn cannot end as running")
@@ -342,6 +343,8 @@ class PostgresStore:
             await conn.execute(
                 "UPDATE sessions SET updated_at = %s WHERE id = %s", (now, session_id)
             )
+            if event is not None:
+                await self._log(conn, session_id, turn_id, event, now)
 
         await self._write(update)
 

@@ -380,6 +380,7 @@ class SqliteStore:
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
     ) -> None:
         if status == "running":
             raise StoreError("a turn cannot end as running")
@@ -395,6 +396,8 @@ class SqliteStore:
                 (status, reason, error, usage_json, now, now, turn_id),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            if event is not None:
+                self._log(conn, session_id, turn_id, event, now)
 
         await self._write(update)
 
