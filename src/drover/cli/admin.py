@@ -46,7 +46,7 @@ async def session_report(store: Store, session_id: str) -> dict[str, Any]:
     """Everything the journal holds about a session, as JSON-ready data."""
     record = await store.get_session(session_id)
     if record is None:
-        raise DroverError(f"no session {session_id!r} in this journal")
+        raise DroverError(f"no session {session_id} in this journal")
     turns_out: list[dict[str, Any]] = []
     workers = await _workers(store, session_id)
     worker_calls = {c["call_id"] for ws in workers.values() for w in ws for c in w["tool_calls"]}
