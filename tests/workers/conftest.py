@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import pg
 
 from drover.channel import EventRecorder
 from drover.convo import ConversationManager
@@ -24,6 +25,8 @@ from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.runner import Runner
 from drover.session import AgentSession
+from drover.store.base import Store
+from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 from drover.streaming import ModelRequest, StreamEvent
 from drover.testing.server import FakeLLMServer
@@ -140,7 +143,7 @@ class Watcher(EventRecorder):
 @dataclass
 class Rig:
     path: Path
-    store: SqliteStore
+    store: Store
     provider: Routed
     coordinator: Coordinator
     session_id: str = ""
@@ -162,15 +165,42 @@ class Rig:
         return session
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pg.PgCluster]:
+    with pg.cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: pg.PgCluster) -> str:
+    """An empty schema of its own, which the store migrates."""
+    return pg_cluster.new_schema(pg_cluster.new_database())
+
+
+@pytest.fixture
+def store_backend() -> str:
+    """The journal's backend; a test parametrizes it to run on PostgreSQL."""
+    return "sqlite"
+
+
 @pytest.fixture
 async def rig(
-    tmp_path: Path, protocol: str, fake_llm: FakeLLMServer, worker_servers: list[FakeLLMServer]
+    tmp_path: Path,
+    protocol: str,
+    fake_llm: FakeLLMServer,
+    worker_servers: list[FakeLLMServer],
+    store_backend: str,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Rig]:
     work = tmp_path / "work"
     work.mkdir()
     for i in range(3):
         (work / f"f{i}.txt").write_text(f"content of file {i}\n")
-    store = SqliteStore(tmp_path / "drover.db")
+    store: Store
+    if store_backend == "postgres":
+        store = PostgresStore(str(request.getfixturevalue("pg_url")))
+    else:
+        store = SqliteStore(tmp_path / "drover.db")
     await store.open()
     provider = Routed(
         make_provider(protocol, fake_llm), [make_provider(protocol, s) for s in worker_servers]

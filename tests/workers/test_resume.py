@@ -33,6 +33,20 @@ def cut_moment(watcher: Watcher) -> bool:
 async def test_interrupt_during_workers_then_resume(
     rig: Rig, fake_llm: FakeLLMServer, worker_servers: list[FakeLLMServer], same_process: bool
 ) -> None:
+    await interrupt_then_resume(rig, fake_llm, worker_servers, same_process=same_process)
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"])
+@pytest.mark.parametrize("protocol", ["anthropic"])
+async def test_interrupt_and_resume_on_postgres(
+    rig: Rig, fake_llm: FakeLLMServer, worker_servers: list[FakeLLMServer]
+) -> None:
+    await interrupt_then_resume(rig, fake_llm, worker_servers, same_process=False)
+
+
+async def interrupt_then_resume(
+    rig: Rig, fake_llm: FakeLLMServer, worker_servers: list[FakeLLMServer], *, same_process: bool
+) -> None:
     held: list[str] = []
 
     @tool
