@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -278,6 +279,13 @@ class Coordinator:
     def __init__(self, store: Store | None = None, settings: WorkerSettings | None = None):
         self.store = store
         self.settings = settings or WorkerSettings()
+        # One permission request at a time across all workers of a turn (all its task calls).
+        self._permits: weakref.WeakKeyDictionary[AgentLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _permits_of(self, loop: AgentLoop) -> asyncio.Lock:
+        return self._permits.setdefault(loop, asyncio.Lock())
 
     # -- the tool ----------------------------------------------------------------------------
 
@@ -309,7 +317,7 @@ class Coordinator:
             raise ToolError("the task tool runs only inside an agent turn")
         specs = parse_tasks(args, self.settings.max_workers)
         outcomes = [WorkerOutcome(spec) for spec in specs]
-        permits = asyncio.Lock()
+        permits = self._permits_of(scope.loop)
         seeds = [() if spec.fresh else scope.history for spec in specs]
         works: list[tuple[TurnWork, Message | None] | None] = []
         for spec in specs:
@@ -468,7 +476,7 @@ class Coordinator:
         scope = TurnScope(loop=loop, work=work, history=history)
         ctx = ToolContext(workdir=loop.workdir, call_id=call_id, scope=scope)
         seeds = [() if spec.fresh else history for spec in specs]
-        await self._run_all(scope, ctx, outcomes, seeds, works, asyncio.Lock())
+        await self._run_all(scope, ctx, outcomes, seeds, works, self._permits_of(loop))
         return combine(outcomes)
 
 
