@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "toolrun": 2,
     "loop": 2,
     "session": 2,
+    "workers": 2,
     # turns over the journal
     "runner": 3,
     # front doors, and the test kit

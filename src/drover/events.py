@@ -223,6 +223,22 @@ class Error:
     type: Literal["error"] = "error"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerEvent:
+    """An event of a worker the ``task`` tool runs inside the parent's tool call ``call_id``.
+
+    ``worker`` is the worker's index within that call. Tool events inside are already
+    relabelled: their ``call_index`` is ``worker * 100 + callIndex`` (seed 002 §2.4), so a
+    consumer keeping one spinner per call index keeps them unique across workers. A worker's
+    own terminal event arrives wrapped too and never ends the parent's turn.
+    """
+
+    call_id: str
+    worker: int
+    event: Event
+    type: Literal["worker"] = "worker"
+
+
 Event: TypeAlias = (
     TurnStarted
     | StepStarted
@@ -240,6 +256,7 @@ Event: TypeAlias = (
     | Done
     | Incomplete
     | Error
+    | WorkerEvent
 )
 TerminalEvent: TypeAlias = Done | Incomplete | Error
 
@@ -250,6 +267,8 @@ def is_terminal(event: Event) -> bool:
 
 def is_droppable(event: Event) -> bool:
     """Events a slow live consumer may miss: the text shows again in the final message."""
+    if isinstance(event, WorkerEvent):
+        return is_droppable(event.event)
     return isinstance(event, TextDelta | ThinkingDelta)
 
 
@@ -269,8 +288,20 @@ def turn_status(event: TerminalEvent) -> TurnStatus:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """The JSON form of an event (``type`` first)."""
+    """The JSON form of an event (``type`` first).
+
+    A :class:`WorkerEvent` is ``{"type": "worker", "worker", "parent_call_id", "event"}``
+    with the form of the event it carries under ``event``: a worker's ``done`` never reads
+    as the end of the parent's turn.
+    """
     match event:
+        case WorkerEvent():
+            return {
+                "type": event.type,
+                "worker": event.worker,
+                "parent_call_id": event.call_id,
+                "event": event_to_dict(event.event),
+            }
         case TurnStarted():
             user = message_to_dict(event.user_message) if event.user_message else None
             body: dict[str, Any] = {

@@ -29,12 +29,18 @@ A step is dropped the moment its last message joins the turn's work, so nothing 
 recorded twice. The loop then emits the terminal event and lets the cancellation propagate —
 unless the turn was stopped through :class:`TurnControl` (the journal failed, the lease was
 lost), in which case the turn ends with that reason and returns normally.
+
+Two seams serve tools that act as part of the turn (the ``task`` tool of
+:mod:`drover.workers`): every tool call gets a :class:`TurnScope` in its context, and a
+``prelude`` runs inside the turn before its first model call (it finishes work an earlier
+turn left unfinished, such as interrupted workers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -153,6 +159,20 @@ class TurnControl:
             task.cancel()
 
 
+@dataclass(frozen=True, slots=True)
+class TurnScope:
+    """What the turn offers a tool call that acts as part of it (``ToolContext.scope``)."""
+
+    loop: AgentLoop
+    work: TurnWork
+    #: The conversation before the response whose calls run: committed history and the
+    #: turn's work up to that response (a snapshot, never changed by the turn afterwards).
+    history: tuple[Message, ...]
+
+
+#: Runs inside the turn before its first model call; may change the turn's work in place.
+Prelude = Callable[["AgentLoop", TurnWork], Awaitable[None]]
+
 Phase = Literal["streaming", "kept", "tools"]
 
 
@@ -187,6 +207,7 @@ class AgentLoop:
         workdir: Path,
         settings: LoopSettings | None = None,
         control: TurnControl | None = None,
+        prelude: Prelude | None = None,
     ) -> None:
         self.provider = provider
         self.convo = convo
@@ -196,6 +217,10 @@ class AgentLoop:
         self.workdir = workdir
         self.settings = settings or LoopSettings()
         self.control = control or TurnControl()
+        self.prelude = prelude
+        #: The turn and session being run (known once ``run_turn`` got its ``started``).
+        self.turn_id = ""
+        self.session_id = ""
         self._step: _Step | None = None
 
     async def run_turn(self, work: TurnWork, started: TurnStarted | None = None) -> TerminalEvent:
@@ -207,6 +232,8 @@ class AgentLoop:
         task = asyncio.current_task()
         control = self.control
         control.task = task
+        if started is not None:
+            self.turn_id, self.session_id = started.turn_id, started.session_id
         try:
             if started is not None:
                 await self.sink.send(started)
@@ -240,6 +267,8 @@ class AgentLoop:
     # -- the loop ------------------------------------------------------------------------------
 
     async def _run(self, work: TurnWork) -> TerminalEvent:
+        if self.prelude is not None:
+            await self.prelude(self, work)
         calls = 0
         while True:
             if calls >= self.settings.max_turns:
@@ -282,6 +311,11 @@ class AgentLoop:
                 sink=self.sink,
                 workdir=self.workdir,
                 may_start=lambda: not self.control.stopped,
+                scope=TurnScope(
+                    loop=self,
+                    work=work,
+                    history=(*self.convo.messages(), *work.messages[:-1]),
+                ),
             )
             step.phase = "tools"
             results = await step.batch.run()

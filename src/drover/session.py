@@ -24,7 +24,7 @@ from drover.channel import EventSink
 from drover.convo import ConversationManager
 from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
-from drover.loop import AgentLoop, LoopSettings, TurnControl, TurnWork
+from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnWork
 from drover.messages import Message, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
@@ -73,6 +73,7 @@ class AgentSession:
         settings: LoopSettings | None = None,
         session_id: str | None = None,
         pending: Sequence[Message] = (),
+        prelude: Prelude | None = None,
     ) -> None:
         self.id = session_id or uuid.uuid4().hex
         self.provider = provider
@@ -83,6 +84,8 @@ class AgentSession:
         self.convo = convo if convo is not None else ConversationManager()
         self.settings = settings or LoopSettings()
         self._pending: list[Message] = list(pending)
+        #: Runs at the start of every turn (see :class:`~drover.loop.AgentLoop`).
+        self.prelude = prelude
 
     # -- pending work --------------------------------------------------------------------------
 
@@ -152,6 +155,7 @@ class AgentSession:
             workdir=self.workdir,
             settings=self.settings,
             control=control,
+            prelude=self.prelude,
         )
         started = TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
         try:

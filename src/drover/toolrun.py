@@ -95,9 +95,11 @@ class ToolBatch:
         sink: EventSink,
         workdir: Path,
         may_start: Callable[[], bool] = lambda: True,
+        scope: object | None = None,
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
-        stopped) and the call ends as never run."""
+        stopped) and the call ends as never run. ``scope`` reaches each tool in its
+        :class:`~drover.tools.base.ToolContext`."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -106,6 +108,7 @@ class ToolBatch:
         self._sink = sink
         self._workdir = workdir
         self._may_start = may_start
+        self._scope = scope
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -241,7 +244,13 @@ class ToolBatch:
                 sandbox=sandbox_label(tool),
             )
         )
-        ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)
+        ctx = ToolContext(
+            workdir=self._workdir,
+            on_output=slot.output.append,
+            call_id=slot.call.id,
+            call_index=slot.index,
+            scope=self._scope,
+        )
         if not self._may_start():
             raise asyncio.CancelledError()
         slot.started = True

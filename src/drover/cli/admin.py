@@ -12,7 +12,8 @@ from drover.config import list_models, load_config
 from drover.errors import DroverError
 from drover.messages import message_to_dict
 from drover.store import open_store
-from drover.store.base import Store
+from drover.store.base import Store, ToolCallRecord
+from drover.store.worker_log import worker_call_prefix
 
 
 def print_models() -> int:
@@ -47,9 +48,11 @@ async def session_report(store: Store, session_id: str) -> dict[str, Any]:
     if record is None:
         raise DroverError(f"no session {session_id} in this journal")
     turns_out: list[dict[str, Any]] = []
+    workers = await _workers(store, session_id)
+    worker_calls = {c["call_id"] for ws in workers.values() for w in ws for c in w["tool_calls"]}
     for turn in await store.turns(session_id):
         messages = await store.turn_messages(turn.id)
-        calls = await store.tool_calls(turn.id)
+        calls = [c for c in await store.tool_calls(turn.id) if c.call_id not in worker_calls]
         turns_out.append(
             {
                 "id": turn.id,
@@ -64,16 +67,7 @@ async def session_report(store: Store, session_id: str) -> dict[str, Any]:
                     {**message_to_dict(m.message), "partial": m.partial} for m in messages
                 ],
                 "tool_calls": [
-                    {
-                        "call_id": c.call_id,
-                        "name": c.name,
-                        "state": c.state,
-                        "input": dict(c.input) if c.input is not None else None,
-                        "output": c.output,
-                        "is_error": c.is_error,
-                        "outcome_unknown": c.outcome_unknown,
-                    }
-                    for c in calls
+                    {**_call_dict(c), "workers": workers.get(c.call_id, [])} for c in calls
                 ],
             }
         )
@@ -86,6 +80,52 @@ async def session_report(store: Store, session_id: str) -> dict[str, Any]:
         "updated_at": record.updated_at,
         "turns": turns_out,
     }
+
+
+def _call_dict(call: ToolCallRecord) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "name": call.name,
+        "state": call.state,
+        "input": dict(call.input) if call.input is not None else None,
+        "output": call.output,
+        "is_error": call.is_error,
+        "outcome_unknown": call.outcome_unknown,
+    }
+
+
+async def _workers(store: Store, session_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The workers of each ``task`` call (by call id), from the event log: prompt, how each
+    last ended, and its tool calls (stored under scoped ids, see ``drover.store.worker_log``)."""
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for record in await store.events_after(session_id):
+        payload = record.payload
+        if payload.get("type") != "worker":
+            continue
+        inner, parent, index = (
+            payload.get("event") or {},
+            payload["parent_call_id"],
+            payload["worker"],
+        )
+        worker = found.setdefault(parent, {}).setdefault(
+            index,
+            {"worker": index, "status": "running", "prompt": None, "answer": None, "usage": None},
+        )
+        kind = inner.get("type")
+        if kind == "turn_started" and worker["prompt"] is None and inner.get("user_message"):
+            worker["prompt"] = inner["user_message"]
+        elif kind in ("done", "incomplete", "error"):
+            worker["status"] = inner.get("status", kind)
+            worker["answer"] = inner.get("text") if kind == "done" else inner.get("error")
+            worker["usage"] = inner.get("usage")
+    calls = await store.tool_calls(session_id=session_id)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for parent, by_index in found.items():
+        for index, worker in sorted(by_index.items()):
+            prefix = worker_call_prefix(parent, index)
+            worker["tool_calls"] = [_call_dict(c) for c in calls if c.call_id.startswith(prefix)]
+            out.setdefault(parent, []).append(worker)
+    return out
 
 
 async def show_session(args: argparse.Namespace) -> int:
@@ -120,10 +160,22 @@ async def show_session(args: argparse.Namespace) -> int:
 
 def _call_line(call: dict[str, Any]) -> str:
     note = " (outcome unknown)" if call["outcome_unknown"] else ""
-    return f"  tool {call['name']} [{call['state']}]{note}"
+    lines = [f"  tool {call['name']} [{call['state']}]{note}"]
+    for worker in call.get("workers", ()):
+        prompt = _text(worker["prompt"]) if worker["prompt"] else ""
+        lines.append(f"    worker {worker['worker']} [{worker['status']}]: {prompt}")
+        lines.extend(f"  {_call_line(inner)}" for inner in worker["tool_calls"])
+        if worker["answer"]:
+            lines.append(f"      answer: {_short(worker['answer'])}")
+    return "\n".join(lines)
 
 
 def _text(message: dict[str, Any]) -> str:
-    text = " ".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
+    return _short(
+        " ".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
+    )
+
+
+def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 100 else text[:99] + "…"

@@ -36,6 +36,7 @@ from drover.events import (
     ToolDone,
     ToolStart,
     TurnStarted,
+    WorkerEvent,
     event_to_dict,
 )
 
@@ -130,6 +131,8 @@ class HeadlessPrinter:
             case ToolDone():
                 mark = "✗" if event.is_error else "✓"
                 self._line(self.err, f"  {mark} {event.name}: {event.output_summary}")
+            case WorkerEvent():
+                self._worker(event)
             case Retry():
                 note = " (partial output discarded)" if event.discard_partial else ""
                 self._line(
@@ -147,6 +150,23 @@ class HeadlessPrinter:
                 self._line(self.err, f"turn incomplete ({event.reason}): {event.error}")
             case Error():
                 self._line(self.err, f"drover: error: {event.error}")
+            case _:
+                pass
+
+    def _worker(self, wrapped: WorkerEvent) -> None:
+        """A worker's tool calls show like direct ones, marked with the worker; its text
+        does not (the parent gets its answer)."""
+        tag = f"[worker {wrapped.worker}]"
+        match wrapped.event:
+            case ToolStart() as event:
+                self._line(self.err, f"→ {tag} {event.input_summary}")
+            case ToolDone() as event:
+                mark = "✗" if event.is_error else "✓"
+                self._line(self.err, f"  {mark} {tag} {event.name}: {event.output_summary}")
+            case Done():
+                self._line(self.err, f"  {tag} finished")
+            case Incomplete() | Error() as event:
+                self._line(self.err, f"  {tag} stopped ({event.reason}): {event.error}")
             case _:
                 pass
 

@@ -35,6 +35,7 @@ from drover.tools.sandbox import (
     sandbox_settings,
 )
 from drover.tools.sandbox import require_sandbox as sandbox_required
+from drover.workers import Coordinator, add_task_tool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +75,8 @@ class Runtime:
     workdir: Path
     #: Where ``bash`` runs its commands (the start-up line shows :meth:`SandboxStatus.describe`).
     sandbox: SandboxStatus
+    #: Runs the ``task`` tool's workers and resumes interrupted ones (None: no ``task`` tool).
+    coordinator: Coordinator | None = None
 
     async def session(
         self,
@@ -110,6 +113,8 @@ class Runtime:
                 system_prompt=system_prompt(self.workdir),
             ),
         )
+        if self.coordinator is not None:
+            session.prelude = self.coordinator.resume
         return OpenedSession(record, session, created)
 
     async def switch_model(self, session: AgentSession, model: str) -> None:
@@ -204,6 +209,12 @@ async def open_runtime(
         await store.open()
         runner = Runner(store, redactor=Redactor(config.redact_patterns))
         await runner.recover()
+        coordinator = None
+        if tools is None:
+            # The built-in set includes the task tool; a caller's own set is taken as given.
+            tools = default_registry(sandbox=sandbox)
+            coordinator = Coordinator(store)
+            add_task_tool(tools, coordinator)
         runtime = Runtime(
             config=config,
             model=model,
@@ -211,10 +222,11 @@ async def open_runtime(
             provider=provider,
             store=store,
             runner=runner,
-            tools=tools or default_registry(sandbox=sandbox),
+            tools=tools,
             policy=PermissionPolicy(options.permission_mode),
             settings=LoopSettings(max_turns=options.max_turns or config.max_turns),
             workdir=workdir,
             sandbox=sandbox,
+            coordinator=coordinator,
         )
         yield runtime

@@ -16,6 +16,10 @@ lands before the next user message (seed 000). Discarded and still-running turns
   are dropped, and so is a message left with no content; partial text stays, marked partial;
 * consecutive user messages are kept in order (providers merge them).
 
+A message whose meta holds :data:`LATE_RESULTS` carries results recorded after their call's
+turn had ended (a ``task`` call whose interrupted workers a later turn finished): it is taken
+out, and each of its results replaces the result of the same call wherever that stands.
+
 Both functions are pure, deterministic and idempotent: repairing a repaired history changes
 nothing.
 """
@@ -43,6 +47,9 @@ from drover.store.base import (
     interrupted_call,
 )
 
+#: Message meta key marking late results (see the module docstring).
+LATE_RESULTS = "drover_late_results"
+
 
 def build_history(
     turns: Iterable[tuple[TurnRecord, Sequence[StoredMessage]]],
@@ -60,7 +67,23 @@ def build_history(
         if turn.user_message is not None:
             messages.append(turn.user_message)
         messages.extend(s.message for s in sorted(stored, key=lambda s: s.seq))
-    return repair_history(messages, tool_calls)
+    late: dict[str, ToolResultBlock] = {}
+    for message in messages:
+        if message.meta.get(LATE_RESULTS):
+            late.update((r.tool_use_id, r) for r in message.tool_results)
+    if not late:
+        return repair_history(messages, tool_calls)
+    kept = [m for m in messages if not m.meta.get(LATE_RESULTS)]
+    return [_with_late(m, late) for m in repair_history(kept, tool_calls)]
+
+
+def _with_late(message: Message, late: Mapping[str, ToolResultBlock]) -> Message:
+    if not any(r.tool_use_id in late for r in message.tool_results):
+        return message
+    content = tuple(
+        late.get(b.tool_use_id, b) if isinstance(b, ToolResultBlock) else b for b in message.content
+    )
+    return replace(message, content=content)
 
 
 def repair_history(

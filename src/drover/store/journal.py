@@ -19,6 +19,9 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``retry`` (discard)         the step's buffered and stored deltas are dropped
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
+``worker``                  handed to the worker's own journal (one per worker, made on its
+                            first event), which records it under this turn through a
+                            :class:`~drover.store.worker_log.WorkerLog`
 ==========================  ================================================================
 
 Every event except the deltas is appended to the session's event log. Replay of text: each
@@ -52,10 +55,10 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never, cast
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import (
@@ -73,19 +76,69 @@ from drover.events import (
     ToolDone,
     ToolResults,
     ToolStart,
+    ToolState,
     ToolStateChanged,
     TurnStarted,
+    TurnStatus,
     UsageReport,
+    WorkerEvent,
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message
+from drover.messages import Message, Usage
 from drover.store.base import Store
 from drover.store.redact import Redactor, StreamRedactor
+from drover.store.worker_log import WorkerLog
 
 log = logging.getLogger(__name__)
 
 FinishedContentHook = Callable[[Message], Awaitable[None] | None]
+
+
+class JournalStore(Protocol):
+    """The part of :class:`~drover.store.base.Store` a journal writes through."""
+
+    async def append_message(
+        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
+    ) -> int: ...
+
+    async def append_partial_text(
+        self, turn_id: str, step: int, block_index: int, text: str
+    ) -> int: ...
+
+    async def discard_partial_text(self, turn_id: str, step: int) -> None: ...
+
+    async def append_event(
+        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+    ) -> int: ...
+
+    async def end_turn(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        usage: Usage | None = None,
+        owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    async def upsert_tool_call(
+        self,
+        turn_id: str,
+        call_id: str,
+        *,
+        call_index: int,
+        name: str,
+        state: ToolState,
+        input: Mapping[str, Any] | None = None,
+        output: str | None = None,
+        is_error: bool = False,
+        outcome_unknown: bool = False,
+        read_only: bool = False,
+        step: int = 0,
+    ) -> None: ...
 
 
 @dataclass(slots=True)
@@ -100,7 +153,7 @@ class _Write:
 class Journal:
     def __init__(
         self,
-        store: Store,
+        store: Store | JournalStore,
         session_id: str,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -147,6 +200,8 @@ class Journal:
         self._timer: asyncio.Task[None] | None = None
         self._queue: deque[_Write] = deque()
         self._lock = asyncio.Lock()
+        #: The journals of the workers run inside this turn, by (parent call id, worker).
+        self._workers: dict[tuple[str, int], Journal] = {}
 
     # -- observable state ----------------------------------------------------------------------
 
@@ -179,12 +234,41 @@ class Journal:
     async def aclose(self) -> None:
         """Write what is still buffered; stop the timer."""
         self._cancel_timer()
+        for worker in self._workers.values():
+            await worker.aclose()
         if self.failure is None:
             self._take_text(final=True)
             await self._drain()
 
+    def _worker_journal(self, event: WorkerEvent) -> Journal:
+        key = (event.call_id, event.worker)
+        journal = self._workers.get(key)
+        if journal is None:
+            if isinstance(self.store, WorkerLog):
+                raise TypeError("workers do not run workers of their own")
+            store = cast(Store, self.store)
+            what = f"record worker {event.worker} of call {event.call_id}"
+            journal = self._workers[key] = Journal(
+                WorkerLog(store, self.session_id, event.call_id, event.worker),
+                self.session_id,
+                clock=self._clock,
+                sleep=self._sleep,
+                flush_interval=self._interval,
+                flush_bytes=self._flush_bytes,
+                redactor=self._redactor,
+                is_read_only=self._is_read_only,
+                max_attempts=self._max_attempts,
+                retry_delay=self._retry_delay,
+                turn_id=self._turn_id,
+                on_failure=lambda failure: self._fail(what, failure),
+            )
+        return journal
+
     async def _handle(self, event: Event) -> None:
         match event:
+            case WorkerEvent():
+                await self._worker_journal(event).send(event.event)
+                return
             case TextDelta():
                 if self._buffer(event):
                     await self._flush()

@@ -21,6 +21,12 @@ class ToolContext:
     #: Called with output as a long-running tool produces it, so an interrupted call keeps what
     #: it printed until then. Tools that produce output incrementally should call it.
     on_output: Callable[[str], None] = field(default=_discard)
+    #: The tool call being run, and its position in the model's response.
+    call_id: str = ""
+    call_index: int = 0
+    #: What the turn running the call offers a tool that acts as part of the turn (the
+    #: ``task`` tool runs workers with it). Opaque at this layer; None outside a turn.
+    scope: object | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
