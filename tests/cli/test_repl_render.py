@@ -39,6 +39,7 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
     UsageReport,
+    WorkerEvent,
 )
 from drover.messages import (
     TextBlock,
@@ -335,3 +336,27 @@ async def test_the_live_area_keeps_one_line_per_call_when_narrow(tmp_path: Path)
     # spinner, question, its keys, status line: each on one line of at most 40 columns
     assert len(lines) == 4 and all(len(line) <= 40 for line in lines)
     assert lines[0].startswith("⠋ (running) bash: echo xxx") and lines[0].endswith("…")
+
+
+def test_worker_tool_calls_get_their_own_tagged_rows(tmp_path: Path) -> None:
+    screen = Screen(tmp_path)
+    view = screen.view
+
+    def worker(n: int, event: Any) -> WorkerEvent:
+        return WorkerEvent(call_id="task-1", worker=n, event=event)
+
+    view.handle(state("task-1", 0, "task", "running", input={"description": "two jobs"}))
+    # The same inner call id in two workers: two rows, never mixed up.
+    view.handle(worker(0, state("c", 0, "bash", "running", input={"command": "make a"})))
+    view.handle(worker(1, state("c", 100, "bash", "running", input={"command": "make b"})))
+    live = screen.live()
+    assert "[worker 0] bash: make a" in live and "[worker 1] bash: make b" in live
+    view.handle(worker(1, state("c", 100, "bash", "output-available", output="built b")))
+    assert "✓ [worker 1] bash: make b  [done]  built b" in screen.printed()
+    assert "[worker 0] bash: make a" in screen.live()
+    view.handle(worker(1, TextDelta(text="worker prose")))
+    view.handle(worker(1, Done(text="b done", usage=Usage())))
+    view.handle(worker(0, Incomplete(reason="max_turns", error="limit", usage=Usage())))
+    printed = screen.printed()
+    assert "[worker 1] finished" in printed and "[worker 0] stopped (max_turns): limit" in printed
+    assert "worker prose" not in printed and "worker prose" not in screen.live()

@@ -51,6 +51,7 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
     UsageReport,
+    WorkerEvent,
 )
 from drover.messages import Message, Usage
 from drover.summaries import summarise_input, summarise_output
@@ -264,11 +265,35 @@ class TurnView:
                         style="dim",
                     )
                 )
+            case WorkerEvent():
+                self._worker(event)
             case Done() | Incomplete() | Error():
                 self._flush_text()
                 self.ended = event
             case _:
                 assert_never(event)
+
+    def _worker(self, wrapped: WorkerEvent) -> None:
+        """A worker of the ``task`` tool: its tool calls get spinners and rows like direct
+        ones, marked with the worker; its text does not show (the parent gets its answer)."""
+        tag = f"[worker {wrapped.worker}] "
+        inner = wrapped.event
+        match inner:
+            case ToolStateChanged():
+                self._tool_state(inner, key=f"{wrapped.call_id}/{wrapped.worker}/", tag=tag)
+            case ToolStart():
+                row = self.rows.get(f"{wrapped.call_id}/{wrapped.worker}/{inner.id}")
+                if row is not None:
+                    row.summary = tag + inner.input_summary
+                    row.sandbox = inner.sandbox
+            case Done():
+                self.console.print(Text(f"{tag}finished", style="dim"))
+            case Incomplete() | Error():
+                self.console.print(
+                    Text(f"{tag}stopped ({inner.reason}): {inner.error}", style="yellow")
+                )
+            case _:
+                pass
 
     # -- text ----------------------------------------------------------------------------------
 
@@ -297,16 +322,18 @@ class TurnView:
         call_id = self._by_index.get(index)
         return self.rows.get(call_id) if call_id is not None else None
 
-    def _tool_state(self, event: ToolStateChanged) -> None:
-        row = self.rows.get(event.call_id)
+    def _tool_state(self, event: ToolStateChanged, *, key: str = "", tag: str = "") -> None:
+        call_id = key + event.call_id
+        row = self.rows.get(call_id)
         if row is None:
             self._flush_text()  # the text before a call belongs above its row
-            row = ToolRow(call_id=event.call_id, index=event.call_index, name=event.name)
-            self.rows[event.call_id] = row
-        self._by_index[event.call_index] = event.call_id
+            row = ToolRow(call_id=call_id, index=event.call_index, name=tag + event.name)
+            self.rows[call_id] = row
+        if not key:  # a worker's calls are matched by id, not by the parent's call index
+            self._by_index[event.call_index] = call_id
         row.state = event.state
         if event.input is not None:
-            row.summary = summarise_input(event.name, event.input)
+            row.summary = tag + summarise_input(event.name, event.input)
         if event.outcome_unknown:
             row.outcome_unknown = True
         if event.output is not None:
