@@ -293,6 +293,10 @@ class Store(Protocol):
         """The rows that cover any number above ``after_seq``, in ``seq`` order."""
         ...
 
+    async def last_event_seq(self, session_id: str) -> int:
+        """The highest number any row of the session's log covers (0: none)."""
+        ...
+
     async def next_event_seq(self, session_id: str) -> int:
         """The first number after every one used or reserved in the session's log."""
         ...

@@ -635,6 +635,13 @@ class PostgresStore:
 
         return await self._write(insert)
 
+    async def last_event_seq(self, session_id: str) -> int:
+        rows = await self._query(
+            "SELECT COALESCE(MAX(last_seq), 0) AS seq FROM events WHERE session_id = %s",
+            session_id,
+        )
+        return int(rows[0]["seq"])
+
     async def next_event_seq(self, session_id: str) -> int:
         return await self._call(lambda conn: self._next_event_seq(conn, session_id))
 
