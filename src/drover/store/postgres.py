@@ -199,16 +199,19 @@ class PostgresStore:
         seq: int | None = None,
         last_seq: int | None = None,
         marks: str | None = None,
+        part: int = 0,
     ) -> int:
         if seq is None:
             seq = await PostgresStore._next_event_seq(conn, session_id)
         return await _seq(
             conn,
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, last_seq, "
-            "marks) VALUES (%s, %s, %s::text, %s, %s::jsonb, %s, %s, %s) RETURNING seq",
+            "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
+            "last_seq, marks) VALUES (%s, %s, %s, %s::text, %s, %s::jsonb, %s, %s, %s) "
+            "RETURNING seq",
             (
                 session_id,
                 seq,
+                part,
                 turn_id,
                 str(event["type"]),
                 _jsonb(dict(event)),
@@ -551,7 +554,18 @@ class PostgresStore:
                 (turn_id, step, block_index, _text(text), turn_id, step, block_index),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return await self._log(conn, session_id, turn_id, event, now, first, last_seq, encoded)
+            # A row that starts inside a delta an earlier row began shares its first number.
+            part = 0
+            if first is not None:
+                rows = await _rows(
+                    conn,
+                    "SELECT COUNT(*) AS n FROM events WHERE session_id = %s AND seq = %s",
+                    (session_id, first),
+                )
+                part = int(rows[0]["n"])
+            return await self._log(
+                conn, session_id, turn_id, event, now, first, last_seq, encoded, part
+            )
 
         return await self._write(insert)
 
@@ -669,7 +683,8 @@ class PostgresStore:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s ORDER BY seq LIMIT %s",
+            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s "
+            "ORDER BY seq, part LIMIT %s",
             session_id,
             after_seq,
             limit,

@@ -266,15 +266,17 @@ class SqliteStore:
         seq: int | None = None,
         last_seq: int | None = None,
         marks: str | None = None,
+        part: int = 0,
     ) -> int:
         if seq is None:
             seq = SqliteStore._next_event_seq(conn, session_id)
         conn.execute(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, "
-            "last_seq, marks) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
+            "last_seq, marks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session_id,
                 seq,
+                part,
                 turn_id,
                 str(event["type"]),
                 _dumps(dict(event)),
@@ -595,7 +597,16 @@ class SqliteStore:
                 (turn_id, step, block_index, part, text),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return self._log(conn, session_id, turn_id, event, now, first, last_seq, encoded)
+            # A row that starts inside a delta an earlier row began shares its first number.
+            part = 0
+            if first is not None:
+                part = conn.execute(
+                    "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq = ?",
+                    (session_id, first),
+                ).fetchone()[0]
+            return self._log(
+                conn, session_id, turn_id, event, now, first, last_seq, encoded, int(part)
+            )
 
         return await self._write(insert)
 
@@ -705,7 +716,7 @@ class SqliteStore:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq LIMIT ?",
+            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
             session_id,
             after_seq,
             -1 if limit is None else limit,
