@@ -3,6 +3,7 @@ at any delta, redacted rows that cannot be cut, superseded deltas covered, crash
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,23 @@ from drover.events import (
     TurnStarted,
 )
 from drover.messages import TextBlock, Usage, assistant_message, user_message
-from drover.server.hub import SessionFeed, make_frame
+from drover.server.hub import Frame, SessionFeed, make_frame
 from drover.server.replay import backlog, continuable, expand
 from drover.store.journal import Journal
 from drover.store.numbering import RESERVE_BLOCK
 from drover.store.sqlite import SqliteStore
 
 Published = list[tuple[int, str | None, dict[str, Any]]]
+
+
+def _parsed(frames: list[Frame]) -> list[tuple[int, dict[str, Any]]]:
+    """``(id, data)`` of each frame, read back from its bytes as a client would."""
+    out = []
+    for frame in frames:
+        lines = frame.encode().decode().splitlines()
+        assert lines[0] == f"id: {frame.seq}" and lines[1] == f"event: {frame.type}"
+        out.append((frame.seq, json.loads(lines[2].removeprefix("data: "))))
+    return out
 
 
 class Rig:
@@ -88,8 +99,8 @@ async def test_a_replay_can_start_after_any_flushed_delta(rig: Rig) -> None:
     assert any(not r.marks for r in coalesced)  # a row that ends inside its first delta
     flushed = [seq for r in coalesced for seq, _ in r.marks or ()]
     for k in [0, *flushed]:
-        got = expand(await rig.rows(k), k)
-        pieces = [(seq, p["text"]) for seq, _, p in got if p["type"] == "text_delta"]
+        got = _parsed(expand(await rig.rows(k), k))
+        pieces = [(seq, p["text"]) for seq, p in got if p["type"] == "text_delta"]
         expected = [(seq, live[seq]["text"]) for seq in flushed if seq > k]
         assert pieces == expected, f"after {k}"
         assert continuable(k, await rig.rows(k), None)
@@ -120,7 +131,7 @@ async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
     assert row.seq < row.end_seq
     assert not continuable(row.seq, rows, None)  # inside: reset
     assert continuable(row.end_seq, rows, None)  # after it whole: fine
-    assert secret not in str([p for _, _, p in expand(rows, 0)])
+    assert secret not in str(_parsed(expand(rows, 0)))
 
 
 async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig: Rig) -> None:
@@ -137,7 +148,7 @@ async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig
         assert continuable(k, rows, None), k
     retry = next(r for r in rows if r.type == "retry")
     assert retry.seq == unflushed[0]
-    after = [p["type"] for _, _, p in expand(rows, unflushed[0])]
+    after = [p["type"] for _, p in _parsed(expand(rows, unflushed[0]))]
     assert after == ["retry", "assistant_message", "done"]
     # The reservation shrinks back to the numbers handed out once the turn ended in order.
     assert await rig.store.next_event_seq(rig.session_id) == rig.published[-1][0] + 1
