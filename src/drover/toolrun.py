@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,7 +87,10 @@ class ToolBatch:
         policy: PermissionPolicy,
         sink: EventSink,
         workdir: Path,
+        may_start: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``may_start`` is asked right before each tool starts: False (the turn is being
+        stopped) and the call ends as never run."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -95,6 +98,7 @@ class ToolBatch:
         self._policy = policy
         self._sink = sink
         self._workdir = workdir
+        self._may_start = may_start
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -230,6 +234,8 @@ class ToolBatch:
             )
         )
         ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)
+        if not self._may_start():
+            raise asyncio.CancelledError()
         slot.started = True
         try:
             output: ToolOutput = await tool.run(slot.call.input, ctx)
