@@ -65,6 +65,13 @@ class CallSlot:
         return self.tool is not None and self.tool.read_only
 
 
+def sandbox_label(tool: Tool) -> str | None:
+    """How ``tool`` confines what it runs (its ``sandbox_label``), for the journal; None for
+    tools without a sandbox."""
+    label = getattr(tool, "sandbox_label", None)
+    return label if isinstance(label, str) else None
+
+
 def interrupted_result(slot: CallSlot) -> ToolResultBlock:
     """The result recorded for a call the interruption caught."""
     if not slot.started:
@@ -231,6 +238,7 @@ class ToolBatch:
                 id=slot.call.id,
                 name=tool.name,
                 input_summary=summarise_input(tool.name, slot.call.input),
+                sandbox=sandbox_label(tool),
             )
         )
         ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)

@@ -116,7 +116,9 @@ class ScriptedProvider:
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         policy = RetryPolicy(max_retries=self.max_retries, backoff_base=0.0, backoff_max=0.0)
-        return retrying(policy, lambda: self._attempt(request), lambda exc: None)
+        return retrying(
+            policy, lambda: self._attempt(request), lambda exc: None, budget=request.retry_budget
+        )
 
     async def aclose(self) -> None:
         self.closed = True
