@@ -1,0 +1,121 @@
+"""Reloading the page in the middle of a turn shows the true state and goes on live: while
+text streams (the gate proxy holds the model's reply mid-text), while a tool runs (a bash
+call that waits for a file the test creates), and while a permission prompt waits. Each ends
+with the page showing exactly the transcript the server stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from drover.testing.server import FakeLLMServer
+
+from .harness import DroverServe, GateProxy, assert_page_shows_stored_transcript
+from .pagehelp import card, expect_status, last_text, new_session, send
+
+ANSWER = (
+    "The lighthouse keeper climbs the stairs every evening, trims the wick, "
+    "polishes the lens and writes the weather in the log before the ships come in."
+)
+CHUNK = 8  # the fake server's default chunk of streamed text
+
+
+def test_reload_while_text_streams(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[[int], GateProxy],
+    serve: Callable[..., DroverServe],
+) -> None:
+    fake_llm.script({"text": ANSWER})
+    proxy = gate(5)
+    server = serve(proxy.base_url)
+    session_id = new_session(page, server)
+    send(page, "tell me about the keeper")
+    assert proxy.held.wait(30), "the model's reply never reached the fifth text delta"
+    streamed = ANSWER[: 5 * CHUNK]
+    expect(last_text(page)).to_have_text(streamed)
+    expect_status(page, "running")
+
+    page.reload()
+    # The reloaded page rebuilds the half-streamed text from the snapshot and the replay.
+    expect(last_text(page)).to_have_text(streamed)
+    expect_status(page, "running")
+    expect(last_text(page)).to_have_attribute("data-partial", "true")
+    expect(page.locator("#interrupt")).to_be_enabled()
+
+    proxy.release()
+    expect_status(page, "completed")
+    expect(last_text(page)).to_have_text(ANSWER)
+    expect(last_text(page)).to_have_attribute("data-partial", "false")
+    assert_page_shows_stored_transcript(page, server, session_id)
+    assert not page.script_errors  # type: ignore[attr-defined]
+
+
+def test_reload_while_a_tool_runs(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe], tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {
+            "text": "Waiting for the go flag.",
+            "tool_calls": [
+                {
+                    "name": "bash",
+                    "input": {
+                        "command": "while [ ! -e go.flag ]; do sleep 0.05; done; echo released"
+                    },
+                }
+            ],
+        },
+        {"text": "The flag appeared."},
+    )
+    server = serve(fake_llm.base_url, permission_mode="allow")
+    session_id = new_session(page, server)
+    send(page, "wait for go.flag")
+    expect(card(page, "bash")).to_have_attribute("data-state", "running")
+
+    page.reload()
+    bash = card(page, "bash")
+    expect(bash).to_have_attribute("data-state", "running")
+    expect(bash.locator(".tool-input")).to_contain_text("go.flag")
+    expect(bash.locator(".tool-output")).to_be_hidden()
+    expect_status(page, "running")
+
+    (tmp_path / "work" / "go.flag").touch()
+    expect(bash).to_have_attribute("data-state", "output-available")
+    expect(bash.locator(".tool-output")).to_have_text("released\n")
+    expect_status(page, "completed")
+    expect(last_text(page)).to_have_text("The flag appeared.")
+    assert_page_shows_stored_transcript(page, server, session_id)
+    assert not page.script_errors  # type: ignore[attr-defined]
+
+
+def test_reload_while_a_permission_prompt_waits(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe], tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {
+            "text": "I need to run a command.",
+            "tool_calls": [{"name": "bash", "input": {"command": "echo approved > ok.txt"}}],
+        },
+        {"text": "It ran."},
+    )
+    server = serve(fake_llm.base_url, permission_mode="ask")
+    session_id = new_session(page, server)
+    send(page, "run it")
+    expect(card(page, "bash")).to_have_attribute("data-state", "awaiting-permission")
+
+    page.reload()
+    bash = card(page, "bash")
+    expect(bash).to_have_attribute("data-state", "awaiting-permission")
+    expect(bash.locator(".permission")).to_contain_text("echo approved")
+    expect_status(page, "running")
+
+    bash.get_by_role("button", name="Allow", exact=True).click()
+    expect(bash).to_have_attribute("data-state", "output-available")
+    expect_status(page, "completed")
+    expect(last_text(page)).to_have_text("It ran.")
+    assert (tmp_path / "work" / "ok.txt").read_text() == "approved\n"
+    assert_page_shows_stored_transcript(page, server, session_id)
+    assert not page.script_errors  # type: ignore[attr-defined]
