@@ -35,6 +35,12 @@ outputs, event payloads); streamed text goes through
 :class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be the start
 of a secret until the next flush.
 
+Numbering (:mod:`drover.store.numbering`): the journal numbers every event as it emits it —
+each live text delta included — and hands it to ``publish`` at once; rows are written with
+those numbers. A coalesced text row covers its deltas' numbers and marks where each ends; the
+numbers of deltas a finished message or a discarding retry supersedes before they were written
+are covered by that message's or retry's row, so every number handed out lands in some row.
+
 ``send`` never raises (except the cancellation that interrupts the turn): writes queue in
 order, and one that fails stays at the head of the queue and is retried at the next gate or
 event, up to ``max_attempts`` times, while later writes wait behind it.
@@ -75,6 +81,7 @@ from drover.events import (
 )
 from drover.messages import Message
 from drover.store.base import Store
+from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 
 log = logging.getLogger(__name__)
@@ -103,12 +110,14 @@ class Journal:
         on_finished_content: FinishedContentHook | None = None,
         is_read_only: Callable[[str], bool] | None = None,
         max_attempts: int = 5,
+        publish: Publish | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
         from a tool name whether the tool has no side effects (recorded on its calls, it decides
         whether a call cut off while running has an unknown outcome; unknown tools count as
-        side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``."""
+        side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``.
+        ``publish`` sees every event with its number as soon as it is numbered."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -122,6 +131,10 @@ class Journal:
         self._turn_id: str | None = None
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
+        self._marks: dict[tuple[int, int], StreamMarks] = {}
+        self._numbers = Numbering(store, session_id, publish=publish)
+        # The first number of superseded deltas no row holds yet (the next row covers it).
+        self._absorb: int | None = None
         self._unflushed = 0
         self._last_flush = clock()
         self._timer: asyncio.Task[None] | None = None
@@ -159,11 +172,19 @@ class Journal:
         self._take_text(final=True)
         if not await self._drain() and self._queue:
             log.error("journal: %d writes could not be made", len(self._queue))
+        if not self._queue:
+            await self._numbers.release()
 
     async def _handle(self, event: Event) -> None:
         match event:
             case TextDelta():
-                if self._buffer(event):
+                if self._turn_id is None or not event.text:
+                    return
+                seq = await self._numbers.take()
+                if seq is not None:
+                    body = {"type": "text_delta", "text": event.text, "index": event.index}
+                    self._numbers.publish(seq, self._turn_id, {**body, "step": self._step})
+                if self._buffer(event, seq):
                     await self._flush()
                 return
             case ThinkingDelta():
@@ -189,7 +210,7 @@ class Journal:
                         t, message, partial=event.partial, step=step
                     ),
                 )
-                self._log(event)
+                await self._log(event)
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
@@ -204,7 +225,7 @@ class Journal:
                 self._turn_write(
                     "append tool results", lambda t: self.store.append_message(t, message)
                 )
-                self._log(event)
+                await self._log(event)
                 await self._drain()
                 await self._finished(message)
                 return
@@ -213,30 +234,44 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
-                self._turn_write(
-                    "end the turn",
-                    lambda t: self.store.end_turn(
-                        t, turn_status(event), reason=reason, error=error, usage=event.usage
-                    ),
-                )
+                status = turn_status(event)
+
+                async def end(turn_id: str) -> None:
+                    logged = await self.store.end_turn(
+                        turn_id,
+                        status,
+                        reason=reason,
+                        error=error,
+                        usage=event.usage,
+                        first_seq=self._numbers.next,
+                    )
+                    for record in logged:
+                        self._numbers.advance_past(record.end_seq)
+                        self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
+
+                self._turn_write("end the turn", end)
+                # Numbered when written: the store may log events of its own before it.
+                self._queue.append(self._numbered_write(event))
+                await self._drain()
+                return
             case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
                 pass
             case _:
                 assert_never(event)
-        self._log(event)
+        await self._log(event)
         await self._drain()
 
     # -- text ----------------------------------------------------------------------------------
 
-    def _buffer(self, delta: TextDelta) -> bool:
-        """Buffer a delta; True when a gate says flush now."""
-        if self._turn_id is None or not delta.text:
-            return False
+    def _buffer(self, delta: TextDelta, seq: int | None) -> bool:
+        """Buffer a delta numbered ``seq``; True when a gate says flush now."""
         key = (self._step, delta.index)
         stream = self._texts.get(key)
         if stream is None:
             stream = self._texts[key] = StreamRedactor(self._redactor)
         stream.feed(delta.text)
+        if seq is not None:
+            self._marks.setdefault(key, StreamMarks()).feed(seq, len(delta.text))
         if self._unflushed == 0:
             self._start_timer()
         self._unflushed += len(delta.text.encode())
@@ -248,19 +283,32 @@ class Journal:
     def _take_text(self, *, final: bool) -> None:
         """Queue the buffered text that is safe to write (all of it when ``final``)."""
         turn_id = self._turn_id
-        for (step, index), stream in sorted(self._texts.items()):
+        for key, stream in sorted(self._texts.items()):
             text = stream.take(final=final)
+            marks = self._marks.get(key)
+            span = None
+            if marks is not None:
+                span = marks.release(marks.unwritten() - stream.held_chars, len(text))
             if text and turn_id is not None:
+                step, index = key
                 write = partial(self.store.append_partial_text, turn_id, step, index, text)
+                if span is not None:
+                    first, last, cuts = span
+                    write = partial(write, seq=first, last_seq=last, marks=cuts)
                 self._queue.append(_Write("append partial text", write))
         if final:
             self._texts.clear()
+            self._marks.clear()
         self._unflushed = 0
         self._last_flush = self._clock()
 
     def _drop_text(self, step: int) -> None:
         for key in [k for k in self._texts if k[0] == step]:
             del self._texts[key]
+            marks = self._marks.pop(key, None)
+            first = None if marks is None else marks.first_unstarted()
+            if first is not None:
+                self._absorb = first if self._absorb is None else min(self._absorb, first)
         if not self._texts:
             self._unflushed = 0
 
@@ -326,15 +374,43 @@ class Journal:
             ),
         )
 
-    def _log(self, event: Event) -> None:
+    async def _log(self, event: Event) -> None:
         payload = self._redactor.redact_obj(event_to_dict(event))
         turn_id = self._turn_id
+        seq = await self._numbers.take()
+        first: int | None = None
+        if seq is not None:
+            first, self._absorb = self._absorb, None
+            self._numbers.publish(seq, turn_id, payload)
         self._queue.append(
             _Write(
                 f"log the {event.type} event",
-                lambda: self.store.append_event(self.session_id, turn_id, payload),
+                partial(
+                    self.store.append_event,
+                    self.session_id,
+                    turn_id,
+                    payload,
+                    seq=seq if first is None else first,
+                    last_seq=seq,
+                ),
             )
         )
+
+    def _numbered_write(self, event: Event) -> _Write:
+        """A write that logs ``event`` with a number taken when it runs (once)."""
+        payload = self._redactor.redact_obj(event_to_dict(event))
+        turn_id, taken = self._turn_id, False
+        seq: int | None = None
+
+        async def run() -> int:
+            nonlocal seq, taken
+            if not taken:
+                seq, taken = await self._numbers.take(), True
+                if seq is not None:
+                    self._numbers.publish(seq, turn_id, payload)
+            return await self.store.append_event(self.session_id, turn_id, payload, seq=seq)
+
+        return _Write(f"log the {event.type} event", run)
 
     async def _drain(self) -> bool:
         """Make the queued writes in order; stop at the first failure (it is retried later)."""

@@ -109,6 +109,19 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(
+        "0004_event_seq_ranges",
+        (
+            # A coalesced text row covers the numbers of the live deltas it holds.
+            "ALTER TABLE events ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+            "UPDATE events SET last_seq = seq",
+            "ALTER TABLE events ADD COLUMN marks TEXT",
+            "CREATE INDEX events_by_last_seq ON events (session_id, last_seq)",
+            # Numbers handed out up to here may exist only in a client's memory.
+            "ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN owner TEXT",
+        ),
+    ),
 )
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (

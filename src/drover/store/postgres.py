@@ -25,7 +25,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -42,9 +42,11 @@ from drover.store.base import (
     StoredMessage,
     ToolCallRecord,
     TurnRecord,
+    encode_marks,
     event_from_row,
     interrupted_call,
     interrupted_call_event,
+    logged_event,
     orphan_end_event,
     owner_alive,
     partial_messages,
@@ -176,15 +178,41 @@ class PostgresStore:
         return str(row["id"])
 
     @staticmethod
-    async def _log(
-        conn: Conn, session_id: str, turn_id: str | None, event: Mapping[str, Any], now: float
-    ) -> int:
+    async def _next_event_seq(conn: Conn, session_id: str) -> int:
         return await _seq(
             conn,
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) "
-            "SELECT %s, COALESCE(MAX(seq), 0) + 1, %s::text, %s, %s::jsonb, %s "
-            "FROM events WHERE session_id = %s RETURNING seq",
-            (session_id, turn_id, str(event["type"]), _jsonb(dict(event)), now, session_id),
+            "SELECT GREATEST(COALESCE((SELECT MAX(last_seq) FROM events WHERE session_id = %s), "
+            "0), COALESCE((SELECT seq_reserved FROM sessions WHERE id = %s), 0)) + 1 AS seq",
+            (session_id, session_id),
+        )
+
+    @staticmethod
+    async def _log(
+        conn: Conn,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        now: float,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: str | None = None,
+    ) -> int:
+        if seq is None:
+            seq = await PostgresStore._next_event_seq(conn, session_id)
+        return await _seq(
+            conn,
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, last_seq, "
+            "marks) VALUES (%s, %s, %s::text, %s, %s::jsonb, %s, %s, %s) RETURNING seq",
+            (
+                session_id,
+                seq,
+                turn_id,
+                str(event["type"]),
+                _jsonb(dict(event)),
+                now,
+                max(seq, last_seq or seq),
+                marks,
+            ),
         )
 
     @staticmethod
@@ -212,7 +240,12 @@ class PostgresStore:
     # -- sessions ------------------------------------------------------------------------------
 
     async def create_session(
-        self, *, session_id: str | None = None, workdir: str, model: str
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
     ) -> SessionRecord:
         now = self._clock()
         record = SessionRecord(
@@ -222,13 +255,14 @@ class PostgresStore:
             workdir=workdir,
             model=model,
             title=None,
+            owner=owner,
         )
 
         async def insert(conn: Conn) -> SessionRecord:
             cur = await conn.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title) "
-                "VALUES (%s, %s, %s, %s, %s, NULL) ON CONFLICT (id) DO NOTHING",
-                (record.id, now, now, workdir, model),
+                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title, owner) "
+                "VALUES (%s, %s, %s, %s, %s, NULL, %s) ON CONFLICT (id) DO NOTHING",
+                (record.id, now, now, workdir, model, owner),
             )
             if cur.rowcount == 0:
                 raise StoreError(f"session {record.id} already exists")
@@ -240,9 +274,15 @@ class PostgresStore:
         rows = await self._query("SELECT * FROM sessions WHERE id = %s", session_id)
         return session_from_row(rows[0]) if rows else None
 
-    async def list_sessions(self, limit: int = 50) -> list[SessionRecord]:
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
         rows = await self._query(
-            "SELECT * FROM sessions ORDER BY updated_at DESC, n DESC LIMIT %s", limit
+            "SELECT * FROM sessions WHERE %s::text IS NULL OR owner = %s::text "
+            "ORDER BY updated_at DESC, n DESC LIMIT %s",
+            owner,
+            owner,
+            limit,
         )
         return [session_from_row(r) for r in rows]
 
@@ -314,15 +354,17 @@ class PostgresStore:
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
-    ) -> None:
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
         if status == "running":
             raise StoreError("a turn cannot end as running")
         now = self._clock()
         usage_json = None if usage is None else _jsonb(usage.to_dict())
 
-        async def update(conn: Conn) -> None:
+        async def update(conn: Conn) -> list[EventRecord]:
             session_id = await self._turn_session(conn, turn_id)
-            await self._settle(conn, session_id, turn_id, now)
+            logged: list[EventRecord] = []
+            await self._settle(conn, session_id, turn_id, now, logged, first_seq)
             await conn.execute(
                 "UPDATE turns SET status = %s, reason = %s, error = %s, usage = %s::jsonb, "
                 "ended_at = %s, updated_at = %s, lease_expires_at = NULL WHERE id = %s",
@@ -331,13 +373,29 @@ class PostgresStore:
             await conn.execute(
                 "UPDATE sessions SET updated_at = %s WHERE id = %s", (now, session_id)
             )
+            return logged
 
-        await self._write(update)
+        return await self._write(update)
 
-    async def _settle(self, conn: Conn, session_id: str, turn_id: str, now: float) -> bool:
+    async def _settle(
+        self,
+        conn: Conn,
+        session_id: str,
+        turn_id: str,
+        now: float,
+        logged: list[EventRecord] | None = None,
+        first_seq: int | None = None,
+    ) -> bool:
         """Close the turn's open tool calls and fold its left-over text deltas into partial
-        messages, logging both; returns whether the turn holds any message. The caller holds
-        the session's lock."""
+        messages, logging both (into ``logged``, numbered from ``first_seq`` if given);
+        returns whether the turn holds any message. The caller holds the session's lock."""
+        out = [] if logged is None else logged
+
+        async def log(event: dict[str, Any]) -> None:
+            seq = None if first_seq is None else first_seq + len(out)
+            seq = await self._log(conn, session_id, turn_id, event, now, seq)
+            out.append(logged_event(session_id, seq, turn_id, event, now))
+
         calls = await _rows(
             conn,
             "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
@@ -352,14 +410,16 @@ class PostgresStore:
                 "outcome_unknown = %s, updated_at = %s WHERE turn_id = %s AND call_id = %s",
                 (output, unknown, now, turn_id, call["call_id"]),
             )
-            event = interrupted_call_event(
-                call["call_id"], call["call_index"], call["name"], output, unknown
+            await log(
+                interrupted_call_event(
+                    call["call_id"], call["call_index"], call["name"], output, unknown
+                )
             )
-            await self._log(conn, session_id, turn_id, event, now)
         for message in partial_messages(await self._deltas(conn, turn_id)):
             await self._add_message(conn, turn_id, message, True, now)
-            payload = {"type": "assistant_message", "message": message_to_dict(message)}
-            await self._log(conn, session_id, turn_id, {**payload, "partial": True}, now)
+            await log(
+                {"type": "assistant_message", "message": message_to_dict(message), "partial": True}
+            )
         await conn.execute("DELETE FROM partial_text WHERE turn_id = %s", (turn_id,))
         cur = await conn.execute(
             "SELECT EXISTS (SELECT 1 FROM messages WHERE turn_id = %s) AS held", (turn_id,)
@@ -457,9 +517,19 @@ class PostgresStore:
         return await self._write(insert)
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
         now = self._clock()
+        first = seq
+        encoded = None if seq is None else encode_marks(seq, marks)
 
         async def insert(conn: Conn) -> int:
             session_id = await self._turn_session(conn, turn_id)
@@ -470,7 +540,7 @@ class PostgresStore:
                 (turn_id, step, block_index, _text(text), turn_id, step, block_index),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return await self._log(conn, session_id, turn_id, event, now)
+            return await self._log(conn, session_id, turn_id, event, now, first, last_seq, encoded)
 
         return await self._write(insert)
 
@@ -547,7 +617,13 @@ class PostgresStore:
     # -- the event log -------------------------------------------------------------------------
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int:
         now = self._clock()
         if "type" not in event:
@@ -555,15 +631,33 @@ class PostgresStore:
 
         async def insert(conn: Conn) -> int:
             await self._need_session(conn, session_id)
-            return await self._log(conn, session_id, turn_id, event, now)
+            return await self._log(conn, session_id, turn_id, event, now, seq, last_seq)
 
         return await self._write(insert)
+
+    async def last_event_seq(self, session_id: str) -> int:
+        rows = await self._query(
+            "SELECT COALESCE(MAX(last_seq), 0) AS seq FROM events WHERE session_id = %s",
+            session_id,
+        )
+        return int(rows[0]["seq"])
+
+    async def next_event_seq(self, session_id: str) -> int:
+        return await self._call(lambda conn: self._next_event_seq(conn, session_id))
+
+    async def reserve_seqs(self, session_id: str, upto: int) -> None:
+        async def update(conn: Conn) -> None:
+            await conn.execute(
+                "UPDATE sessions SET seq_reserved = %s WHERE id = %s", (upto, session_id)
+            )
+
+        await self._write(update)
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s ORDER BY seq LIMIT %s",
             session_id,
             after_seq,
             limit,
