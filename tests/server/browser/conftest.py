@@ -76,9 +76,11 @@ def page(browser: Browser) -> Iterator[Page]:
     page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
     page.on(
         "console",
-        lambda msg: errors.append(f"console.{msg.type}: {msg.text}")
-        if msg.type == "error" and "EventSource" not in msg.text
-        else None,
+        lambda msg: (
+            errors.append(f"console.{msg.type}: {msg.text}")
+            if msg.type == "error" and "EventSource" not in msg.text
+            else None
+        ),
     )
     page.script_errors = errors  # type: ignore[attr-defined]
     try:
@@ -123,9 +125,7 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture
-def serve(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[Callable[..., DroverServe]]:
+def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., DroverServe]]:
     """Starts ``drover serve`` against a model API URL; stopped at the end of the test."""
     started: list[DroverServe] = []
     request.node.drover_servers = started

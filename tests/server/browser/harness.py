@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,10 +33,7 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+_LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -66,8 +64,7 @@ class DroverServe:
         permission_mode: str = "ask",
         token: str | None = None,
     ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = ""
         self.token = token
         self.log_path = log
         self.args = [
@@ -76,7 +73,7 @@ class DroverServe:
             "--host",
             "127.0.0.1",
             "--port",
-            str(self.port),
+            "0",
             "--model",
             "anthropic:test",
             "--base-url",
@@ -92,6 +89,7 @@ class DroverServe:
         if token is not None:
             self.env["DROVER_TOKEN"] = token
         self.proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
 
     def __enter__(self) -> DroverServe:
         self.start()
@@ -101,44 +99,53 @@ class DroverServe:
         self.stop()
 
     def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.args,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"drover serve exited {self.proc.returncode}:\n{self.log()}")
-            try:
-                self.request("GET", "/v1/sessions")
-                return
-            except ApiError:
-                return  # it answers (a 401 without a token is an answer)
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"drover serve did not answer in time:\n{self.log()}")
-            # Polling a port that is not listening yet: each try fails at once, so pace it.
-            time.sleep(0.05)
+        """Start it and return once it prints the address it listens on."""
+        listening = threading.Event()
+        self.proc = subprocess.Popen(
+            self.args,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stdout = self.proc.stdout
+        assert stdout is not None
+
+        def read() -> None:
+            with self.log_path.open("ab") as log:
+                for line in stdout:
+                    log.write(line)
+                    log.flush()
+                    match = _LISTENING.search(line.decode(errors="replace"))
+                    if match and not listening.is_set():
+                        self.url = match.group(1)
+                        listening.set()
+            listening.set()  # it exited: start() reports that
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        if not listening.wait(START_TIMEOUT) or not self.url:
+            self.stop()
+            raise RuntimeError(f"drover serve did not start:\n{self.log()}")
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(STOP_TIMEOUT)
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_TIMEOUT)
+        if self._reader is not None:
+            self._reader.join(STOP_TIMEOUT)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def log(self) -> str:
         try:

@@ -123,7 +123,7 @@ def test_markdown_is_rendered_and_raw_html_is_not(
     expect(body.locator("pre code")).to_have_text('print("<hello>")')
     # The model's HTML is shown as text, never run or parsed into elements.
     expect(body.locator("script, img, b")).to_have_count(0)
-    expect(body).to_contain_text('<script>window.pwned = true</script><img src=x onerror=')
+    expect(body).to_contain_text("<script>window.pwned = true</script><img src=x onerror=")
     assert page.evaluate("window.pwned") is None
 
 
