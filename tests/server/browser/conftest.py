@@ -131,8 +131,13 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
     request.node.drover_servers = started
 
     def start(
-        model_base_url: str, *, permission_mode: str = "ask", token: str | None = None
+        model_base_url: str,
+        *,
+        permission_mode: str = "ask",
+        token: str | None = None,
+        port: int = 0,
     ) -> DroverServe:
+        """Start one; another with the same journal and ``port`` is a restart."""
         workdir = tmp_path / "work"
         workdir.mkdir(exist_ok=True)
         server = DroverServe(
@@ -142,6 +147,7 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
             log=tmp_path / f"serve-{len(started)}.log",
             permission_mode=permission_mode,
             token=token,
+            port=port,
         )
         started.append(server)
         server.start()
@@ -155,12 +161,12 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
 
 
 @pytest.fixture
-def gate(fake_llm: FakeLLMServer) -> Iterator[Callable[[int], GateProxy]]:
-    """A :class:`GateProxy` in front of the fake LLM, holding after the N-th text delta."""
+def gate(fake_llm: FakeLLMServer) -> Iterator[Callable[..., GateProxy]]:
+    """A :class:`GateProxy` in front of the fake LLM, holding at the given text deltas."""
     proxies: list[GateProxy] = []
 
-    def make(hold_after: int) -> GateProxy:
-        proxy = GateProxy(fake_llm.port, hold_after).start()
+    def make(*hold_at: int) -> GateProxy:
+        proxy = GateProxy(fake_llm.port, hold_at).start()
         proxies.append(proxy)
         return proxy
 

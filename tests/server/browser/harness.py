@@ -63,6 +63,7 @@ class DroverServe:
         log: Path,
         permission_mode: str = "ask",
         token: str | None = None,
+        port: int = 0,
     ) -> None:
         self.url = ""
         self.token = token
@@ -73,7 +74,7 @@ class DroverServe:
             "--host",
             "127.0.0.1",
             "--port",
-            "0",
+            str(port),
             "--model",
             "anthropic:test",
             "--base-url",
@@ -147,6 +148,17 @@ class DroverServe:
         if proc.stdout is not None:
             proc.stdout.close()
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing gets to clean up."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(STOP_TIMEOUT)
+        self.stop()
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-6000:]
@@ -175,18 +187,16 @@ class DroverServe:
 
 
 class GateProxy:
-    """Relays TCP between drover and the fake LLM; holds a reply after its N-th text delta.
+    """Relays TCP between drover and the fake LLM; holds replies at chosen text deltas.
 
-    Replies are forwarded up to the end of each SSE frame (a blank line); after the frame that
-    carries the ``hold_after``-th ``text_delta`` the relay stops forwarding that reply until
-    :meth:`release`. :attr:`held` is set once it holds. Only one reply is ever held.
+    Replies are forwarded up to the end of each SSE frame (a blank line). After the frame that
+    carries the N-th ``text_delta`` (counted over all replies), for each N of ``hold_at``, the
+    relay stops forwarding until :meth:`release`; :meth:`wait_held` returns once it holds.
     """
 
-    def __init__(self, upstream_port: int, hold_after: int) -> None:
+    def __init__(self, upstream_port: int, hold_at: tuple[int, ...]) -> None:
         self.upstream_port = upstream_port
-        self.hold_after = hold_after
-        self.held = threading.Event()
-        self._released = threading.Event()
+        self._holds = {n: (threading.Event(), threading.Event()) for n in hold_at}
         self._count = 0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -194,6 +204,14 @@ class GateProxy:
         self._sockets: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
         self._closed = False
+
+    def wait_held(self, at: int, timeout: float = START_TIMEOUT) -> None:
+        """Wait until the relay holds after text delta number ``at``."""
+        if not self._holds[at][0].wait(timeout):
+            raise AssertionError(f"the model's reply never reached text delta {at}")
+
+    def release(self, at: int) -> None:
+        self._holds[at][1].set()
 
     @property
     def base_url(self) -> str:
@@ -203,12 +221,10 @@ class GateProxy:
         self._spawn(self._accept)
         return self
 
-    def release(self) -> None:
-        self._released.set()
-
     def close(self) -> None:
         self._closed = True
-        self._released.set()
+        for _, released in self._holds.values():
+            released.set()
         for sock in [self._listener, *self._sockets]:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -240,19 +256,17 @@ class GateProxy:
                     sink.sendall(data)
                     continue
                 seen = frame + data
-                sent, begin, cut = len(frame), 0, -1
+                sent, begin = len(frame), 0
                 while (end := seen.find(b"\n\n", begin)) >= 0:
                     end += 2
-                    if b"text_delta" in seen[begin:end] and self._counts_to_hold():
-                        cut = end
+                    hold = self._hold_for(seen[begin:end])
+                    if hold is not None:
+                        sink.sendall(seen[sent:end])
+                        sent = end
+                        hold[0].set()
+                        hold[1].wait()
                     begin = end
-                if cut < 0:
-                    sink.sendall(seen[sent:])
-                else:
-                    sink.sendall(seen[sent:cut])
-                    self.held.set()
-                    self._released.wait()
-                    sink.sendall(seen[cut:])
+                sink.sendall(seen[sent:])
                 frame = seen[begin:]
         except OSError:
             pass
@@ -260,10 +274,12 @@ class GateProxy:
             with contextlib.suppress(OSError):
                 sink.shutdown(socket.SHUT_WR)
 
-    def _counts_to_hold(self) -> bool:
+    def _hold_for(self, frame: bytes) -> tuple[threading.Event, threading.Event] | None:
+        if b"text_delta" not in frame:
+            return None
         with self._lock:
             self._count += 1
-            return self._count == self.hold_after
+            return self._holds.get(self._count)
 
 
 # -- the transcript, from the page and from the API --------------------------------------------
@@ -358,6 +374,25 @@ def settled_snapshot(server: DroverServe, session_id: str) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise AssertionError(f"a turn is still running: {json.dumps(snapshot)[:2000]}")
         time.sleep(0.05)  # the turn's last writes are in flight: look again
+
+
+def durable_text(server: DroverServe, session_id: str, text: str) -> None:
+    """Wait until the journal holds ``text`` as the running turn's partial message."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        turns = server.snapshot(session_id)["turns"]
+        messages = turns[-1]["messages"] if turns else []
+        stored = [
+            block["text"]
+            for entry in messages
+            for block in entry["message"]["content"]
+            if block["type"] == "text"
+        ]
+        if stored and stored[-1] == text:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the journal never held {text!r}: {stored!r}")
+        time.sleep(0.05)  # the journal flushes on its 250 ms timer: look again
 
 
 def assert_page_shows_stored_transcript(page: Any, server: DroverServe, session_id: str) -> None:

@@ -12,7 +12,12 @@ from playwright.sync_api import Page, expect
 
 from drover.testing.server import FakeLLMServer
 
-from .harness import DroverServe, GateProxy, assert_page_shows_stored_transcript
+from .harness import (
+    DroverServe,
+    GateProxy,
+    assert_page_shows_stored_transcript,
+    durable_text,
+)
 from .pagehelp import card, expect_status, last_text, new_session, send
 
 ANSWER = (
@@ -25,15 +30,15 @@ CHUNK = 8  # the fake server's default chunk of streamed text
 def test_reload_while_text_streams(
     page: Page,
     fake_llm: FakeLLMServer,
-    gate: Callable[[int], GateProxy],
+    gate: Callable[..., GateProxy],
     serve: Callable[..., DroverServe],
 ) -> None:
     fake_llm.script({"text": ANSWER})
-    proxy = gate(5)
+    proxy = gate(5, 10)
     server = serve(proxy.base_url)
     session_id = new_session(page, server)
     send(page, "tell me about the keeper")
-    assert proxy.held.wait(30), "the model's reply never reached the fifth text delta"
+    proxy.wait_held(5)
     streamed = ANSWER[: 5 * CHUNK]
     expect(last_text(page)).to_have_text(streamed)
     expect_status(page, "running")
@@ -45,7 +50,13 @@ def test_reload_while_text_streams(
     expect(last_text(page)).to_have_attribute("data-partial", "true")
     expect(page.locator("#interrupt")).to_be_enabled()
 
-    proxy.release()
+    # Live deltas continue the text the snapshot brought, in the same block.
+    proxy.release(5)
+    proxy.wait_held(10)
+    expect(last_text(page)).to_have_text(ANSWER[: 10 * CHUNK])
+    expect(page.locator("#transcript .block.text")).to_have_count(1)
+
+    proxy.release(10)
     expect_status(page, "completed")
     expect(last_text(page)).to_have_text(ANSWER)
     expect(last_text(page)).to_have_attribute("data-partial", "false")
@@ -119,3 +130,31 @@ def test_reload_while_a_permission_prompt_waits(
     assert (tmp_path / "work" / "ok.txt").read_text() == "approved\n"
     assert_page_shows_stored_transcript(page, server, session_id)
     assert not page.script_errors  # type: ignore[attr-defined]
+
+
+def test_server_killed_mid_turn_then_restarted(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[..., GateProxy],
+    serve: Callable[..., DroverServe],
+) -> None:
+    """The page rides out a crash of the server: it reconnects to the restarted process and
+    shows the turn as recovery recorded it (interrupted, its streamed text kept)."""
+    fake_llm.script({"text": ANSWER})
+    proxy = gate(5)
+    server = serve(proxy.base_url)
+    session_id = new_session(page, server)
+    send(page, "tell me about the keeper")
+    proxy.wait_held(5)
+    streamed = ANSWER[: 5 * CHUNK]
+    expect(last_text(page)).to_have_text(streamed)
+    durable_text(server, session_id, streamed)
+
+    server.kill()
+    expect(page.locator("#connection")).not_to_have_attribute("data-state", "live")
+    restarted = serve(proxy.base_url, port=server.port)
+    expect_status(page, "interrupted")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+    expect(last_text(page)).to_have_text(streamed)
+    assert_page_shows_stored_transcript(page, restarted, session_id)
+    proxy.release(5)

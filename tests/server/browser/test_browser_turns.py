@@ -195,7 +195,8 @@ def test_token_is_asked_once_and_used_for_the_event_stream(
     page.click("#new-session")
     expect(page.locator("#composer")).to_be_visible()
     send(page, "hello")
-    # The answer can only arrive through the event stream, which needs ?token=.
+    # The event stream takes the token as ?token= (EventSource cannot send headers).
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live")
     expect(last_text(page)).to_have_text("Authorised answer.")
     expect_status(page, "completed")
     page.reload()
