@@ -42,6 +42,9 @@ def test_reload_while_text_streams(
     streamed = ANSWER[: 5 * CHUNK]
     expect(last_text(page)).to_have_text(streamed)
     expect_status(page, "running")
+    # Once the journal holds the text, the reloaded page gets it from the snapshot (not from
+    # a replay of the deltas), and the live deltas after it must extend that block.
+    durable_text(server, session_id, streamed)
 
     page.reload()
     # The reloaded page rebuilds the half-streamed text from the snapshot and the replay.

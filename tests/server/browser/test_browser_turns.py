@@ -48,11 +48,17 @@ def test_tool_turn_with_permission_prompts_answered_in_the_page(
 
     expect_status(page, "completed")
     expect(last_text(page)).to_have_text("Wrote note.txt; the command was denied.")
-    expect(turn(page).locator(".turn-usage")).to_have_text(re.compile(r"^\d+ in · \d+ out tokens$"))
+    usage = turn(page).locator(".turn-usage")
+    expect(usage).to_have_text(re.compile(r"^\d+ in · \d+ out tokens$"))
+    shown_usage = usage.inner_text()
     expect(page.locator("#interrupt")).to_be_disabled()
     assert (tmp_path / "work" / "note.txt").read_text() == "from the page"
     assert not (tmp_path / "work" / "ran.txt").exists()
     assert_page_shows_stored_transcript(page, server, session_id)
+    # The figures come back from the snapshot after a reload.
+    page.reload()
+    expect(usage).to_have_text(shown_usage)
+    expect(page.locator("#session-usage")).to_have_text(f"session: {shown_usage}")
     assert not page.script_errors  # type: ignore[attr-defined]
 
 
