@@ -126,8 +126,9 @@ def test_reload_while_a_permission_prompt_waits(
     expect(bash.locator(".permission")).to_contain_text("echo approved")
     expect_status(page, "running")
 
-    bash.get_by_role("button", name="Allow", exact=True).click()
+    bash.get_by_role("button", name="Always allow").click()
     expect(bash).to_have_attribute("data-state", "output-available")
+    expect(bash.locator(".permission")).to_be_hidden()
     expect_status(page, "completed")
     expect(last_text(page)).to_have_text("It ran.")
     assert (tmp_path / "work" / "ok.txt").read_text() == "approved\n"
@@ -161,3 +162,34 @@ def test_server_killed_mid_turn_then_restarted(
     expect(last_text(page)).to_have_text(streamed)
     assert_page_shows_stored_transcript(page, restarted, session_id)
     proxy.release(5)
+
+
+def test_reset_when_the_journal_lost_what_the_page_saw(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe], tmp_path: Path
+) -> None:
+    """The server comes back with an older journal than the events the page applied: the
+    stream answers with ``reset`` and the page replaces its view with the surviving one."""
+    fake_llm.script({"text": "First answer."}, {"text": "Second answer."})
+    server = serve(fake_llm.base_url)
+    session_id = new_session(page, server)
+    send(page, "one")
+    expect_status(page, "completed")
+    server.stop()
+    journal = sorted(tmp_path.glob("journal.db*"))
+    saved = {path: path.read_bytes() for path in journal}
+
+    again = serve(fake_llm.base_url, port=server.port)
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+    send(page, "two")
+    expect(last_text(page)).to_have_text("Second answer.")
+    expect(page.locator("#transcript .turn")).to_have_count(2)
+    again.stop()
+    for path in tmp_path.glob("journal.db*"):
+        path.unlink()
+    for path, data in saved.items():
+        path.write_bytes(data)
+
+    restored = serve(fake_llm.base_url, port=server.port)
+    expect(page.locator("#transcript .turn")).to_have_count(1)
+    expect(last_text(page)).to_have_text("First answer.")
+    assert_page_shows_stored_transcript(page, restored, session_id)

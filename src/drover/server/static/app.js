@@ -214,6 +214,7 @@ class App {
     if (turnId) this.dirty.add(turnId);
     this.scheduleRender();
     if (type === "turn_started" || TERMINAL.has(type)) {
+      if (TERMINAL.has(type)) this.flash("");
       this.updateHeader();
       this.refreshSessions();
     }
