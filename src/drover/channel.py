@@ -11,11 +11,14 @@ The loop awaits :meth:`EventSink.send` for every event. Two kinds of sink exist:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
-from drover.events import Event, is_droppable
+from drover.events import Event, PermissionRequest, is_droppable
+
+log = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):
@@ -23,14 +26,38 @@ class EventSink(Protocol):
 
 
 class Fanout:
-    """Sends each event to several sinks, in the order given."""
+    """Sends each event to reliable sinks, then to live consumers, in the order given.
 
-    def __init__(self, sinks: Iterable[EventSink]) -> None:
+    A reliable sink (the journal) is part of the turn: what it raises reaches the loop. A live
+    consumer (a printer, a UI, a network client) is not: one that raises is detached and logged
+    and the turn goes on without it. A permission request that no live consumer is left to
+    answer is denied.
+    """
+
+    def __init__(self, sinks: Iterable[EventSink], *, live: Iterable[EventSink] = ()) -> None:
         self._sinks = tuple(sinks)
+        self._live = list(live)
+        self._had_live = bool(self._live)
+        #: Consumers detached after they raised, with what they raised.
+        self.detached: list[tuple[EventSink, Exception]] = []
 
     async def send(self, event: Event) -> None:
         for sink in self._sinks:
             await sink.send(event)
+        for consumer in tuple(self._live):
+            try:
+                await consumer.send(event)
+            except Exception as exc:
+                self._live.remove(consumer)
+                self.detached.append((consumer, exc))
+                log.warning(
+                    "detached the consumer %r after it failed on a %s event: %r",
+                    consumer,
+                    event.type,
+                    exc,
+                )
+        if isinstance(event, PermissionRequest) and self._had_live and not self._live:
+            event.decide("deny")
 
 
 class EventRecorder:

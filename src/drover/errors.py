@@ -95,7 +95,8 @@ class SessionBusyError(DroverError):
 
     def __init__(self, session_id: str, turn_id: str) -> None:
         super().__init__(
-            f"session {session_id} is busy: turn {turn_id} is running in another process"
+            f"session {session_id} is busy: its turn {turn_id} is still running "
+            "(wait for it to end, or interrupt it)"
         )
         self.session_id = session_id
         self.turn_id = turn_id

@@ -12,8 +12,23 @@ Every turn ends with exactly one terminal event (see :mod:`drover.events`):
   an empty response, the turn limit, or an interruption; the work stays pending;
 * ``Error`` — an abnormal end before the turn accumulated anything.
 
-Interruption is task cancellation: the loop records the partial message or the tool batch's
-interrupted results, emits the terminal event, then lets the cancellation propagate.
+Interruption is task cancellation, and it may arrive at any await — while the model streams,
+while a tool runs or waits for permission, or while a consumer handles any event. What the
+loop records then depends only on how far the current model call (its :class:`_Step`) got:
+
+==================================  ==========================================================
+no step in progress                 nothing: everything the turn made is already in its work
+streaming                           the partial message; calls announced but not finished are
+                                    closed as never run
+message kept, tools not started     one "never ran" result per call
+tools running                       the batch's results: real outputs of finished calls, an
+                                    interrupted result for the others
+==================================  ==========================================================
+
+A step is dropped the moment its last message joins the turn's work, so nothing is ever
+recorded twice. The loop then emits the terminal event and lets the cancellation propagate —
+unless the turn was stopped through :class:`TurnControl` (the journal failed, the lease was
+lost), in which case the turn ends with that reason and returns normally.
 """
 
 from __future__ import annotations
@@ -22,12 +37,13 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from drover.accumulate import Accumulator
 from drover.channel import EventSink
 from drover.compact import compact_history
 from drover.convo import ConversationManager
-from drover.errors import EmptyResponseError, ProviderError, StreamError
+from drover.errors import ContextOverflowError, EmptyResponseError, ProviderError, StreamError
 from drover.events import (
     AssistantMessage,
     Done,
@@ -41,6 +57,7 @@ from drover.events import (
     ThinkingDelta,
     ToolResults,
     ToolStateChanged,
+    TurnStarted,
     UsageReport,
 )
 from drover.messages import (
@@ -53,7 +70,14 @@ from drover.messages import (
 )
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
-from drover.streaming import BlockDelta, BlockStart, BlockStop, ModelRequest, StreamEvent
+from drover.streaming import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    RetryBudget,
+    StreamEvent,
+)
 from drover.streaming import RetryNotice as ProviderRetry
 from drover.toolrun import NOT_RUN_TEXT, ToolBatch
 from drover.tools.registry import ToolRegistry
@@ -63,7 +87,10 @@ from drover.tools.registry import ToolRegistry
 class LoopSettings:
     #: Model calls allowed in one turn; reaching it is a resumable pause.
     max_turns: int = 25
-    #: New attempts of a step whose stream failed part-way (provider retries come first).
+    #: Retries one model call may make, before its stream starts (the provider's) and after
+    #: (a new attempt of a stream that failed part-way) together: one budget, never reset.
+    max_retries: int = 4
+    #: Of those, how many may be new attempts of a stream that failed part-way.
     stream_retries: int = 2
     stream_retry_delay: float = 1.0
     max_tokens: int = 8192
@@ -94,13 +121,55 @@ class TurnWork:
         return len(self.messages) > self.start
 
 
+class TurnControl:
+    """Lets the owner of a turn stop it with a reason other than the user's interruption.
+
+    :meth:`stop` records why and cancels the task running the turn; the loop then ends the
+    turn with that reason (``Incomplete``/``Error``) and returns instead of raising.
+    """
+
+    def __init__(self) -> None:
+        #: The task running the turn, while the loop runs it.
+        self.task: asyncio.Task[Any] | None = None
+        self.reason: EndReason | None = None
+        self.error = ""
+        self.retryable = True
+        #: Whether :meth:`stop` cancelled the task (rather than the user, or nothing yet).
+        self.cancelled = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.reason is not None
+
+    def stop(self, reason: EndReason, error: str, *, retryable: bool = True) -> None:
+        """Stop the turn. Ignored once stopped, and while an interruption is already being
+        handled (the interruption wins: the turn ends ``interrupted``)."""
+        if self.reason is not None:
+            return
+        self.reason, self.error, self.retryable = reason, error, retryable
+        task = self.task
+        if task is not None and not task.done() and not task.cancelling():
+            self.cancelled = True
+            task.cancel()
+
+
+Phase = Literal["streaming", "kept", "tools"]
+
+
 @dataclass(slots=True)
 class _Step:
-    """The state of the model call in progress, for the cleanup of an abnormal end."""
+    """The model call in progress, for the cleanup of an abnormal end.
+
+    ``streaming``: the response is arriving; ``kept``: the response joined the turn's work and
+    its tool calls have not started; ``tools``: its tool batch runs. A step whose last message
+    (the response without calls, or the tool results) joined the work is dropped.
+    """
 
     acc: Accumulator = field(default_factory=Accumulator)
+    phase: Phase = "streaming"
     #: tool_use blocks announced during the stream: id → (call index, name).
     announced: dict[str, tuple[int, str]] = field(default_factory=dict)
+    message: Message | None = None
     batch: ToolBatch | None = None
     #: Whether the usage of the current attempt was already added to the turn's totals.
     usage_counted: bool = False
@@ -117,6 +186,7 @@ class AgentLoop:
         sink: EventSink,
         workdir: Path,
         settings: LoopSettings | None = None,
+        control: TurnControl | None = None,
     ) -> None:
         self.provider = provider
         self.convo = convo
@@ -125,22 +195,41 @@ class AgentLoop:
         self.sink = sink
         self.workdir = workdir
         self.settings = settings or LoopSettings()
+        self.control = control or TurnControl()
+        self._step: _Step | None = None
 
-    async def run_turn(self, work: TurnWork) -> TerminalEvent:
-        """Run the turn to its terminal event (also stored in ``work.outcome``)."""
-        step = _Step()
+    async def run_turn(self, work: TurnWork, started: TurnStarted | None = None) -> TerminalEvent:
+        """Run the turn to its terminal event (also stored in ``work.outcome``).
+
+        ``started`` is sent first, inside the turn, so an interruption while a consumer
+        handles it still ends the turn with its terminal event.
+        """
+        task = asyncio.current_task()
+        control = self.control
+        control.task = task
         try:
-            outcome = await self._run(work, step)
+            if started is not None:
+                await self.sink.send(started)
+            return await self._run(work)
         except asyncio.CancelledError:
-            self._count_partial_usage(work, step)
-            await self._salvage(work, step)
-            await self._end(work, "interrupted", "interrupted by the user")
-            raise
-        return outcome
+            if work.outcome is not None:
+                raise  # the turn had already ended: its terminal event went out
+            step, self._step = self._step, None
+            if step is not None:
+                self._count_partial_usage(work, step)
+                await self._salvage(work, step)
+            if not control.cancelled or control.reason is None:
+                await self._end(work, "interrupted", "interrupted by the user")
+                raise
+            if task is not None:
+                task.uncancel()
+            return await self._end(work, control.reason, control.error, control.retryable)
+        finally:
+            control.task = None
 
     # -- the loop ------------------------------------------------------------------------------
 
-    async def _run(self, work: TurnWork, step: _Step) -> TerminalEvent:
+    async def _run(self, work: TurnWork) -> TerminalEvent:
         calls = 0
         while True:
             if calls >= self.settings.max_turns:
@@ -152,25 +241,28 @@ class AgentLoop:
             if self.settings.compaction and self.convo.needs_compaction(work.messages):
                 await compact_history(self.provider, self.convo, self.settings.keep_tail, self.sink)
 
-            step.acc, step.announced, step.batch = Accumulator(), {}, None
-            step.usage_counted = False
+            step = self._step = _Step()
             try:
                 message = await self._stream_with_retries(work, step)
             except ProviderError as exc:
+                self._step = None
                 await self._salvage(work, step)
                 reason: EndReason = (
                     "empty_response" if isinstance(exc, EmptyResponseError) else "error"
                 )
-                return await self._end(work, reason, str(exc))
+                return await self._end(work, reason, str(exc), exc.retryable)
 
             work.messages.append(message)
-            await self.sink.send(AssistantMessage(message=message))
             calls_made = message.tool_uses
             if not calls_made:
+                self._step = None
+                await self.sink.send(AssistantMessage(message=message))
                 work.outcome = Done(text=message.text, usage=work.usage)
                 await self.sink.send(work.outcome)
                 return work.outcome
 
+            step.phase, step.message = "kept", message
+            await self.sink.send(AssistantMessage(message=message))
             step.batch = ToolBatch(
                 calls_made,
                 tools=self.tools,
@@ -178,37 +270,66 @@ class AgentLoop:
                 sink=self.sink,
                 workdir=self.workdir,
             )
+            step.phase = "tools"
             results = await step.batch.run()
-            step.batch = None
+            self._step = None
             await self._add_results(work, results)
 
     async def _stream_with_retries(self, work: TurnWork, step: _Step) -> Message:
-        attempt = 0
+        budget = RetryBudget(limit=self.settings.max_retries)
+        stream_retries = 0
+        compacted = False
         while True:
             try:
-                return await self._stream_once(work, step)
-            except ProviderError as exc:
+                return await self._stream_once(work, step, budget)
+            except ContextOverflowError:
                 self._count_partial_usage(work, step)
-                # Failures before the stream began were already retried by the provider.
-                retry = isinstance(exc, StreamError) and exc.retryable
-                if not retry or attempt >= self.settings.stream_retries:
+                # The request does not fit: summarise the older history once and try again.
+                if compacted or not self.settings.compaction:
                     raise
-                attempt += 1
+                compacted = True
+                if not await compact_history(
+                    self.provider, self.convo, self.settings.keep_tail, self.sink
+                ):
+                    raise
+                await self._restart(step)
+            except StreamError as exc:
+                self._count_partial_usage(work, step)
+                if not exc.retryable:
+                    raise
+                if stream_retries >= self.settings.stream_retries or not budget.spend():
+                    if not budget.used:
+                        raise
+                    raise StreamError(
+                        f"{exc} (gave up after {budget.used + 1} attempts)",
+                        error_type=exc.error_type,
+                        retryable=True,
+                    ) from exc
+                stream_retries += 1
                 shown = step.acc.has_content
-                await self._interrupt_announced(step)
-                step.acc, step.announced, step.usage_counted = Accumulator(), {}, False
-                delay = self.settings.stream_retry_delay * (2 ** (attempt - 1))
+                await self._restart(step)
+                delay = self.settings.stream_retry_delay * (2 ** (stream_retries - 1))
                 await self.sink.send(
-                    Retry(attempt=attempt, delay=delay, error=str(exc), discard_partial=shown)
+                    Retry(attempt=budget.used, delay=delay, error=str(exc), discard_partial=shown)
                 )
                 await asyncio.sleep(delay)
+            except ProviderError:
+                # Failures before the stream began were already retried by the provider.
+                self._count_partial_usage(work, step)
+                raise
 
-    async def _stream_once(self, work: TurnWork, step: _Step) -> Message:
+    async def _restart(self, step: _Step) -> None:
+        """Forget a failed attempt of the step: its announced calls never ran."""
+        await self._interrupt_announced(step)
+        step.acc, step.announced, step.usage_counted = Accumulator(), {}, False
+
+    async def _stream_once(self, work: TurnWork, step: _Step, budget: RetryBudget) -> Message:
         request = ModelRequest(
             system=self.convo.system_prompt,
             messages=[*self.convo.messages(), *work.messages],
             tools=self.tools.specs(),
             max_tokens=self.settings.max_tokens,
+            retry_budget=budget,
         )
         estimate = self.convo.estimate(request.messages)
         acc = step.acc
@@ -282,67 +403,83 @@ class AgentLoop:
 
     async def _interrupt_announced(self, step: _Step) -> None:
         """Tool calls seen in a stream that broke never ran: close their states."""
-        for call_id, (index, name) in step.announced.items():
-            await self.sink.send(
-                ToolStateChanged(
-                    call_id=call_id,
-                    call_index=index,
-                    name=name,
-                    state="interrupted",
-                    output=NOT_RUN_TEXT,
-                    is_error=True,
-                )
+        announced, step.announced = step.announced, {}
+        for call_id, (index, name) in announced.items():
+            await self._send_not_run(call_id, index, name)
+
+    async def _send_not_run(self, call_id: str, index: int, name: str) -> None:
+        await self.sink.send(
+            ToolStateChanged(
+                call_id=call_id,
+                call_index=index,
+                name=name,
+                state="interrupted",
+                output=NOT_RUN_TEXT,
+                is_error=True,
             )
-        step.announced = {}
+        )
 
     async def _salvage(self, work: TurnWork, step: _Step) -> None:
-        """Keep what the broken step produced: the partial message or the tool results."""
-        if step.batch is not None:
-            batch, step.batch = step.batch, None
-            await self._add_results(work, batch.results())
+        """Keep what the broken step produced, according to how far it got (module doc)."""
+        if step.phase == "tools" and step.batch is not None:
+            batch = step.batch
+            message = tool_result_message(batch.results())
+            work.messages.append(message)
+            await batch.close_unreported()
+            await self.sink.send(ToolResults(message=message))
+            return
+        if step.phase in ("kept", "tools") and step.message is not None:
+            calls = step.message.tool_uses
+            message = tool_result_message(
+                [
+                    ToolResultBlock(tool_use_id=c.id, content=NOT_RUN_TEXT, is_error=True)
+                    for c in calls
+                ]
+            )
+            work.messages.append(message)
+            for index, call in enumerate(calls):
+                await self._send_not_run(call.id, index, call.name)
+            await self.sink.send(ToolResults(message=message))
             return
         partial = step.acc.partial_message()
         finished_calls = partial.tool_uses if partial else ()
+        indexes = {call_id: index for call_id, (index, _) in step.announced.items()}
         kept = {call.id for call in finished_calls}
-        unfinished = {k: v for k, v in step.announced.items() if k not in kept}
-        step.announced = unfinished
+        step.announced = {k: v for k, v in step.announced.items() if k not in kept}
+        results: Message | None = None
+        if partial is not None:
+            work.messages.append(partial)
+            if finished_calls:
+                # Calls whose input was complete: recorded, never run.
+                results = tool_result_message(
+                    [
+                        ToolResultBlock(tool_use_id=c.id, content=NOT_RUN_TEXT, is_error=True)
+                        for c in finished_calls
+                    ]
+                )
+                work.messages.append(results)
         await self._interrupt_announced(step)
         if partial is None:
             return
-        work.messages.append(partial)
         await self.sink.send(AssistantMessage(message=partial, partial=True))
-        if finished_calls:
-            for call in finished_calls:
-                index = next(i for i, c in enumerate(finished_calls) if c.id == call.id)
-                await self.sink.send(
-                    ToolStateChanged(
-                        call_id=call.id,
-                        call_index=index,
-                        name=call.name,
-                        state="interrupted",
-                        output=NOT_RUN_TEXT,
-                        is_error=True,
-                    )
-                )
-            await self._add_results(
-                work,
-                [
-                    ToolResultBlock(tool_use_id=c.id, content=NOT_RUN_TEXT, is_error=True)
-                    for c in finished_calls
-                ],
-            )
+        for position, call in enumerate(finished_calls):
+            await self._send_not_run(call.id, indexes.get(call.id, position), call.name)
+        if results is not None:
+            await self.sink.send(ToolResults(message=results))
 
     async def _add_results(self, work: TurnWork, results: list[ToolResultBlock]) -> None:
         message = tool_result_message(results)
         work.messages.append(message)
         await self.sink.send(ToolResults(message=message))
 
-    async def _end(self, work: TurnWork, reason: EndReason, error: str) -> TerminalEvent:
+    async def _end(
+        self, work: TurnWork, reason: EndReason, error: str, retryable: bool = True
+    ) -> TerminalEvent:
         outcome: TerminalEvent
         if work.accumulated:
-            outcome = Incomplete(reason=reason, error=error, usage=work.usage)
+            outcome = Incomplete(reason=reason, error=error, usage=work.usage, retryable=retryable)
         else:
-            outcome = Error(reason=reason, error=error, usage=work.usage)
+            outcome = Error(reason=reason, error=error, usage=work.usage, retryable=retryable)
         work.outcome = outcome
         await self.sink.send(outcome)
         return outcome

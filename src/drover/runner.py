@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import socket
 import time
@@ -22,8 +23,8 @@ from typing import Any
 from drover.channel import EventSink, Fanout
 from drover.convo import ConversationManager
 from drover.errors import DroverError
-from drover.loop import LoopSettings
-from drover.messages import Message
+from drover.loop import LoopSettings, TurnControl
+from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
@@ -34,6 +35,8 @@ from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry
 
 LEASE_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload)`` of each numbered event.
 SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
@@ -145,11 +148,19 @@ class Runner:
     async def run(
         self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()
     ) -> TurnOutcome:
-        """Run one turn (``prompt=None`` resumes) with the journal recording it."""
+        """Run one turn (``prompt=None`` resumes) with the journal recording it.
+
+        Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is running
+        in a live process. Live consumers are isolated: one that raises is detached and the turn
+        goes on. The turn stops — ``Incomplete``/``Error`` with reason ``error`` — when the
+        journal fails for good or another process takes the turn over (lost lease).
+        """
         prepared = session.prepare(prompt)
         stored_message = prepared.user_message
         if stored_message is not None:
             stored_message = self.redactor.redact_message(stored_message)
+        # A turn left running by a dead process must not keep the session busy.
+        await self.store.recover_orphans()
         turn = await self.store.begin_turn(
             session.id, stored_message, self.owner, self.lease_seconds
         )
@@ -159,26 +170,69 @@ class Runner:
             tool = tools.get(name)
             return tool is not None and tool.read_only
 
+        control = TurnControl()
         on_event = self.on_event
         journal = Journal(
             self.store,
             session.id,
             redactor=self.redactor,
             is_read_only=is_read_only,
+            turn_id=turn.id,
+            owner=self.owner,
+            on_failure=lambda failure: control.stop("error", str(failure)),
             publish=None if on_event is None else functools.partial(on_event, session.id),
         )
-        sink = Fanout([journal, *live])
-        renewal = asyncio.get_running_loop().create_task(self._renew(turn.id))
+        sink = Fanout([journal], live=live)
+        renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
-            return await session.execute(prepared, sink, turn_id=turn.id)
+            return await session.execute(prepared, sink, turn_id=turn.id, control=control)
         finally:
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
             await journal.aclose()
+            if not journal.ended and journal.failure is None:
+                await self._end_unrecorded(session.id, turn.id)
 
-    async def _renew(self, turn_id: str) -> None:
+    async def _end_unrecorded(self, session_id: str, turn_id: str) -> None:
+        """The turn ended without its end reaching the journal (interrupted again while it
+        cleaned up): close it as recovery would, so it never stays ``running``."""
+        try:
+            await self.store.end_turn(
+                turn_id,
+                "interrupted",
+                reason="interrupted",
+                error="interrupted before the turn's end was recorded",
+                owner=self.owner,
+            )
+            await self.store.append_event(
+                session_id,
+                turn_id,
+                {
+                    "type": "incomplete",
+                    "reason": "interrupted",
+                    "error": "interrupted before the turn's end was recorded",
+                    "usage": Usage(partial=True).to_dict(),
+                    "retryable": True,
+                },
+            )
+        except DroverError as exc:
+            log.error("could not end turn %s: %s (recovery will)", turn_id, exc)
+
+    async def _renew(self, turn_id: str, control: TurnControl) -> None:
+        """Keep the lease; stop the turn when it is lost or cannot be renewed before expiry."""
+        held_until = time.monotonic() + self.lease_seconds
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            with contextlib.suppress(DroverError):
-                await self.store.renew_lease(turn_id, self.owner, self.lease_seconds)
+            try:
+                held = await self.store.renew_lease(turn_id, self.owner, self.lease_seconds)
+            except DroverError as exc:
+                if time.monotonic() + self.lease_seconds / 3 < held_until:
+                    log.warning("could not renew the lease of turn %s: %s", turn_id, exc)
+                    continue
+                control.stop("error", f"the journal could not renew this turn's lease: {exc}")
+                return
+            if not held:
+                control.stop("error", "another process took this turn over (its lease had expired)")
+                return
+            held_until = time.monotonic() + self.lease_seconds

@@ -24,7 +24,7 @@ from drover.channel import EventSink
 from drover.convo import ConversationManager
 from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
-from drover.loop import AgentLoop, LoopSettings, TurnWork
+from drover.loop import AgentLoop, LoopSettings, TurnControl, TurnWork
 from drover.messages import Message, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
@@ -79,7 +79,8 @@ class AgentSession:
         self.tools = tools
         self.workdir = workdir.resolve()
         self.policy = policy or PermissionPolicy()
-        self.convo = convo or ConversationManager()
+        # An empty manager is falsy (its len is 0): test for None, or its settings are lost.
+        self.convo = convo if convo is not None else ConversationManager()
         self.settings = settings or LoopSettings()
         self._pending: list[Message] = list(pending)
 
@@ -128,9 +129,18 @@ class AgentSession:
         self.provider = provider
 
     async def execute(
-        self, turn: PreparedTurn, sink: EventSink, *, turn_id: str | None = None
+        self,
+        turn: PreparedTurn,
+        sink: EventSink,
+        *,
+        turn_id: str | None = None,
+        control: TurnControl | None = None,
     ) -> TurnOutcome:
-        """Run a prepared turn to its terminal event; cancellation interrupts it."""
+        """Run a prepared turn to its terminal event; cancellation interrupts it.
+
+        ``control`` lets the caller stop the turn with a reason of its own (see
+        :class:`~drover.loop.TurnControl`).
+        """
         turn_id = turn_id or uuid.uuid4().hex
         work = TurnWork.begin(turn.prefix)
         loop = AgentLoop(
@@ -141,12 +151,11 @@ class AgentSession:
             sink=sink,
             workdir=self.workdir,
             settings=self.settings,
+            control=control,
         )
-        await sink.send(
-            TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
-        )
+        started = TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
         try:
-            event = await loop.run_turn(work)
+            event = await loop.run_turn(work, started)
         finally:
             # Runs on cancellation too: the loop has recorded the interrupted work by then.
             self._settle(work)

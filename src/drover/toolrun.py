@@ -53,6 +53,10 @@ class CallSlot:
     call: ToolUseBlock
     tool: Tool | None
     state: ToolState = "input-available"
+    #: The last state every consumer was told of (its send returned).
+    reported: ToolState | None = None
+    #: Whether the tool's code was entered: only then can a cut-off call have had effects.
+    started: bool = False
     output: OutputBuffer = field(default_factory=OutputBuffer)
     result: ToolResultBlock | None = None
 
@@ -63,7 +67,7 @@ class CallSlot:
 
 def interrupted_result(slot: CallSlot) -> ToolResultBlock:
     """The result recorded for a call the interruption caught."""
-    if slot.state != "running":
+    if not slot.started:
         return ToolResultBlock(tool_use_id=slot.call.id, content=NOT_RUN_TEXT, is_error=True)
     note = CUT_OFF_READ_ONLY if slot.read_only else CUT_OFF_UNKNOWN
     output, _ = slot.output.text()
@@ -96,6 +100,25 @@ class ToolBatch:
         """One result per call, in call order (interrupted ones included)."""
         return [slot.result or interrupted_result(slot) for slot in self.slots]
 
+    async def close_unreported(self) -> None:
+        """After an interruption: tell consumers the final state of every call whose last
+        state change they may not have seen (a call cancelled before it began, or while a
+        consumer handled its state)."""
+        for slot in self.slots:
+            if slot.result is None:
+                slot.result = interrupted_result(slot)
+                slot.state = "interrupted"
+            if slot.reported != slot.state:
+                await self._report_final(slot)
+
+    async def _report_final(self, slot: CallSlot) -> None:
+        result = slot.result
+        assert result is not None
+        unknown = slot.state == "interrupted" and slot.started and not slot.read_only
+        await self._set_state(
+            slot, slot.state, output=result.content, error=result.is_error, outcome_unknown=unknown
+        )
+
     async def run(self) -> list[ToolResultBlock]:
         async with asyncio.TaskGroup() as group:
             for slot in self.slots:
@@ -114,18 +137,18 @@ class ToolBatch:
         outcome_unknown: bool = False,
     ) -> None:
         slot.state = state
-        await self._sink.send(
-            ToolStateChanged(
-                call_id=slot.call.id,
-                call_index=slot.index,
-                name=slot.call.name,
-                state=state,
-                input=slot.call.input if state in ("input-available", "running") else None,
-                output=output,
-                is_error=error,
-                outcome_unknown=outcome_unknown,
-            )
+        event = ToolStateChanged(
+            call_id=slot.call.id,
+            call_index=slot.index,
+            name=slot.call.name,
+            state=state,
+            input=slot.call.input if state in ("input-available", "running") else None,
+            output=output,
+            is_error=error,
+            outcome_unknown=outcome_unknown,
         )
+        await self._sink.send(event)
+        slot.reported = state
 
     async def _finish(self, slot: CallSlot, state: ToolState, content: str, error: bool) -> None:
         slot.result = ToolResultBlock(tool_use_id=slot.call.id, content=content, is_error=error)
@@ -144,11 +167,14 @@ class ToolBatch:
         try:
             await self._run_guarded(slot)
         except asyncio.CancelledError:
-            slot.result = interrupted_result(slot)
-            unknown = slot.state == "running" and not slot.read_only
-            await self._set_state(
-                slot, "interrupted", output=slot.result.content, error=True, outcome_unknown=unknown
-            )
+            if slot.result is None:
+                # Cut off before it finished: what it did, as far as anyone can know.
+                slot.result = interrupted_result(slot)
+                slot.state = "interrupted"
+            # A call that finished keeps its real result, whichever consumer was handling
+            # its last event when the interruption came.
+            if slot.reported != slot.state:
+                await self._report_final(slot)
             raise
 
     async def _run_guarded(self, slot: CallSlot) -> None:
@@ -204,6 +230,7 @@ class ToolBatch:
             )
         )
         ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)
+        slot.started = True
         try:
             output: ToolOutput = await tool.run(slot.call.input, ctx)
         except ToolError as exc:

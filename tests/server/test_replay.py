@@ -190,3 +190,22 @@ def test_sigkill_mid_turn_then_restart_answers_with_survivors_and_a_reset(
         everything = read_events(c, sid)
         assert sum(e.event in TERMINAL for e in everything) == 1
         assert all(e.data["turn_id"] == turn_id for e in everything)
+        # Every number the client saw past the survivors — deltas not yet flushed when the
+        # process died — gets a reset or, when the log still covers it, exactly the events
+        # recovery logged: never a skip over them (were the numbers not reserved, recovery
+        # would reuse them and a client holding one would skip what recovery logged).
+        logged = {(e.id, str(e.data)) for e in everything}
+        frontier = max(e.id or 0 for e in seen if (e.id, str(e.data)) in logged)
+        recovery = [e.event for e in everything if (e.id or 0) > last_seen]
+        assert recovery == ["assistant_message", "incomplete"]
+        past = [e.id for e in seen if (e.id or 0) > frontier]
+        assert past
+        for k in past[:4]:
+            answer = read_events(
+                c,
+                sid,
+                last_event_id=k,
+                until=lambda ev, got: ev.event == "reset" or ev.event in TERMINAL,
+            )
+            events = [e.event for e in answer]
+            assert events == ["reset"] or events == recovery, f"after lost id {k}: {events}"

@@ -145,12 +145,19 @@ class RecordingStore(SqliteStore):
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        owner: str | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         args = (turn_id, status, reason, error)
         self._before("end_turn", args)
         logged = await super().end_turn(
-            turn_id, status, reason=reason, error=error, usage=usage, first_seq=first_seq
+            turn_id,
+            status,
+            reason=reason,
+            error=error,
+            usage=usage,
+            owner=owner,
+            first_seq=first_seq,
         )
         self._after("end_turn", args)
         return logged

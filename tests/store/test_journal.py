@@ -10,18 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from drover.errors import LeaseLostError, StoreError
 from drover.events import (
     AssistantMessage,
     Compacted,
     Done,
     Error,
-    Event,
     Incomplete,
     Retry,
     StepStarted,
     TerminalEvent,
     TextDelta,
-    ThinkingDelta,
     ToolResults,
     ToolState,
     ToolStateChanged,
@@ -76,6 +75,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         sleep=clock.sleep,
         on_finished_content=finished.append,
         is_read_only=lambda name: name == "read_file",
+        retry_delay=0,
     )
     rig = Rig(store, clock, journal, session.id, turn.id, tmp_path / "j.db", finished)
     await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
@@ -190,27 +190,22 @@ async def test_finished_content_hook_sees_finished_content_only(rig: Rig) -> Non
     assert [(s.message, s.partial) for s in stored] == [(cut, True), (results, False)]
 
 
-async def test_a_failed_flush_is_retried_at_the_next_gate(rig: Rig) -> None:
+async def test_a_failed_write_is_retried_before_send_returns(rig: Rig) -> None:
     chunk = "y" * 127 + " "
     rig.store.failures["append_partial_text"] = 1
-    await rig.deltas(*[chunk] * 8)  # 1024 bytes: the flush fails, send does not raise
-    assert rig.store.names()[-1] == "append_partial_text!"
-    assert rig.journal.backlog == 1
-    await rig.deltas("z ")  # not a gate: nothing is retried yet
-    assert rig.journal.backlog == 1
-    rig.clock.advance(0.25)
-    await rig.deltas("w ")  # the time gate: the failed write goes first
-    assert rig.partial_writes() == [chunk * 8, "z w "]
+    await rig.deltas(*[chunk] * 8)  # 1024 bytes: the flush fails once and is made again
+    assert rig.store.names()[-2:] == ["append_partial_text!", "append_partial_text"]
     assert rig.journal.backlog == 0
+    assert rig.journal.failure is None
     (synth,) = await rig.store.turn_messages(rig.turn_id)
-    assert synth.message.text == chunk * 8 + "z w "
+    assert synth.message.text == chunk * 8
 
 
 async def test_failed_event_writes_keep_their_order(rig: Rig) -> None:
     rig.store.failures["append_event"] = 2
     await rig.journal.send(StepStarted(step=2))
     await rig.journal.send(Compacted(messages_before=9, messages_after=3))
-    assert rig.journal.backlog == 2
+    assert rig.journal.backlog == 0
     await rig.journal.send(StepStarted(step=3))
     events = await rig.store.events_after(rig.session_id)
     assert [e.type for e in events] == [
@@ -223,29 +218,63 @@ async def test_failed_event_writes_keep_their_order(rig: Rig) -> None:
     assert [e.seq for e in events] == [1, 2, 3, 4, 5]
 
 
-async def test_send_never_raises_and_gives_up_on_a_write_at_last(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = RecordingStore(tmp_path / "j.db")  # never opened: every write fails
-    clock = FakeClock()
-    journal = Journal(store, "s", clock=clock, sleep=clock.sleep, max_attempts=2)
-    events: list[Event] = [
-        TurnStarted(turn_id="t", session_id="s", user_message=user_message("hi")),
-        StepStarted(step=1),
-        TextDelta(text="a" * 2000 + " "),
-        ThinkingDelta(text="hmm"),
-        ToolStateChanged(call_id="c", call_index=0, name="bash", state="input-available", input={}),
-        AssistantMessage(message=assistant_message([TextBlock(text="a")])),
-        ToolResults(message=tool_result_message([ToolResultBlock(tool_use_id="c", content="")])),
-        Retry(attempt=1, delay=0, error="x", discard_partial=True),
-        Done(text="a", usage=Usage()),
-    ]
-    for event in events:
-        await journal.send(event)
+async def test_a_write_that_keeps_failing_fails_the_journal(rig: Rig) -> None:
+    failures: list[StoreError] = []
+    journal = Journal(
+        rig.store,
+        rig.session_id,
+        turn_id=rig.turn_id,
+        max_attempts=3,
+        retry_delay=0,
+        on_failure=failures.append,
+    )
+    await journal.send(StepStarted(step=1))
+    rig.store.failures["append_event"] = 10**6
+    await journal.send(StepStarted(step=2))  # does not raise
+    assert journal.failure is not None
+    assert failures == [journal.failure]
+    assert "log the step_started event after 3 tries" in str(journal.failure)
+    assert isinstance(journal.failure.__cause__, StoreError)  # the original error is kept
+    assert rig.store.names().count("append_event!") == 3
+    # Nothing more is written: the record stays a consistent prefix of the turn.
+    rig.store.failures.clear()
+    calls = len(rig.store.calls)
+    await journal.send(Done(text="x", usage=Usage()))
     await journal.aclose()
-    # Each gate retries the oldest write; after max_attempts it is dropped for the next one.
-    assert 0 < journal.backlog < len(events) * 2
-    assert "gave up trying to log the turn_started event" in caplog.text
+    assert len(rig.store.calls) == calls
+    assert not journal.ended
+    turn = (await rig.store.turns(rig.session_id))[0]
+    assert turn.status == "running"
+
+
+async def test_a_write_to_a_turn_another_process_recovered_fails_at_once(rig: Rig) -> None:
+    failures: list[StoreError] = []
+    journal = Journal(
+        rig.store,
+        rig.session_id,
+        turn_id=rig.turn_id,
+        owner="h:1:1",
+        retry_delay=0,
+        on_failure=failures.append,
+    )
+    assert await rig.store.recover_orphans(is_alive=lambda owner: False) == [rig.turn_id]
+    await journal.send(AssistantMessage(message=assistant_message([TextBlock(text="late")])))
+    assert isinstance(journal.failure, StoreError)
+    assert isinstance(journal.failure.__cause__, LeaseLostError)
+    assert rig.store.names().count("append_message!") == 0  # refused by the store, not retried
+    stored = await rig.store.turn_messages(rig.turn_id)
+    assert all(m.message.text != "late" for m in stored)
+    assert (await rig.store.turns(rig.session_id))[0].status == "interrupted"
+
+
+async def test_the_end_of_a_turn_needs_its_owner(rig: Rig) -> None:
+    journal = Journal(
+        rig.store, rig.session_id, turn_id=rig.turn_id, owner="other:2:2", retry_delay=0
+    )
+    await journal.send(Done(text="x", usage=Usage()))
+    assert isinstance(journal.failure, StoreError)
+    assert isinstance(journal.failure.__cause__, LeaseLostError)
+    assert (await rig.store.turns(rig.session_id))[0].status == "running"
 
 
 @pytest.mark.parametrize(

@@ -147,13 +147,11 @@ async def test_concurrent_recovery_recovers_each_orphan_once(
 ) -> None:
     orphans: list[str] = []
     dead = dead_process()
-    for _ in range(6):
-        session = await store.create_session(workdir="/w", model="m")
-        for _ in range(3):  # several orphans per session contend for its lock
-            turn_id = await _running_turn(store, dead, session.id)
-            await store.upsert_tool_call(turn_id, "c", call_index=0, name="bash", state="running")
-            await store.append_partial_text(turn_id, 1, 0, "half")
-            orphans.append(turn_id)
+    for _ in range(18):  # a session holds at most one running turn
+        turn_id = await _running_turn(store, dead)
+        await store.upsert_tool_call(turn_id, "c", call_index=0, name="bash", state="running")
+        await store.append_partial_text(turn_id, 1, 0, "half")
+        orphans.append(turn_id)
     live = await _running_turn(store, this_process())
 
     worker = await Worker.start(pg_url, "recover", "", "", "w")

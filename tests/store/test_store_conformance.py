@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from drover.errors import StoreError
+from drover.errors import LeaseLostError, SessionBusyError, StoreError
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -79,6 +79,11 @@ async def test_begin_turn_orders_turns_and_sets_the_title(store: Store) -> None:
     session = await store.create_session(workdir="/w", model="m")
     long_prompt = "fix   the\nbug " + "x" * 200
     first = await store.begin_turn(session.id, user_message(long_prompt), OWNER, 30)
+    # Never two running turns in one session: the second waits for the first to end.
+    with pytest.raises(SessionBusyError) as busy:
+        await store.begin_turn(session.id, None, OWNER, 30)
+    assert busy.value.turn_id == first.id
+    await store.end_turn(first.id, "completed")
     second = await store.begin_turn(session.id, None, OWNER, 30)
     assert (first.seq, second.seq) == (1, 2)
     assert first.status == "running"
@@ -134,6 +139,29 @@ async def test_end_turn_records_the_outcome(store: Store, status: str) -> None:
         await store.end_turn(turn_id, "running")
     with pytest.raises(StoreError):
         await store.end_turn("missing", "completed")
+
+
+async def test_only_a_running_turn_takes_writes_and_only_its_owner_ends_it(
+    store: Store,
+) -> None:
+    _, turn_id = await _turn(store)
+    with pytest.raises(LeaseLostError):
+        await store.end_turn(turn_id, "completed", owner="someone-else:1:1")
+    await store.end_turn(turn_id, "completed", owner=OWNER)
+    # A turn that ended (or that another process recovered) is closed for good.
+    with pytest.raises(LeaseLostError):
+        await store.end_turn(turn_id, "interrupted")
+    with pytest.raises(LeaseLostError):
+        await store.append_message(turn_id, assistant_message([TextBlock(text="late")]))
+    with pytest.raises(LeaseLostError):
+        await store.append_partial_text(turn_id, 1, 0, "late")
+    with pytest.raises(LeaseLostError):
+        await store.upsert_tool_call(turn_id, "c", call_index=0, name="bash", state="running")
+    with pytest.raises(LeaseLostError):
+        await store.discard_partial_text(turn_id, 1)
+    assert (await _only_turn(store, turn_id)).status == "completed"
+    assert await store.turn_messages(turn_id) == []
+    assert await store.tool_calls(turn_id) == []
 
 
 async def test_end_turn_leaves_nothing_in_progress(store: Store) -> None:

@@ -230,7 +230,9 @@ class Service:
             while not answered.done():
                 changed = asyncio.ensure_future(feed.wait_changed())
                 timeout = None if feed.subscribers else self.permission_timeout
-                done, _ = await asyncio.wait({answered, changed}, timeout=timeout)
+                done, _ = await asyncio.wait(
+                    {answered, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 changed.cancel()
                 if not done:
                     log.info("permission request %s timed out unanswered", request.request_id)

@@ -23,6 +23,7 @@ from itertools import groupby
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from drover.errors import LeaseLostError
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, TextBlock, Usage, message_from_dict
 
@@ -173,7 +174,11 @@ class Store(Protocol):
     async def begin_turn(
         self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
     ) -> TurnRecord:
-        """A new ``running`` turn at the end of the session, leased to ``owner``."""
+        """A new ``running`` turn at the end of the session, leased to ``owner``.
+
+        Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is still
+        ``running`` (checked and created atomically: never two running turns in a session).
+        """
         ...
 
     async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
@@ -188,13 +193,17 @@ class Store(Protocol):
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        owner: str | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
         text deltas become a partial message, so nothing stays "in progress". Returns the
         events this logged, numbered from ``first_seq`` (the journal, the log's only writer
         while it holds the lease, passes its next number) or else after every number used or
-        reserved."""
+        reserved.
+
+        Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
+        otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
         ...
 
     async def turns(self, session_id: str) -> list[TurnRecord]: ...
@@ -214,7 +223,7 @@ class Store(Protocol):
         """
         ...
 
-    # the turn's work
+    # the turn's work: only a ``running`` turn takes more (LeaseLostError otherwise)
     async def append_message(
         self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
     ) -> int:
@@ -316,6 +325,16 @@ def interrupted_call(state: ToolState, read_only: bool) -> tuple[str, bool]:
     if state == "running":
         return (READ_ONLY_CUT_TEXT, False) if read_only else (MAY_HAVE_RUN_TEXT, True)
     return NOT_RUN_TEXT, False
+
+
+def check_writable(turn_id: str, status: str, holder: str | None, owner: str | None) -> None:
+    """Refuse a write to a turn that ended (or, with ``owner``, that another process holds)."""
+    if status != "running":
+        raise LeaseLostError(
+            f"turn {turn_id} has already ended ({status}); another process may have recovered it"
+        )
+    if owner is not None and holder != owner:
+        raise LeaseLostError(f"turn {turn_id} is held by another process ({holder})")
 
 
 def partial_messages(deltas: Iterable[tuple[int, int, str]]) -> list[Message]:

@@ -41,9 +41,14 @@ those numbers. A coalesced text row covers its deltas' numbers and marks where e
 numbers of deltas a finished message or a discarding retry supersedes before they were written
 are covered by that message's or retry's row, so every number handed out lands in some row.
 
-``send`` never raises (except the cancellation that interrupts the turn): writes queue in
-order, and one that fails stays at the head of the queue and is retried at the next gate or
-event, up to ``max_attempts`` times, while later writes wait behind it.
+Writes queue in order and are made before ``send`` returns (the text gates aside), so a tool
+call is durably ``running`` before its tool starts. A write that fails is retried at once, with a
+short backoff, up to ``max_attempts`` times while later writes wait behind it. One that still
+fails — or a write to a turn this process no longer holds (:class:`~drover.errors.LeaseLostError`)
+— fails the journal: :attr:`Journal.failure` says why (the original error as its cause), nothing
+more is written, so the durable record stays a consistent prefix of the turn, and
+``on_failure`` is called so the owner can stop the turn. ``send`` itself never raises but for
+the cancellation that interrupts the turn.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, assert_never
 
+from drover.errors import LeaseLostError, StoreError
 from drover.events import (
     AssistantMessage,
     Compacted,
@@ -110,6 +116,10 @@ class Journal:
         on_finished_content: FinishedContentHook | None = None,
         is_read_only: Callable[[str], bool] | None = None,
         max_attempts: int = 5,
+        retry_delay: float = 0.05,
+        turn_id: str | None = None,
+        owner: str | None = None,
+        on_failure: Callable[[StoreError], None] | None = None,
         publish: Publish | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
@@ -117,6 +127,7 @@ class Journal:
         from a tool name whether the tool has no side effects (recorded on its calls, it decides
         whether a call cut off while running has an unknown outcome; unknown tools count as
         side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``.
+        ``owner`` makes the end of the turn conditional on this process still holding it.
         ``publish`` sees every event with its number as soon as it is numbered."""
         self.store = store
         self.session_id = session_id
@@ -128,7 +139,14 @@ class Journal:
         self._on_finished = on_finished_content
         self._is_read_only = is_read_only
         self._max_attempts = max_attempts
-        self._turn_id: str | None = None
+        self._retry_delay = retry_delay
+        self._owner = owner
+        self._on_failure = on_failure
+        self._turn_id: str | None = turn_id
+        #: Why the journal stopped writing, if it did.
+        self.failure: StoreError | None = None
+        #: Whether the turn's end was recorded.
+        self.ended = False
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
@@ -159,21 +177,23 @@ class Journal:
     # -- the sink ------------------------------------------------------------------------------
 
     async def send(self, event: Event) -> None:
+        if self.failure is not None:
+            return
         try:
             await self._handle(event)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:  # a bug in recording: the record can no longer be trusted
             log.exception("journal: could not record a %s event", event.type)
+            self._fail(f"record a {event.type} event", exc)
 
     async def aclose(self) -> None:
-        """Write what is still buffered and retry failed writes once; stop the timer."""
+        """Write what is still buffered; stop the timer."""
         self._cancel_timer()
-        self._take_text(final=True)
-        if not await self._drain() and self._queue:
-            log.error("journal: %d writes could not be made", len(self._queue))
-        if not self._queue:
-            await self._numbers.release()
+        if self.failure is None:
+            self._take_text(final=True)
+            if await self._drain():
+                await self._numbers.release()
 
     async def _handle(self, event: Event) -> None:
         match event:
@@ -234,22 +254,7 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
-                status = turn_status(event)
-
-                async def end(turn_id: str) -> None:
-                    logged = await self.store.end_turn(
-                        turn_id,
-                        status,
-                        reason=reason,
-                        error=error,
-                        usage=event.usage,
-                        first_seq=self._numbers.next,
-                    )
-                    for record in logged:
-                        self._numbers.advance_past(record.end_seq)
-                        self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
-
-                self._turn_write("end the turn", end)
+                self._turn_write("end the turn", lambda t: self._end_turn(t, event, reason, error))
                 # Numbered when written: the store may log events of its own before it.
                 self._queue.append(self._numbered_write(event))
                 await self._drain()
@@ -260,6 +265,23 @@ class Journal:
                 assert_never(event)
         await self._log(event)
         await self._drain()
+
+    async def _end_turn(
+        self, turn_id: str, event: Done | Incomplete | Error, reason: str | None, error: str | None
+    ) -> None:
+        logged = await self.store.end_turn(
+            turn_id,
+            turn_status(event),
+            reason=reason,
+            error=error,
+            usage=event.usage,
+            owner=self._owner,
+            first_seq=self._numbers.next,
+        )
+        self.ended = True
+        for record in logged:  # calls closed and text folded by the store
+            self._numbers.advance_past(record.end_seq)
+            self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
 
     # -- text ----------------------------------------------------------------------------------
 
@@ -413,9 +435,10 @@ class Journal:
         return _Write(f"log the {event.type} event", run)
 
     async def _drain(self) -> bool:
-        """Make the queued writes in order; stop at the first failure (it is retried later)."""
+        """Make the queued writes in order, retrying a failed one before the next; False when
+        the journal failed."""
         async with self._lock:
-            while self._queue:
+            while self._queue and self.failure is None:
                 write = self._queue[0]
                 write.attempts += 1
                 try:
@@ -425,14 +448,29 @@ class Journal:
                     self._queue.popleft()
                     raise
                 except Exception as exc:
-                    if write.attempts >= self._max_attempts:
-                        self._queue.popleft()
-                        log.error("journal: gave up trying to %s: %s", write.what, exc)
-                        continue
-                    log.warning("journal: could not %s (%s); will retry", write.what, exc)
-                    return False
+                    if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:
+                        self._fail(write.what, exc)
+                        break
+                    log.warning("journal: could not %s (%s); retrying", write.what, exc)
+                    await asyncio.sleep(min(1.0, self._retry_delay * 2 ** (write.attempts - 1)))
+                    continue
                 self._queue.popleft()
-        return True
+        return self.failure is None
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        if self.failure is not None:
+            return
+        attempts = "" if isinstance(exc, LeaseLostError) else f" after {self._max_attempts} tries"
+        failure = StoreError(f"the journal could not {what}{attempts}: {exc}")
+        failure.__cause__ = exc
+        self.failure = failure
+        log.error("journal: %s; nothing more of this turn is recorded", failure)
+        self._queue.clear()
+        self._texts.clear()
+        self._marks.clear()
+        self._cancel_timer()
+        if self._on_failure is not None:
+            self._on_failure(failure)
 
     async def _finished(self, message: Message) -> None:
         if self._on_finished is None:

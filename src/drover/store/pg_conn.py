@@ -91,7 +91,7 @@ class PgPool:
         try:
             await migrate(conn, now)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open the journal at {where}: {reason(exc)}") from None
+            raise StoreError(f"cannot open the journal at {where}: {reason(exc)}") from exc
         finally:
             await conn.close()
         pool = AsyncConnectionPool(
@@ -155,4 +155,4 @@ class PgPool:
             async with self._pool.connection() as conn:
                 return await fn(conn)
         except psycopg.Error as exc:
-            raise StoreError(f"journal error: {reason(exc)}") from None
+            raise StoreError(f"journal error: {reason(exc)}") from exc

@@ -32,7 +32,7 @@ from typing import Any, Self, TypeVar
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from drover.errors import StoreError
+from drover.errors import SessionBusyError, StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState, TurnStatus
 from drover.messages import Message, Usage, message_to_dict
 from drover.store.base import (
@@ -42,6 +42,7 @@ from drover.store.base import (
     StoredMessage,
     ToolCallRecord,
     TurnRecord,
+    check_writable,
     encode_marks,
     event_from_row,
     interrupted_call,
@@ -165,16 +166,18 @@ class PostgresStore:
             raise StoreError(f"no session {session_id}")
 
     @staticmethod
-    async def _turn_session(conn: Conn, turn_id: str) -> str:
-        """Lock the turn's session row (the order every writer follows); its id."""
+    async def _turn_session(conn: Conn, turn_id: str, owner: str | None = None) -> str:
+        """Lock the session row of a turn that is still running (under ``owner``, when given)
+        — the order every writer follows; the session's id."""
         cur = await conn.execute(
-            "SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
+            "SELECT s.id, t.status, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
             "WHERE t.id = %s FOR UPDATE OF s",
             (turn_id,),
         )
         row = await cur.fetchone()
         if row is None:
             raise StoreError(f"no turn {turn_id}")
+        check_writable(turn_id, str(row["status"]), row["owner"], owner)
         return str(row["id"])
 
     @staticmethod
@@ -317,6 +320,13 @@ class PostgresStore:
 
         async def insert(conn: Conn) -> TurnRecord:
             await self._need_session(conn, session_id)
+            running = await _rows(
+                conn,
+                "SELECT id FROM turns WHERE session_id = %s AND status = 'running' LIMIT 1",
+                (session_id,),
+            )
+            if running:
+                raise SessionBusyError(session_id, str(running[0]["id"]))
             (row,) = await _rows(
                 conn,
                 "INSERT INTO turns (id, session_id, seq, status, user_message, owner, "
@@ -354,6 +364,7 @@ class PostgresStore:
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        owner: str | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         if status == "running":
@@ -362,7 +373,7 @@ class PostgresStore:
         usage_json = None if usage is None else _jsonb(usage.to_dict())
 
         async def update(conn: Conn) -> list[EventRecord]:
-            session_id = await self._turn_session(conn, turn_id)
+            session_id = await self._turn_session(conn, turn_id, owner)
             logged: list[EventRecord] = []
             await self._settle(conn, session_id, turn_id, now, logged, first_seq)
             await conn.execute(
@@ -546,6 +557,7 @@ class PostgresStore:
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
         async def delete(conn: Conn) -> None:
+            await self._turn_session(conn, turn_id)
             await conn.execute(
                 "DELETE FROM partial_text WHERE turn_id = %s AND step = %s", (turn_id, step)
             )

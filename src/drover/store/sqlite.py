@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from drover.errors import StoreError
+from drover.errors import SessionBusyError, StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState, TurnStatus
 from drover.messages import Message, Usage, message_to_dict
 from drover.store.base import (
@@ -38,6 +38,7 @@ from drover.store.base import (
     StoredMessage,
     ToolCallRecord,
     TurnRecord,
+    check_writable,
     encode_marks,
     event_from_row,
     interrupted_call,
@@ -195,7 +196,7 @@ class SqliteStore:
         try:
             return fn(conn)
         except sqlite3.Error as exc:
-            raise StoreError(f"journal error: {exc}") from None
+            raise StoreError(f"journal error: {exc}") from exc
 
     @staticmethod
     def _tx(conn: Conn, fn: Callable[[Conn], T], begin: str) -> T:
@@ -235,10 +236,15 @@ class SqliteStore:
         return int(conn.execute(sql, params).fetchone()[0])
 
     @staticmethod
-    def _turn_session(conn: Conn, turn_id: str) -> str:
-        row = conn.execute("SELECT session_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    def _turn_session(conn: Conn, turn_id: str, owner: str | None = None) -> str:
+        """The session of a turn that is still running (under ``owner``, when given): the
+        only kind of turn whose work may still be written."""
+        row = conn.execute(
+            "SELECT session_id, status, owner FROM turns WHERE id = ?", (turn_id,)
+        ).fetchone()
         if row is None:
             raise StoreError(f"no turn {turn_id}")
+        check_writable(turn_id, row["status"], row["owner"], owner)
         return str(row[0])
 
     @staticmethod
@@ -369,6 +375,12 @@ class SqliteStore:
 
         def insert(conn: Conn) -> TurnRecord:
             self._need_session(conn, session_id)
+            running = conn.execute(
+                "SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            if running is not None:
+                raise SessionBusyError(session_id, str(running[0]))
             seq = self._next_seq(conn, "turns", "session_id = ?", (session_id,))
             conn.execute(
                 "INSERT INTO turns (id, session_id, seq, status, user_message, owner, "
@@ -407,6 +419,7 @@ class SqliteStore:
         reason: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        owner: str | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         if status == "running":
@@ -415,7 +428,7 @@ class SqliteStore:
         usage_json = None if usage is None else _dumps(usage.to_dict())
 
         def update(conn: Conn) -> list[EventRecord]:
-            session_id = self._turn_session(conn, turn_id)
+            session_id = self._turn_session(conn, turn_id, owner)
             logged: list[EventRecord] = []
             self._settle(conn, session_id, turn_id, now, logged, first_seq)
             conn.execute(
@@ -587,11 +600,11 @@ class SqliteStore:
         return await self._write(insert)
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        await self._write(
-            lambda c: c.execute(
-                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", (turn_id, step)
-            )
-        )
+        def delete(conn: Conn) -> None:
+            self._turn_session(conn, turn_id)
+            conn.execute("DELETE FROM partial_text WHERE turn_id = ? AND step = ?", (turn_id, step))
+
+        await self._write(delete)
 
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
         now = self._clock()
