@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from drover.testing.server import FakeLLMServer
 
-from .harness import DroverServe, assert_page_shows_stored_transcript
+from .harness import DroverServe, GateProxy, assert_page_shows_stored_transcript
 from .pagehelp import card, expect_status, last_text, new_session, send, turn
 
 
@@ -109,15 +109,25 @@ print("<hello>")
 [bad](javascript:alert(1))"""
 
 
-def test_markdown_is_rendered_and_raw_html_is_not(
-    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
+def test_markdown_is_rendered_as_it_streams_and_raw_html_is_not(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[..., GateProxy],
+    serve: Callable[..., DroverServe],
 ) -> None:
     fake_llm.script({"text": MARKDOWN})
-    server = serve(fake_llm.base_url)
+    proxy = gate(3)  # 3 chunks of 8 characters: "## Plan\n\nUse **bold**, *"
+    server = serve(proxy.base_url)
     new_session(page, server)
     send(page, "show markdown")
-    expect_status(page, "completed")
+    proxy.wait_held(3)
     body = last_text(page)
+    expect(body.locator("strong")).to_have_text("bold")
+    expect(body.locator("h2")).to_have_text("Plan")
+    expect_status(page, "running")
+    proxy.release(3)
+
+    expect_status(page, "completed")
     expect(body.locator("h2")).to_have_text("Plan")
     expect(body.locator("strong")).to_have_text("bold")
     expect(body.locator("em")).to_have_text("italics")
