@@ -43,6 +43,7 @@ class App {
       this.decide(turnId, callId, requestId, decision),
     );
     this.sessionId = null;
+    this.summary = null;
     this.source = null;
     this.dirty = new Set();
     this.renderTimer = null;
@@ -84,18 +85,23 @@ class App {
       return;
     }
     const list = $("sessions");
+    this.summary = data.sessions.find((s) => s.id === this.sessionId) || null;
+    this.updateHeader();
     list.replaceChildren(
       ...data.sessions.map((s) => {
         const item = document.createElement("li");
+        const current = s.id === this.sessionId;
+        // The open session's own stream knows best whether its turn still runs.
+        const running = current ? Boolean(this.model.runningTurnId) : Boolean(s.running_turn_id);
         item.dataset.sessionId = s.id;
-        item.classList.toggle("current", s.id === this.sessionId);
-        item.classList.toggle("running", Boolean(s.running_turn_id));
+        item.classList.toggle("current", current);
+        item.classList.toggle("running", running);
         const link = document.createElement("a");
         link.href = `#/sessions/${encodeURIComponent(s.id)}`;
         link.textContent = s.title || "(untitled session)";
         const meta = document.createElement("span");
         meta.className = "session-meta";
-        meta.textContent = `${s.running_turn_id ? "running · " : ""}${new Date(s.updated_at * 1000).toLocaleString()}`;
+        meta.textContent = `${running ? "running · " : ""}${new Date(s.updated_at * 1000).toLocaleString()}`;
         item.append(link, meta);
         return item;
       }),
@@ -115,6 +121,7 @@ class App {
     this.generation += 1;
     this.disconnect();
     this.sessionId = id;
+    this.summary = null;
     this.model.load(null);
     this.view.clear();
     $("main").dataset.session = id || "";
@@ -294,7 +301,8 @@ class App {
 
   updateHeader() {
     const s = this.model.session;
-    $("session-title").textContent = this.sessionId ? (s && s.title) || "(untitled session)" : "drover";
+    const title = (s && s.title) || (this.summary && this.summary.title);
+    $("session-title").textContent = this.sessionId ? title || "(untitled session)" : "drover";
     $("session-model").textContent = s ? s.model || "" : "";
     const running = Boolean(this.model.runningTurnId);
     $("session-state").textContent = this.sessionId ? (running ? "turn running" : "idle") : "";

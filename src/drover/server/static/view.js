@@ -199,7 +199,7 @@ export class TranscriptView {
     const badge = el("span", `status-badge status-${turn.status}`, STATUS_TEXT[turn.status] || turn.status);
     const items = [badge];
     if (turn.status !== "running" && turn.status !== "completed") {
-      const why = [turn.reason, turn.error].filter(Boolean).join(": ");
+      const why = turn.error || turn.reason;
       if (why) items.push(el("span", "turn-error", why));
       const pending = Transcript.pendingSummary(turn);
       if (turn.status !== "failed" && pending) {
