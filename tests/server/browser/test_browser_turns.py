@@ -218,3 +218,22 @@ def test_token_is_asked_once_and_used_for_the_event_stream(
     page.reload()
     expect(last_text(page)).to_have_text("Authorised answer.")
     expect(dialog).to_be_hidden()
+
+
+def test_failed_turn_shows_why_and_survives_a_reload(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
+) -> None:
+    fake_llm.script(
+        {"http_error": {"status": 400, "type": "invalid_request_error", "message": "bad prompt"}}
+    )
+    server = serve(fake_llm.base_url)
+    session_id = new_session(page, server)
+    send(page, "this will fail")
+    expect_status(page, "failed")
+    footer = turn(page).locator(".turn-footer")
+    expect(footer.locator(".turn-error")).to_contain_text("bad prompt")
+    expect(footer.locator(".turn-pending")).to_have_count(0)
+    assert_page_shows_stored_transcript(page, server, session_id)
+    page.reload()
+    expect_status(page, "failed")
+    expect(footer.locator(".turn-error")).to_contain_text("bad prompt")
