@@ -24,12 +24,12 @@ function inline(source) {
   text = text.replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (_m, _ticks, code) =>
     hold(`<code>${escapeHtml(code.trim() === "" ? code : code.replace(/^ (.*) $/s, "$1"))}</code>`),
   );
-  text = text.replace(/\[([^\]\n]+)\]\(\s*([^()\s]+)\s*\)/g, (match, label, url) => {
+  text = text.replace(/\[([^\]\n]+)\]\(\s*([^()\s"'<>]+)\s*\)/g, (match, label, url) => {
     if (!SAFE_URL.test(url)) return hold(escapeHtml(label));
     const attrs = `href="${escapeHtml(url)}" target="_blank" rel="noopener noreferrer"`;
     return hold(`<a ${attrs}>${emphasis(escapeHtml(label))}</a>`);
   });
-  text = text.replace(/<(https?:\/\/[^\s<>]+)>/g, (_m, url) =>
+  text = text.replace(/<(https?:\/\/[^\s<>"']+)>/g, (_m, url) =>
     hold(`<a href="${escapeHtml(url)}" target="_blank" rel="noopener noreferrer">${escapeHtml(url)}</a>`),
   );
   text = emphasis(escapeHtml(text));
