@@ -23,6 +23,7 @@ from drover.cli.runtime import Runtime, open_runtime, system_prompt
 from drover.convo import ConversationManager
 from drover.errors import ConfigError
 from drover.permissions import PermissionPolicy
+from drover.providers.base import Provider
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
@@ -119,10 +120,11 @@ class _Server(uvicorn.Server):
             self._captured_signals.clear()
 
 
-async def run_serve(args: argparse.Namespace) -> int:
+async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
+    """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
     settings = settings_from(args)
     hub = Hub()
-    async with open_runtime(run_options(args)) as runtime:
+    async with open_runtime(run_options(args), provider=provider) as runtime:
         runtime.runner.on_event = hub.publish
         service = Service(
             store=runtime.store,

@@ -51,8 +51,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
     table = [
         Route("/", routes.index, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
-        Route("/v1/sessions", routes.create_session, methods=["POST"]),
-        Route("/v1/sessions", routes.list_sessions, methods=["GET"]),
+        Route("/v1/sessions", routes.sessions, methods=["GET", "POST"]),
         Route(sid, routes.get_session, methods=["GET"]),
         Route(f"{sid}/messages", routes.post_message, methods=["POST"]),
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),

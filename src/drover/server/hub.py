@@ -24,24 +24,42 @@ from typing import Any
 RING_SIZE = 2048
 #: Frames waiting for one subscriber before it is resynchronised from the log.
 QUEUE_SIZE = 4096
+_SEP = (",", ":")
 
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One numbered event, ready to write."""
+    """One numbered event as the bytes written to every client (encoded once)."""
 
     seq: int
     type: str
-    data: bytes
+    wire: bytes
 
     def encode(self) -> bytes:
-        return b"id: %d\nevent: %s\ndata: %s\n\n" % (self.seq, self.type.encode(), self.data)
+        return self.wire
+
+
+def _wire(seq: int, kind: str, data: str) -> bytes:
+    return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
 def make_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
     body = {**payload, "seq": seq, "turn_id": turn_id}
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    return Frame(seq=seq, type=str(payload.get("type", "message")), data=data)
+    kind = str(payload.get("type", "message"))
+    return Frame(seq, kind, _wire(seq, kind, json.dumps(body, ensure_ascii=False, separators=_SEP)))
+
+
+def text_frame(seq: int, text: str, tail: str) -> Frame:
+    """A ``text_delta`` frame built from its text and the rest of its JSON (``tail``: from
+    ``,"index"`` to the closing brace but for ``seq``/``turn_id``; see :func:`text_tail`)."""
+    data = '{"type":"text_delta","text":' + json.dumps(text, ensure_ascii=False) + tail % seq
+    return Frame(seq, "text_delta", _wire(seq, "text_delta", data))
+
+
+def text_tail(index: Any, step: Any, turn_id: str | None) -> str:
+    """The part of a text delta's JSON after its text, with ``%d`` for the number."""
+    turn = json.dumps(turn_id).replace("%", "%%")
+    return f',"index":{json.dumps(index)},"step":{json.dumps(step)},"seq":%d,"turn_id":{turn}}}'
 
 
 class Subscription:

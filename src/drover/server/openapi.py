@@ -156,12 +156,14 @@ def _op(
     *,
     params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
+    body_required: bool = True,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "responses": {**responses, "401": _UNAUTHORIZED}}
     if params:
         op["parameters"] = params
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        content = {"application/json": {"schema": body}}
+        op["requestBody"] = {"required": body_required, "content": content}
     return op
 
 
@@ -189,6 +191,7 @@ def schema() -> dict[str, Any]:
                 "Create a session",
                 {"201": _json(_object({"id": {"type": "string"}}, ["id"]), "created"), **_BAD_BODY},
                 body=_object({}, []),
+                body_required=False,
             ),
             "get": _op(
                 "List this token's sessions, most recently updated first",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drover.server.hub import Frame, SessionFeed, make_frame
+from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_tail
 from drover.store.base import EventRecord
 
 
@@ -46,38 +46,44 @@ def continuable(after: int, rows: Sequence[EventRecord], feed: SessionFeed | Non
     return any(_cuttable_at(row, after) for row in rows)
 
 
-def expand(rows: Sequence[EventRecord], after: int) -> list[tuple[int, str | None, dict[str, Any]]]:
-    """The log's events numbered above ``after`` as ``(seq, turn_id, payload)``, coalesced
-    text rows cut back into their deltas, in number order."""
-    out: list[tuple[int, str | None, dict[str, Any]]] = []
+def expand(rows: Sequence[EventRecord], after: int) -> list[Frame]:
+    """The log's events numbered above ``after`` as frames, coalesced text rows cut back into
+    their deltas, in number order."""
+    out: list[Frame] = []
     carry: dict[tuple[str | None, Any, Any], str] = {}
     for row in rows:
-        payload = dict(row.payload)
+        payload = row.payload
         if row.type != "text_delta" or row.marks is None:
             if row.end_seq > after:
-                out.append((row.end_seq, row.turn_id, payload))
+                out.append(make_frame(row.end_seq, row.turn_id, dict(payload)))
             continue
-        key = (row.turn_id, payload.get("step"), payload.get("index"))
+        index, step = payload.get("index"), payload.get("step")
+        key = (row.turn_id, step, index)
         text = str(payload.get("text", ""))
+        tail = text_tail(index, step, row.turn_id)
         pending, start = carry.pop(key, ""), 0
         for seq, end in row.marks:
             piece, pending, start = pending + text[start:end], "", end
             if seq > after and piece:
-                out.append((seq, row.turn_id, {**payload, "text": piece}))
+                out.append(text_frame(seq, piece, tail))
         if start < len(text):
             carry[key] = pending + text[start:]
-    out.sort(key=lambda item: item[0])
+    out.sort(key=_by_seq)
     return out
+
+
+def _by_seq(frame: Frame) -> int:
+    return frame.seq
 
 
 def backlog(after: int, rows: Sequence[EventRecord], feed: SessionFeed | None) -> Backlog:
     """The frames after ``after``: the log's, then the ring's numbers the log lacks."""
     if not continuable(after, rows, feed):
         return Backlog(frames=[], reset=True)
-    frames = [make_frame(seq, turn_id, payload) for seq, turn_id, payload in expand(rows, after)]
+    frames = expand(rows, after)
     if feed is not None:
         logged = {frame.seq for frame in frames}
         live = [frame for frame in feed.after(after) if frame.seq not in logged]
         if live:
-            frames = sorted([*frames, *live], key=lambda frame: frame.seq)
+            frames = sorted([*frames, *live], key=_by_seq)
     return Backlog(frames=frames, reset=False)

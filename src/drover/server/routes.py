@@ -101,6 +101,12 @@ async def index(request: Request) -> Response:
     return FileResponse(page, media_type="text/html; charset=utf-8")
 
 
+async def sessions(request: Request) -> Response:
+    if request.method == "POST":
+        return await create_session(request)
+    return await list_sessions(request)
+
+
 async def create_session(request: Request) -> Response:
     owner = principal(request)
     await _body(request, {})

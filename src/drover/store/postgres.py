@@ -21,8 +21,6 @@ deltas, tool output, errors, JSON strings) it is written as U+FFFD instead of fa
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -30,7 +28,6 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from psycopg.rows import DictRow
-from psycopg.types.json import Jsonb
 
 from drover.errors import SessionBusyError, StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState, TurnStatus
@@ -58,6 +55,8 @@ from drover.store.base import (
     turn_from_row,
 )
 from drover.store.pg_conn import Conn, PgPool, redact
+from drover.store.pg_log import jsonb as _jsonb
+from drover.store.pg_log import log_event, log_text, next_event_seq
 
 T = TypeVar("T")
 Params = tuple[Any, ...]
@@ -77,21 +76,10 @@ _UPSERT_CALL = (
     "read_only = excluded.read_only OR tool_calls.read_only, "
     f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({_TERMINAL})"
 )
-# An escaped NUL in JSON text, not preceded by an escaped backslash.
-_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def _text(value: str | None) -> str | None:
     return None if value is None else value.replace("\x00", "\ufffd")
-
-
-def _dumps(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _JSON_NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
-
-
-def _jsonb(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value, dumps=_dumps)
 
 
 class PostgresStore:
@@ -180,43 +168,7 @@ class PostgresStore:
         check_writable(turn_id, str(row["status"]), row["owner"], owner)
         return str(row["id"])
 
-    @staticmethod
-    async def _next_event_seq(conn: Conn, session_id: str) -> int:
-        return await _seq(
-            conn,
-            "SELECT GREATEST(COALESCE((SELECT MAX(last_seq) FROM events WHERE session_id = %s), "
-            "0), COALESCE((SELECT seq_reserved FROM sessions WHERE id = %s), 0)) + 1 AS seq",
-            (session_id, session_id),
-        )
-
-    @staticmethod
-    async def _log(
-        conn: Conn,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        now: float,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: str | None = None,
-    ) -> int:
-        if seq is None:
-            seq = await PostgresStore._next_event_seq(conn, session_id)
-        return await _seq(
-            conn,
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, last_seq, "
-            "marks) VALUES (%s, %s, %s::text, %s, %s::jsonb, %s, %s, %s) RETURNING seq",
-            (
-                session_id,
-                seq,
-                turn_id,
-                str(event["type"]),
-                _jsonb(dict(event)),
-                now,
-                max(seq, last_seq or seq),
-                marks,
-            ),
-        )
+    _log = staticmethod(log_event)
 
     @staticmethod
     async def _add_message(
@@ -551,7 +503,7 @@ class PostgresStore:
                 (turn_id, step, block_index, _text(text), turn_id, step, block_index),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return await self._log(conn, session_id, turn_id, event, now, first, last_seq, encoded)
+            return await log_text(conn, session_id, turn_id, event, now, first, last_seq, encoded)
 
         return await self._write(insert)
 
@@ -655,7 +607,7 @@ class PostgresStore:
         return int(rows[0]["seq"])
 
     async def next_event_seq(self, session_id: str) -> int:
-        return await self._call(lambda conn: self._next_event_seq(conn, session_id))
+        return await self._call(lambda conn: next_event_seq(conn, session_id))
 
     async def reserve_seqs(self, session_id: str, upto: int) -> None:
         async def update(conn: Conn) -> None:
@@ -669,7 +621,8 @@ class PostgresStore:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s ORDER BY seq LIMIT %s",
+            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s "
+            "ORDER BY seq, part LIMIT %s",
             session_id,
             after_seq,
             limit,

@@ -54,6 +54,7 @@ from drover.store.base import (
     turn_from_row,
 )
 from drover.store.migrations import migrate
+from drover.store.sqlite_log import log_event, log_text, next_event_seq
 
 T = TypeVar("T")
 Conn = sqlite3.Connection
@@ -247,43 +248,7 @@ class SqliteStore:
         check_writable(turn_id, row["status"], row["owner"], owner)
         return str(row[0])
 
-    @staticmethod
-    def _next_event_seq(conn: Conn, session_id: str) -> int:
-        row = conn.execute(
-            "SELECT MAX(COALESCE((SELECT MAX(last_seq) FROM events WHERE session_id = ?), 0), "
-            "seq_reserved) + 1 FROM sessions WHERE id = ?",
-            (session_id, session_id),
-        ).fetchone()
-        return 1 if row is None else int(row[0])
-
-    @staticmethod
-    def _log(
-        conn: Conn,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        now: float,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: str | None = None,
-    ) -> int:
-        if seq is None:
-            seq = SqliteStore._next_event_seq(conn, session_id)
-        conn.execute(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, "
-            "last_seq, marks) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                session_id,
-                seq,
-                turn_id,
-                str(event["type"]),
-                _dumps(dict(event)),
-                now,
-                max(seq, last_seq or seq),
-                marks,
-            ),
-        )
-        return seq
+    _log = staticmethod(log_event)
 
     @staticmethod
     def _add_message(conn: Conn, turn_id: str, message: Message, partial: bool, now: float) -> int:
@@ -595,7 +560,7 @@ class SqliteStore:
                 (turn_id, step, block_index, part, text),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return self._log(conn, session_id, turn_id, event, now, first, last_seq, encoded)
+            return log_text(conn, session_id, turn_id, event, now, first, last_seq, encoded)
 
         return await self._write(insert)
 
@@ -692,7 +657,7 @@ class SqliteStore:
         return int(rows[0][0])
 
     async def next_event_seq(self, session_id: str) -> int:
-        return await self._call(lambda conn: self._next_event_seq(conn, session_id))
+        return await self._call(lambda conn: next_event_seq(conn, session_id))
 
     async def reserve_seqs(self, session_id: str, upto: int) -> None:
         await self._write(
@@ -705,7 +670,7 @@ class SqliteStore:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq LIMIT ?",
+            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
             session_id,
             after_seq,
             -1 if limit is None else limit,
