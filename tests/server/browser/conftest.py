@@ -165,8 +165,8 @@ def gate(fake_llm: FakeLLMServer) -> Iterator[Callable[..., GateProxy]]:
     """A :class:`GateProxy` in front of the fake LLM, holding at the given text deltas."""
     proxies: list[GateProxy] = []
 
-    def make(*hold_at: int) -> GateProxy:
-        proxy = GateProxy(fake_llm.port, hold_at).start()
+    def make(*hold_at: int, marker: bytes = b"text_delta") -> GateProxy:
+        proxy = GateProxy(fake_llm.port, hold_at, marker).start()
         proxies.append(proxy)
         return proxy
 

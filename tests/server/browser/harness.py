@@ -189,13 +189,17 @@ class DroverServe:
 class GateProxy:
     """Relays TCP between drover and the fake LLM; holds replies at chosen text deltas.
 
-    Replies are forwarded up to the end of each SSE frame (a blank line). After the frame that
-    carries the N-th ``text_delta`` (counted over all replies), for each N of ``hold_at``, the
-    relay stops forwarding until :meth:`release`; :meth:`wait_held` returns once it holds.
+    Replies are forwarded up to the end of each SSE frame (a blank line). After the N-th frame
+    that holds ``marker`` (a ``text_delta`` unless told; counted over all replies), for each N
+    of ``hold_at``, the relay stops forwarding until :meth:`release`; :meth:`wait_held`
+    returns once it holds.
     """
 
-    def __init__(self, upstream_port: int, hold_at: tuple[int, ...]) -> None:
+    def __init__(
+        self, upstream_port: int, hold_at: tuple[int, ...], marker: bytes = b"text_delta"
+    ) -> None:
         self.upstream_port = upstream_port
+        self.marker = marker
         self._holds = {n: (threading.Event(), threading.Event()) for n in hold_at}
         self._count = 0
         self._lock = threading.Lock()
@@ -206,9 +210,9 @@ class GateProxy:
         self._closed = False
 
     def wait_held(self, at: int, timeout: float = START_TIMEOUT) -> None:
-        """Wait until the relay holds after text delta number ``at``."""
+        """Wait until the relay holds after marked frame number ``at``."""
         if not self._holds[at][0].wait(timeout):
-            raise AssertionError(f"the model's reply never reached text delta {at}")
+            raise AssertionError(f"the model's reply never reached {self.marker!r} {at}")
 
     def release(self, at: int) -> None:
         self._holds[at][1].set()
@@ -275,7 +279,7 @@ class GateProxy:
                 sink.shutdown(socket.SHUT_WR)
 
     def _hold_for(self, frame: bytes) -> tuple[threading.Event, threading.Event] | None:
-        if b"text_delta" not in frame:
+        if self.marker not in frame:
             return None
         with self._lock:
             self._count += 1

@@ -5,9 +5,11 @@ with the page showing exactly the transcript the server stores."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from drover.testing.server import FakeLLMServer
@@ -103,6 +105,68 @@ def test_reload_while_a_tool_runs(
     expect(last_text(page)).to_have_text("The flag appeared.")
     assert_page_shows_stored_transcript(page, server, session_id)
     assert not page.script_errors  # type: ignore[attr-defined]
+
+
+def _reload_while_tool_input_streams(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[..., GateProxy],
+    serve: Callable[..., DroverServe],
+    *,
+    check_text: bool,
+) -> None:
+    fake_llm.script(
+        {"text": "Let me look.", "tool_calls": [{"name": "read_file", "input": {"path": "nope"}}]},
+        {"text": "It is not there."},
+    )
+    proxy = gate(2, marker=b"input_json_delta")  # the first fragment is empty
+    server = serve(proxy.base_url)
+    session_id = new_session(page, server)
+    send(page, "look for it")
+    proxy.wait_held(2)
+    read = card(page, "read_file")
+    expect(read).to_have_attribute("data-state", "input-streaming")
+    expect(last_text(page)).to_have_text("Let me look.")
+
+    page.reload()
+    expect(read).to_have_attribute("data-state", "input-streaming")
+    expect_status(page, "running")
+    if check_text:
+        expect(last_text(page)).to_have_text("Let me look.", timeout=5000)
+
+    proxy.release(2)
+    expect(read).to_have_attribute("data-state", "output-error")
+    expect(read).to_have_class(re.compile(r"\berror\b"))
+    expect(read.locator(".tool-input")).to_contain_text('"path": "nope"')
+    expect_status(page, "completed")
+    expect(last_text(page)).to_have_text("It is not there.")
+    assert_page_shows_stored_transcript(page, server, session_id)
+    assert not page.script_errors  # type: ignore[attr-defined]
+
+
+def test_reload_while_tool_input_streams(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[..., GateProxy],
+    serve: Callable[..., DroverServe],
+) -> None:
+    _reload_while_tool_input_streams(page, fake_llm, gate, serve, check_text=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="server gap: the snapshot's last_event_id covers the tool_state logged at "
+    "input-streaming, but the text deltas numbered before it are still in the journal's buffer "
+    "(not flushed until input-available), so neither the snapshot nor the replay after it "
+    "carries that text until the assistant message lands",
+)
+def test_reload_while_tool_input_streams_shows_the_text_before_it(
+    page: Page,
+    fake_llm: FakeLLMServer,
+    gate: Callable[..., GateProxy],
+    serve: Callable[..., DroverServe],
+) -> None:
+    _reload_while_tool_input_streams(page, fake_llm, gate, serve, check_text=True)
 
 
 def test_reload_while_a_permission_prompt_waits(
