@@ -47,7 +47,9 @@ def _skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API is up, its event loop counts as
+# running in the main thread, and every asyncio test collected after these would fail.
+@pytest.fixture(scope="module")
 def playwright_instance() -> Iterator[Playwright]:
     reason = _skip_reason()
     if reason is not None:
@@ -57,7 +59,7 @@ def playwright_instance() -> Iterator[Playwright]:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
     browser = playwright_instance.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
