@@ -82,7 +82,16 @@ def child_serve(argv: list[str]) -> int:
 
     args = build_subparser("serve").parse_args(argv)
     inner = create_provider(args.model, load_config(), base_url=args.base_url)
-    return asyncio.run(run_serve(args, provider=StampingProvider(inner)))
+    serve = run_serve(args, provider=StampingProvider(inner))
+    profile = os.environ.get("BENCH_PROFILE")  # a file: profile the server into it
+    if not profile:
+        return asyncio.run(serve)
+    import cProfile
+
+    with cProfile.Profile() as profiler:
+        code = asyncio.run(serve)
+    profiler.dump_stats(f"{profile}.{os.getpid()}")
+    return code
 
 
 # -- the clients -----------------------------------------------------------------------------------

@@ -140,6 +140,9 @@ def test_flags_win(tmp_path: Path) -> None:
         ("max_turns = 2.5", "max_turns must be a positive integer"),
         ("max_turns = true", "max_turns must be a positive integer"),
         ("context_limit = -1", "context_limit must be a positive integer"),
+        ("stall_timeout = 0", "stall_timeout must be a number of seconds above 0, got 0"),
+        ('stall_timeout = "soon"', "stall_timeout must be a number"),
+        ("stall_timeout = inf", "stall_timeout must be a finite number"),
         ('models = "openai:gpt"', "models must be a list"),
         ('models = ["openai:"]', "no model name"),
         ('redact_patterns = ["(unclosed"]', "not a valid regular expression"),
@@ -167,6 +170,8 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, prob
         ({"DROVER_MAX_TURNS": "-3"}, "DROVER_MAX_TURNS: value must be a positive integer"),
         ({"DROVER_MAX_TURNS": "ten"}, "DROVER_MAX_TURNS: value must be a positive integer"),
         ({"DROVER_MODEL": "gemini:pro"}, "DROVER_MODEL: unknown provider 'gemini'"),
+        ({"DROVER_STALL_TIMEOUT": "-1"}, "DROVER_STALL_TIMEOUT: value must be a number of sec"),
+        ({"DROVER_STALL_TIMEOUT": "never"}, "DROVER_STALL_TIMEOUT: value must be a number"),
         ({"OPENAI_BASE_URL": "not a url"}, "OPENAI_BASE_URL: base URL for openai"),
     ],
 )
@@ -174,6 +179,20 @@ def test_bad_variables_name_the_variable(tmp_path: Path, env: dict[str, str], pr
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path / "none.toml", env=env)
     assert str(caught.value).startswith(problem)
+
+
+def test_the_stall_timeout_from_file_environment_and_flag(tmp_path: Path) -> None:
+    assert load_config(tmp_path / "none.toml", env={}).stall_timeout == 30.0
+    path = write(tmp_path, "stall_timeout = 12.5\n")
+    from_file = load_config(path, env={})
+    assert from_file.stall_timeout == 12.5 and from_file.sources["stall_timeout"] == str(path)
+    from_env = load_config(path, env={"DROVER_STALL_TIMEOUT": "4"})
+    assert from_env.stall_timeout == 4.0
+    assert from_env.sources["stall_timeout"] == "DROVER_STALL_TIMEOUT"
+    flagged = from_env.with_overrides(stall_timeout=0.5)
+    assert flagged.stall_timeout == 0.5 and flagged.sources["stall_timeout"] == "flag"
+    with pytest.raises(ConfigError, match="above 0"):
+        from_env.with_overrides(stall_timeout=0)
 
 
 def test_list_models(tmp_path: Path) -> None:

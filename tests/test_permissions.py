@@ -47,7 +47,7 @@ def test_policy_matrix(mode: PermissionMode, tool: FakeTool, asks: bool, refused
 
 def test_default_mode_is_ask() -> None:
     assert PermissionPolicy().mode == "ask"
-    assert PERMISSION_MODES == ("ask", "allow", "deny")
+    assert PERMISSION_MODES == ("ask", "allow", "deny", "sandboxed")
 
 
 def test_always_stops_asking_for_that_tool_only() -> None:

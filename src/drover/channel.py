@@ -42,11 +42,19 @@ class Fanout:
         self.detached: list[tuple[EventSink, Exception]] = []
 
     async def send(self, event: Event) -> None:
-        for sink in self._sinks:
-            await sink.send(event)
+        # An interruption while one sink handles the event still lets every other consumer
+        # see it (the loop emitted it), then goes on.
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            for sink in self._sinks:
+                await sink.send(event)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
         for consumer in tuple(self._live):
             try:
                 await consumer.send(event)
+            except asyncio.CancelledError as exc:
+                cancelled = cancelled or exc
             except Exception as exc:
                 self._live.remove(consumer)
                 self.detached.append((consumer, exc))
@@ -58,6 +66,8 @@ class Fanout:
                 )
         if isinstance(event, PermissionRequest) and self._had_live and not self._live:
             event.decide("deny")
+        if cancelled is not None:
+            raise cancelled
 
 
 class EventRecorder:

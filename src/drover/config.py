@@ -8,6 +8,7 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     context_limit = 200000
     chars_per_token = 4.0
     max_turns = 25
+    stall_timeout = 30                                      # seconds without data from a model
     redact_patterns = ["internal-[0-9]+"]
 
     [base_urls]                                             # per provider
@@ -16,7 +17,14 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     [aliases]                                               # short names for --model
     fast = "anthropic:claude-haiku-4-5"
 
+    [sandbox]                                               # where `bash` runs its commands
+    mode = "workdir"                                        # off | workdir | read-only
+    network = false                                         # --sandbox-network
+    writable = ["~/.cache/pip"]                             # extra writable paths
+    hidden = ["~/secrets", "config/prod.env"]               # never readable by commands
+
 Environment: ``DROVER_MODEL``, ``DROVER_CHARS_PER_TOKEN`` (1..32), ``DROVER_MAX_TURNS``,
+``DROVER_STALL_TIMEOUT`` (seconds, > 0),
 ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (both OpenAI protocols) and the API keys
 ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``. Keys come from the environment only: the file may
 not hold them, and :class:`Config` never shows them in its ``repr``.
@@ -57,6 +65,8 @@ URL_VARS = {
 }
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 CHARS_PER_TOKEN_RANGE = (1.0, 32.0)
+#: Seconds a model's stream may send nothing before the attempt fails as stalled.
+DEFAULT_STALL_TIMEOUT = 30.0
 
 _FILE_KEYS = (
     "default_model",
@@ -67,7 +77,11 @@ _FILE_KEYS = (
     "context_limit",
     "max_turns",
     "redact_patterns",
+    "sandbox",
+    "stall_timeout",
 )
+SANDBOX_MODES = ("off", "workdir", "read-only")
+_SANDBOX_KEYS = ("mode", "network", "writable", "hidden")
 
 
 def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
@@ -98,7 +112,15 @@ class Config:
     chars_per_token: float = 4.0
     context_limit: int = 200_000
     max_turns: int = 25
+    #: Seconds without data from a model (before or during its answer) that fail the attempt.
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     redact_patterns: list[str] = field(default_factory=list)
+    #: ``[sandbox]``: how ``bash`` is sandboxed (flags ``--sandbox``/``--sandbox-network`` win).
+    sandbox_mode: str = "workdir"
+    sandbox_network: bool = False
+    #: Extra writable and hidden paths, as written (``~`` and relative paths resolved later).
+    sandbox_writable: list[str] = field(default_factory=list)
+    sandbox_hidden: list[str] = field(default_factory=list)
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -127,6 +149,7 @@ class Config:
         max_turns: int | None = None,
         models: Sequence[str] | None = None,
         redact_patterns: Sequence[str] | None = None,
+        stall_timeout: float | None = None,
     ) -> Config:
         """A copy with the given (non-None) values, as command-line flags set them."""
         where = "command line"
@@ -146,6 +169,8 @@ class Config:
             changes["models"] = _specs(list(models), where, "models")
         if redact_patterns is not None:
             changes["redact_patterns"] = _patterns(list(redact_patterns), where)
+        if stall_timeout is not None:
+            changes["stall_timeout"] = _seconds(stall_timeout, where, "stall_timeout")
         sources = {**self.sources, **dict.fromkeys(changes, "flag")}
         return replace(self, **changes, sources=sources)
 
@@ -234,6 +259,10 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
             out[name] = _positive_int(data[name], where, name)
     if "redact_patterns" in data:
         out["redact_patterns"] = _patterns(data["redact_patterns"], where)
+    if "sandbox" in data:
+        out.update(_sandbox(data["sandbox"], where))
+    if "stall_timeout" in data:
+        out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
     return out, dict.fromkeys(out, where)
 
 
@@ -268,6 +297,10 @@ def _apply_env(settings: dict[str, Any], sources: dict[str, str], env: Mapping[s
     if turns is not None:
         settings["max_turns"] = _positive_int(turns, "DROVER_MAX_TURNS", "value")
         sources["max_turns"] = "DROVER_MAX_TURNS"
+    stall = value("DROVER_STALL_TIMEOUT")
+    if stall is not None:
+        settings["stall_timeout"] = _seconds(stall, "DROVER_STALL_TIMEOUT", "value")
+        sources["stall_timeout"] = "DROVER_STALL_TIMEOUT"
 
 
 # --- validation ----------------------------------------------------------------------------
@@ -342,6 +375,13 @@ def _chars_per_token(value: object, where: str) -> float:
     return number
 
 
+def _seconds(value: object, where: str, name: str) -> float:
+    number = _number(value, where, name)
+    if number <= 0:
+        raise ConfigError(f"{where}: {name} must be a number of seconds above 0, got {value!r}")
+    return number
+
+
 def _positive_int(value: object, where: str, name: str) -> int:
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -364,3 +404,29 @@ def _patterns(value: object, where: str) -> list[str]:
                 f"{where}: redact_patterns: {pattern!r} is not a valid regular expression ({exc})"
             ) from None
     return list(value)
+
+
+def _sandbox(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [sandbox] must be a table (mode, network, writable, hidden)")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _SANDBOX_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'sandbox.{key}' (expected {', '.join(_SANDBOX_KEYS)})"
+            )
+        if key == "mode":
+            if item not in SANDBOX_MODES:
+                raise ConfigError(
+                    f"{where}: sandbox.mode must be one of {', '.join(SANDBOX_MODES)}, got {item!r}"
+                )
+            out["sandbox_mode"] = item
+        elif key == "network":
+            if not isinstance(item, bool):
+                raise ConfigError(f"{where}: sandbox.network must be true or false")
+            out["sandbox_network"] = item
+        else:
+            if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
+                raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")
+            out[f"sandbox_{key}"] = list(item)
+    return out

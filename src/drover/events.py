@@ -127,6 +127,9 @@ class ToolStart:
     id: str
     name: str
     input_summary: str
+    #: Where the tool runs its commands, for tools that have a sandbox (``bash``): ``off``,
+    #: ``workdir``, ``read-only``, ``workdir+net``…; None for the others.
+    sandbox: str | None = None
     type: Literal["tool_start"] = "tool_start"
 
 
@@ -310,6 +313,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "name": event.name,
                 "input_summary": event.input_summary,
             }
+            if event.sandbox is not None:
+                body["sandbox"] = event.sandbox
         case ToolDone():
             body = {
                 "call_index": event.call_index,

@@ -210,7 +210,7 @@ class AgentLoop:
         try:
             if started is not None:
                 await self.sink.send(started)
-            return await self._run(work)
+            outcome = await self._run(work)
         except asyncio.CancelledError:
             if work.outcome is not None:
                 raise  # the turn had already ended: its terminal event went out
@@ -224,6 +224,16 @@ class AgentLoop:
             if task is not None:
                 task.uncancel()
             return await self._end(work, control.reason, control.error, control.retryable)
+        else:
+            if control.cancelled:
+                # Stopped while the last event was handled, after the end went out: the
+                # cancellation it requested has not landed yet; take it here.
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    if task is not None:
+                        task.uncancel()
+            return outcome
         finally:
             control.task = None
 
@@ -257,23 +267,33 @@ class AgentLoop:
             if not calls_made:
                 self._step = None
                 await self.sink.send(AssistantMessage(message=message))
+                await self._checkpoint()
                 work.outcome = Done(text=message.text, usage=work.usage)
                 await self.sink.send(work.outcome)
                 return work.outcome
 
             step.phase, step.message = "kept", message
             await self.sink.send(AssistantMessage(message=message))
+            await self._checkpoint()
             step.batch = ToolBatch(
                 calls_made,
                 tools=self.tools,
                 policy=self.policy,
                 sink=self.sink,
                 workdir=self.workdir,
+                may_start=lambda: not self.control.stopped,
             )
             step.phase = "tools"
             results = await step.batch.run()
             self._step = None
             await self._add_results(work, results)
+
+    async def _checkpoint(self) -> None:
+        """Let a stop requested through :class:`TurnControl` land before the turn commits to
+        more (running tools, declaring itself done): its cancellation is only delivered at
+        an await that suspends, and a consumer that returns at once never suspends."""
+        if self.control.cancelled:
+            await asyncio.sleep(0)
 
     async def _stream_with_retries(self, work: TurnWork, step: _Step) -> Message:
         budget = RetryBudget(limit=self.settings.max_retries)

@@ -3,8 +3,10 @@
 Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
 its name "always" earlier in the session, runs without asking in ``allow`` mode, and is
 refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
-promises no side effects at all). The policy only decides; the prompt itself is the loop's
-permission round-trip. No I/O.
+promises no side effects at all). ``sandboxed`` is ``ask``, except that a tool whose every
+run the sandbox fully contains (its ``contained`` property: no network, writes at most in the
+working directory — see :mod:`drover.tools.sandbox`) runs without asking. The policy only
+decides; the prompt itself is the loop's permission round-trip. No I/O.
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ from typing import Literal, TypeAlias, get_args
 
 from drover.tools.base import Tool
 
-PermissionMode: TypeAlias = Literal["ask", "allow", "deny"]
+PermissionMode: TypeAlias = Literal["ask", "allow", "deny", "sandboxed"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
+
+
+def is_contained(tool: Tool) -> bool:
+    """Whether the sandbox contains every run of ``tool`` (tools without the property: no)."""
+    return getattr(tool, "contained", False) is True
 
 
 class PermissionPolicy:
@@ -44,7 +51,9 @@ class PermissionPolicy:
 
     def needs_prompt(self, tool: Tool) -> bool:
         """Whether running ``tool`` needs the user's consent first."""
-        if tool.read_only or self._mode != "ask":
+        if tool.read_only or self._mode in ("allow", "deny"):
+            return False
+        if self._mode == "sandboxed" and is_contained(tool):
             return False
         return tool.name not in self._always
 

@@ -23,6 +23,7 @@ from typing import Any
 from drover.channel import EventSink, Fanout
 from drover.convo import ConversationManager
 from drover.errors import DroverError
+from drover.events import Error, Incomplete, event_to_dict
 from drover.loop import LoopSettings, TurnControl
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
@@ -161,9 +162,17 @@ class Runner:
             stored_message = self.redactor.redact_message(stored_message)
         # A turn left running by a dead process must not keep the session busy.
         await self.store.recover_orphans()
-        turn = await self.store.begin_turn(
-            session.id, stored_message, self.owner, self.lease_seconds
+        begin = asyncio.ensure_future(
+            self.store.begin_turn(session.id, stored_message, self.owner, self.lease_seconds)
         )
+        try:
+            turn = await asyncio.shield(begin)
+        except asyncio.CancelledError:
+            # Interrupted while the turn row was being written: it must not stay running.
+            with contextlib.suppress(Exception):
+                started = await begin
+                await self._end_unrecorded(session.id, started.id)
+            raise
         tools = session.tools
 
         def is_read_only(name: str) -> bool:
@@ -185,36 +194,34 @@ class Runner:
         sink = Fanout([journal], live=live)
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
-            return await session.execute(prepared, sink, turn_id=turn.id, control=control)
+            outcome = await session.execute(prepared, sink, turn_id=turn.id, control=control)
         finally:
             renewal.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewal
+            await asyncio.wait([renewal])
             await journal.aclose()
             if not journal.ended and journal.failure is None:
                 await self._end_unrecorded(session.id, turn.id)
+        if journal.failure is not None and outcome.event.type == "done" and not journal.ended:
+            # The turn finished, but the journal could not record that it did.
+            raise journal.failure
+        return outcome
 
     async def _end_unrecorded(self, session_id: str, turn_id: str) -> None:
         """The turn ended without its end reaching the journal (interrupted again while it
-        cleaned up): close it as recovery would, so it never stays ``running``."""
+        cleaned up, or before it began): close it as recovery would, so it never stays
+        ``running``, with its one terminal event."""
+        error = "interrupted before the end of the turn was recorded"
         try:
+            worked = bool(await self.store.turn_messages(turn_id))
+            kind = Incomplete if worked else Error
+            end = kind(reason="interrupted", error=error, usage=Usage(partial=True))
             await self.store.end_turn(
                 turn_id,
                 "interrupted",
                 reason="interrupted",
-                error="interrupted before the turn's end was recorded",
+                error=error,
                 owner=self.owner,
-            )
-            await self.store.append_event(
-                session_id,
-                turn_id,
-                {
-                    "type": "incomplete",
-                    "reason": "interrupted",
-                    "error": "interrupted before the turn's end was recorded",
-                    "usage": Usage(partial=True).to_dict(),
-                    "retryable": True,
-                },
+                event=event_to_dict(end),
             )
         except DroverError as exc:
             log.error("could not end turn %s: %s (recovery will)", turn_id, exc)

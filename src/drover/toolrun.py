@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,13 @@ class CallSlot:
         return self.tool is not None and self.tool.read_only
 
 
+def sandbox_label(tool: Tool) -> str | None:
+    """How ``tool`` confines what it runs (its ``sandbox_label``), for the journal; None for
+    tools without a sandbox."""
+    label = getattr(tool, "sandbox_label", None)
+    return label if isinstance(label, str) else None
+
+
 def interrupted_result(slot: CallSlot) -> ToolResultBlock:
     """The result recorded for a call the interruption caught."""
     if not slot.started:
@@ -87,7 +94,10 @@ class ToolBatch:
         policy: PermissionPolicy,
         sink: EventSink,
         workdir: Path,
+        may_start: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``may_start`` is asked right before each tool starts: False (the turn is being
+        stopped) and the call ends as never run."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -95,6 +105,7 @@ class ToolBatch:
         self._policy = policy
         self._sink = sink
         self._workdir = workdir
+        self._may_start = may_start
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -227,9 +238,12 @@ class ToolBatch:
                 id=slot.call.id,
                 name=tool.name,
                 input_summary=summarise_input(tool.name, slot.call.input),
+                sandbox=sandbox_label(tool),
             )
         )
         ctx = ToolContext(workdir=self._workdir, on_output=slot.output.append)
+        if not self._may_start():
+            raise asyncio.CancelledError()
         slot.started = True
         try:
             output: ToolOutput = await tool.run(slot.call.input, ctx)

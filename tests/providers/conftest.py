@@ -15,7 +15,7 @@ from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
-from drover.streaming import ModelRequest, RetryNotice, StreamEvent, ToolSpec
+from drover.streaming import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
 from drover.testing.server import FakeLLMServer
 
 PROTOCOLS = ["anthropic", "openai", "openai-responses"]
@@ -37,41 +37,55 @@ def make_provider(
     *,
     max_retries: int = 4,
     store: bool | None = None,
+    stall_timeout: float = 30.0,
+    base_url: str | None = None,
 ) -> Provider:
-    """A provider with a tiny backoff, so retry tests take no time."""
+    """A provider with a tiny backoff, so retry tests take no time; ``base_url`` replaces the
+    fake server's own."""
     if protocol == "anthropic":
         return AnthropicProvider(
             "claude-test",
             api_key="test-key",
-            base_url=server.anthropic_base_url,
+            base_url=base_url or server.anthropic_base_url,
             max_retries=max_retries,
             backoff_base=0.001,
             backoff_max=0.002,
+            stall_timeout=stall_timeout,
         )
     if protocol == "openai":
         return OpenAIChatProvider(
             "gpt-test",
             api_key="test-key",
-            base_url=server.openai_base_url,
+            base_url=base_url or server.openai_base_url,
             max_retries=max_retries,
             backoff_base=0.001,
             backoff_max=0.002,
+            stall_timeout=stall_timeout,
         )
     return OpenAIResponsesProvider(
         "gpt-test",
         api_key="test-key",
-        base_url=server.openai_base_url,
+        base_url=base_url or server.openai_base_url,
         store=store,
         max_retries=max_retries,
         backoff_base=0.001,
         backoff_max=0.002,
+        stall_timeout=stall_timeout,
     )
 
 
 def request(
-    *messages: Message, tools: Sequence[ToolSpec] = (READ_FILE,), system: str = "Be brief."
+    *messages: Message,
+    tools: Sequence[ToolSpec] = (READ_FILE,),
+    system: str = "Be brief.",
+    budget: RetryBudget | None = None,
 ) -> ModelRequest:
-    return ModelRequest(system=system, messages=list(messages) or [user_message("hi")], tools=tools)
+    return ModelRequest(
+        system=system,
+        messages=list(messages) or [user_message("hi")],
+        tools=tools,
+        retry_budget=budget,
+    )
 
 
 @dataclass

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Callable
 import pytest
 
 from drover.errors import (
+    ContextOverflowError,
     ProviderConnectionError,
     ProviderError,
     ProviderHTTPError,
@@ -20,12 +21,20 @@ from drover.providers.retry import (
     STARTED,
     RetryPolicy,
     Started,
+    context_overflow,
     error_message,
     parse_retry_after,
     retrying,
     stream_error,
 )
-from drover.streaming import BlockDelta, BlockStart, RetryNotice, StreamEnd, StreamEvent
+from drover.streaming import (
+    BlockDelta,
+    BlockStart,
+    RetryBudget,
+    RetryNotice,
+    StreamEnd,
+    StreamEvent,
+)
 
 FAST = RetryPolicy(max_retries=3, backoff_base=0.0001, backoff_max=0.0002)
 END = StreamEnd(stop_reason="end_turn", usage=Usage())
@@ -68,13 +77,13 @@ def scripted(
 
 
 async def run(
-    script: Script, policy: RetryPolicy = FAST
+    script: Script, policy: RetryPolicy = FAST, budget: RetryBudget | None = None
 ) -> tuple[list[StreamEvent], BaseException | None, int]:
     attempt, calls = scripted(script)
     events: list[StreamEvent] = []
     error: BaseException | None = None
     try:
-        async for event in retrying(policy, attempt, translate):
+        async for event in retrying(policy, attempt, translate, budget=budget):
             events.append(event)
     except Exception as exc:
         error = exc
@@ -108,6 +117,51 @@ async def test_retries_run_out_and_the_last_error_is_raised() -> None:
     assert isinstance(error, ProviderHTTPError) and error.status == 529
     assert isinstance(error.__cause__, Boom)
     assert len(events) == 3 and all(isinstance(e, RetryNotice) for e in events)
+    assert str(error) == "HTTP 529: boom (gave up after 4 attempts)"
+
+
+async def test_a_budget_replaces_the_policys_count() -> None:
+    budget = RetryBudget(limit=2)
+    events, error, attempts = await run([[Boom()]] * 5, FAST, budget)
+    assert attempts == 3 and budget.used == 2 and budget.remaining == 0
+    assert [e.attempt for e in events if isinstance(e, RetryNotice)] == [1, 2]
+    assert str(error) == "HTTP 529: boom (gave up after 3 attempts)"
+    generous = RetryBudget(limit=5)
+    _events, error, attempts = await run(
+        [[Boom()], [Boom()], [STARTED, END]], RetryPolicy(max_retries=0), generous
+    )
+    assert error is None and attempts == 3 and generous.used == 2
+
+
+async def test_retries_the_caller_already_spent_count_against_the_call() -> None:
+    # The loop retried once mid-stream (spending from the same budget) and streams again.
+    budget = RetryBudget(limit=2)
+    assert budget.spend()
+    events, error, attempts = await run([[Boom()]] * 3, FAST, budget)
+    assert attempts == 2 and budget.used == 2
+    assert [e.attempt for e in events if isinstance(e, RetryNotice)] == [2]
+    assert str(error) == "HTTP 529: boom (gave up after 3 attempts)"
+    spent = RetryBudget(limit=1, used=1)
+    events, error, attempts = await run([[Boom()], [STARTED, END]], FAST, spent)
+    assert attempts == 1 and events == []
+    assert str(error) == "HTTP 529: boom (gave up after 2 attempts)"
+
+
+async def test_failures_no_retry_can_help_leave_the_budget_alone() -> None:
+    budget = RetryBudget(limit=3)
+    _events, error, _attempts = await run([[Boom(400)]], FAST, budget)
+    assert budget.used == 0 and str(error) == "HTTP 400: boom"
+    _events, error, _attempts = await run([[STARTED, TEXT, Boom()]], FAST, budget)
+    assert budget.used == 0 and isinstance(error, StreamError)
+    assert "gave up" not in str(error)
+
+
+async def test_a_context_overflow_keeps_its_class_even_after_the_stream_started() -> None:
+    overflow = context_overflow("too long", error_type="context_length_exceeded")
+    events, error, attempts = await run([[STARTED, overflow], [STARTED, END]])
+    assert attempts == 1 and events == [] and error is overflow
+    assert isinstance(error, ContextOverflowError) and not error.retryable
+    assert str(error) == "too long"
 
 
 async def test_errors_that_cannot_succeed_are_not_retried() -> None:

@@ -240,14 +240,21 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
             assert reply.json()["error"]["message"]
         # Nothing was written by the refused requests.
         assert c.get(f"/v1/sessions/{sid}").json()["turns"] == []
+        # CORS is off unless configured.
+        plain = c.get("/v1/sessions", headers={"Origin": "http://page.example"})
+        assert "access-control-allow-origin" not in plain.headers
 
 
 def test_heartbeats_and_the_transient_status_event(
     fake_llm: FakeLLMServer, serve: Callable[..., Served]
 ) -> None:
-    server = serve("--heartbeat", "0.2")
+    server = serve("--heartbeat", "0.2", "--cors-origin", "http://page.example")
     with server.client() as c:
         sid = _session(c)
+        allowed = c.get("/v1/sessions", headers={"Origin": "http://page.example"})
+        assert allowed.headers["access-control-allow-origin"] == "http://page.example"
+        other = c.get("/v1/sessions", headers={"Origin": "http://elsewhere.example"})
+        assert "access-control-allow-origin" not in other.headers
         lines: list[str] = []
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")

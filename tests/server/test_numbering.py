@@ -81,7 +81,11 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def test_every_event_is_numbered_and_published_in_order(rig: Rig) -> None:
-    await rig.deltas("one ", "two ", "three ")
+    await rig.deltas("one ", "two ")
+    # Each delta is handed on as it arrives, before any gate lets the journal write it.
+    assert [p["text"] for _, _, p in rig.published[2:]] == ["one ", "two "]
+    assert not [r for r in await rig.rows() if r.type == "text_delta"]
+    await rig.deltas("three ")
     seqs = [seq for seq, _, _ in rig.published]
     assert seqs == list(range(1, len(seqs) + 1))
     assert [p["text"] for _, _, p in rig.published[2:]] == ["one ", "two ", "three "]

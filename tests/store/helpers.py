@@ -146,6 +146,7 @@ class RecordingStore(SqliteStore):
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         args = (turn_id, status, reason, error)
@@ -157,6 +158,7 @@ class RecordingStore(SqliteStore):
             error=error,
             usage=usage,
             owner=owner,
+            event=event,
             first_seq=first_seq,
         )
         self._after("end_turn", args)

@@ -1,4 +1,8 @@
-"""The bash tool: output, exit codes, streaming, and that no process outlives a call."""
+"""The bash tool: output, exit codes, streaming, and that no process outlives a call.
+
+These run unsandboxed (``BashTool()`` without a sandbox, as ``--sandbox off`` does): they check
+host pids the command prints. The same behaviour inside the sandbox: test_sandbox_process.py.
+"""
 
 from __future__ import annotations
 
@@ -12,44 +16,7 @@ from drover.errors import ToolError
 from drover.tools.base import ToolContext
 from drover.tools.builtin.bash import BashTool
 
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state of ``pid`` from /proc, or None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (dead, not yet reaped by its parent) counts as gone."""
-    return process_state(pid) not in (None, "Z", "X")
-
-
-async def wait_dead(pid: int, within: float = 10.0) -> bool:
-    """Wait via a pidfd (no polling) until ``pid`` has ended; False if it outlives ``within``."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    loop = asyncio.get_running_loop()
-    gone: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not gone.done():
-            gone.set_result(None)
-
-    loop.add_reader(fd, readable)
-    try:
-        await asyncio.wait_for(gone, within)
-    except TimeoutError:
-        return False
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    return True
+from .procs import alive, process_state, wait_dead
 
 
 class Lines:

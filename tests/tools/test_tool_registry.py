@@ -90,5 +90,5 @@ def test_public_names() -> None:
     public = {
         name for name in vars(drover.tools) if name.isidentifier() and not name.startswith("_")
     }
-    modules = {"base", "builtin", "decorator", "registry", "workspace", "annotations"}
+    modules = {"base", "builtin", "decorator", "registry", "sandbox", "workspace", "annotations"}
     assert set(drover.tools.__all__) == public - modules

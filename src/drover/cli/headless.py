@@ -41,6 +41,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         workdir=args.workdir,
         permission_mode=args.permission_mode,
         max_turns=args.max_turns,
+        sandbox=args.sandbox,
+        sandbox_network=args.sandbox_network,
     )
 
 
@@ -70,6 +72,8 @@ async def run_headless(args: argparse.Namespace) -> int:
     if args.session and args.continue_:
         raise ConfigError("use either --session or --continue, not both")
     async with open_runtime(run_options(args)) as runtime:
+        if runtime.sandbox.unavailable:
+            print(f"drover: warning: {runtime.sandbox.describe()}", file=sys.stderr)
         return await _run_turn(runtime, args)
 
 
@@ -77,7 +81,7 @@ async def _run_turn(runtime: Runtime, args: argparse.Namespace) -> int:
     record, session = await runtime.session(session_id=args.session, continue_latest=args.continue_)
     printer = HeadlessPrinter(
         output_format=args.output_format,
-        interactive=sys.stdin.isatty() and args.permission_mode == "ask",
+        interactive=sys.stdin.isatty() and args.permission_mode in ("ask", "sandboxed"),
     )
     terminal = _Terminal()
     turn = asyncio.get_running_loop().create_task(

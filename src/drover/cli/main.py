@@ -45,9 +45,19 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, help="directory the tools work in (default: .)")
     parser.add_argument(
         "--permission-mode",
-        choices=("ask", "allow", "deny"),
+        choices=("ask", "allow", "deny", "sandboxed"),
         default="ask",
-        help="ask before side-effecting tools (default), allow them, or deny them",
+        help="ask before side-effecting tools (default), allow them, deny them, or ask except "
+        "for commands the sandbox fully contains (sandboxed)",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=("off", "workdir", "read-only"),
+        help="where bash commands run: bubblewrap with only the workdir writable (workdir, the "
+        "default), with nothing writable (read-only), or unsandboxed (off)",
+    )
+    parser.add_argument(
+        "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
 

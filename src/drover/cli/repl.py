@@ -54,6 +54,7 @@ async def run_repl(args: argparse.Namespace) -> int:
             session_id=args.session, continue_latest=args.continue_
         )
         print(f"drover — session {record.id} in {runtime.workdir} ({runtime.model})")
+        print(runtime.sandbox.describe())
         print("Type a request, /help for commands, Ctrl-D to leave.")
         if session.pending:
             print(f"This session has unfinished work ({len(session.pending)} messages): /resume")

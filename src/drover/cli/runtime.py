@@ -6,6 +6,7 @@ workdir, unknown provider, missing key, unreachable database), which ``main`` pr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
@@ -25,6 +26,13 @@ from drover.store import open_store
 from drover.store.base import SessionRecord, Store
 from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry, default_registry
+from drover.tools.sandbox import (
+    SandboxSettings,
+    SandboxStatus,
+    probe_sandbox,
+    sandbox_settings,
+)
+from drover.tools.sandbox import require_sandbox as sandbox_required
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +43,10 @@ class RunOptions:
     workdir: Path | None = None
     permission_mode: PermissionMode = "ask"
     max_turns: int | None = None
+    #: ``--sandbox``: None takes the config file's mode (default ``workdir``).
+    sandbox: str | None = None
+    #: ``--sandbox-network``: allow network on top of the config file's setting.
+    sandbox_network: bool = False
 
 
 @dataclass(slots=True)
@@ -48,6 +60,8 @@ class Runtime:
     policy: PermissionPolicy
     settings: LoopSettings
     workdir: Path
+    #: Where ``bash`` runs its commands (the start-up line shows :meth:`SandboxStatus.describe`).
+    sandbox: SandboxStatus
 
     async def session(
         self, *, session_id: str | None = None, continue_latest: bool = False
@@ -81,6 +95,25 @@ def resolve_workdir(path: Path | None) -> Path:
     return workdir.resolve()
 
 
+def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path) -> SandboxSettings:
+    """The sandbox from flags over the config file; the journal's SQLite file is hidden too.
+
+    Relative paths in the config file are taken from the working directory.
+    """
+    hidden = list(config.sandbox_hidden)
+    db = options.db or os.environ.get("DROVER_DB")
+    if db and "://" not in db:
+        path = Path(db).expanduser().resolve()
+        hidden += [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
+    return sandbox_settings(
+        mode=options.sandbox or config.sandbox_mode,
+        network=options.sandbox_network or config.sandbox_network,
+        writable=config.sandbox_writable,
+        hidden=hidden,
+        base=workdir,
+    )
+
+
 def system_prompt(workdir: Path) -> str:
     return (
         "You are drover, a coding agent working in the directory "
@@ -97,9 +130,19 @@ async def open_runtime(
     provider: Provider | None = None,
     tools: ToolRegistry | None = None,
     config: Config | None = None,
+    sandbox: SandboxStatus | None = None,
+    require_sandbox: bool = False,
 ) -> AsyncIterator[Runtime]:
+    """Everything a command needs; ``sandbox`` is a status already probed, else the settings
+    are probed here. ``require_sandbox`` (``drover serve``) makes a wanted sandbox that cannot
+    run here a :class:`~drover.errors.ConfigError` instead of a warning; ``--sandbox off``
+    still passes."""
     workdir = resolve_workdir(options.workdir)
     config = config or load_config()
+    if sandbox is None:
+        settings = resolve_sandbox_settings(options, config, workdir)
+        check = sandbox_required if require_sandbox else probe_sandbox
+        sandbox = await asyncio.to_thread(check, settings)
     model = options.model or config.default_model
     if provider is None:
         provider = create_provider(model, config, base_url=options.base_url)
@@ -114,10 +157,11 @@ async def open_runtime(
             provider=provider,
             store=store,
             runner=runner,
-            tools=tools or default_registry(),
+            tools=tools or default_registry(sandbox=sandbox),
             policy=PermissionPolicy(options.permission_mode),
             settings=LoopSettings(max_turns=options.max_turns or config.max_turns),
             workdir=workdir,
+            sandbox=sandbox,
         )
     finally:
         await store.close()

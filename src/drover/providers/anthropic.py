@@ -16,6 +16,8 @@ arrive. :class:`AnthropicEvents` maps them onto neutral stream events:
   block or delta kinds drover does not know are skipped, as are ``ping`` and unknown events.
 * an ``error`` event (which the SDK raises) → :class:`StreamError`, retryable when the error
   type is (``overloaded_error``, ``api_error``…).
+* a 400 "prompt is too long: N tokens > M maximum" → :class:`ContextOverflowError`; an error
+  status whose body is not the API's JSON (a wrong ``--base-url``) names the URL it tried.
 
 Usage: neutral ``input_tokens`` counts every prompt token, cached ones included
 (``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so it compares
@@ -25,6 +27,7 @@ with the size of the request; the cache parts are also reported on their own.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -40,10 +43,20 @@ from drover.providers.retry import (
     STARTED,
     RetryPolicy,
     Started,
+    context_overflow,
     error_message,
+    foreign_error_text,
+    is_api_error_body,
     parse_retry_after,
     retrying,
     stream_error,
+    where_to_look,
+)
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
 )
 from drover.streaming import (
     BlockDelta,
@@ -58,6 +71,10 @@ from drover.streaming import (
 )
 
 PROVIDER = "anthropic"
+API = "the Anthropic API"
+URL_HINT = "The Anthropic SDK adds /v1/messages to it, so it usually has no path."
+#: The API's 400 for a request over the context window: "prompt is too long: N tokens > M maximum".
+_TOO_LONG = re.compile(r"prompt is too long", re.IGNORECASE)
 
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
@@ -231,8 +248,16 @@ def translate_error(exc: Exception) -> tuple[ProviderError, float | None] | None
         error_type = error_type or getattr(exc, "type", None)
         if exc.status_code < 400:  # an ``error`` event inside a 200 stream
             return stream_error(message, error_type), None
-        if exc.status_code == 401:
+        request = exc.response.request
+        if not is_api_error_body(exc.body):
+            text = foreign_error_text(exc.body, exc.response.reason_phrase)
+            message = f"{text} ({where_to_look(request.method, request.url, URL_HINT)})"
+        elif exc.status_code == 404:
+            message = f"{message} ({request.method} {request.url})"
+        elif exc.status_code == 401:
             message = f"authentication failed: {message} (check ANTHROPIC_API_KEY)"
+        elif exc.status_code in (400, 413) and _TOO_LONG.search(message):
+            return context_overflow(message, status=exc.status_code, error_type=error_type), None
         error = ProviderHTTPError(exc.status_code, message, error_type=error_type)
         should_retry = exc.response.headers.get("x-should-retry")
         if should_retry in ("true", "false"):
@@ -240,19 +265,20 @@ def translate_error(exc: Exception) -> tuple[ProviderError, float | None] | None
         return error, parse_retry_after(exc.response.headers)
     if isinstance(exc, anthropic.APIConnectionError):
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        return ProviderConnectionError(f"cannot reach the Anthropic API: {exc}{cause}"), None
+        return ProviderConnectionError(f"cannot reach {API}: {exc}{cause}"), None
     if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
         detail = str(exc) or type(exc).__name__
-        return ProviderConnectionError(f"connection to the Anthropic API failed: {detail}"), None
+        return ProviderConnectionError(f"connection to {API} failed: {detail}"), None
     if isinstance(exc, json.JSONDecodeError):
-        return stream_error(f"the Anthropic API sent malformed data: {exc}", "malformed"), None
+        return stream_error(f"{API} sent malformed data: {exc}", "malformed"), None
     if isinstance(exc, anthropic.AnthropicError):
         return StreamError(f"Anthropic SDK error: {exc}", retryable=False), None
     return None
 
 
 class AnthropicProvider:
-    """``anthropic:MODEL``; ``max_tokens`` caps what a request asks for."""
+    """``anthropic:MODEL``; ``max_tokens`` caps what a request asks for; ``stall_timeout`` is
+    the most seconds any wait for data may last."""
 
     def __init__(
         self,
@@ -266,15 +292,20 @@ class AnthropicProvider:
         timeout: float = 600.0,
         max_tokens: int = 8192,
         thinking_budget: int | None = None,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         self._model = model
+        self._stall_timeout = stall_timeout
         self._max_tokens = max_tokens
         self._thinking_budget = thinking_budget
         self._policy = RetryPolicy(
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property
@@ -289,7 +320,12 @@ class AnthropicProvider:
         await self._client.close()
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(self._policy, lambda: self._attempt(request), translate_error)
+        return retrying(
+            self._policy,
+            lambda: self._attempt(request),
+            translate_error,
+            budget=request.retry_budget,
+        )
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
         max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
@@ -297,7 +333,7 @@ class AnthropicProvider:
         if self._thinking_budget:
             thinking = {"type": "enabled", "budget_tokens": self._thinking_budget}
             max_tokens += self._thinking_budget
-        sdk_stream = await self._client.messages.create(
+        opening = self._client.messages.create(
             model=self._model,
             max_tokens=max_tokens,
             messages=to_anthropic_messages(request.messages),
@@ -306,14 +342,13 @@ class AnthropicProvider:
             thinking=thinking,
             stream=True,
         )
+        sdk_stream = await stall_guard(opening, self._stall_timeout, API)
         events = AnthropicEvents()
-        try:
-            async for raw in sdk_stream:
+        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
+            while (raw := await stream.next()) is not None:
                 mapped = events.feed(raw)  # an error event raises before the stream counts
                 yield STARTED
                 for event in mapped:
                     yield event
             for event in events.finish():
                 yield event
-        finally:
-            await sdk_stream.close()

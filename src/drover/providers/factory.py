@@ -4,7 +4,8 @@ The base URL is the ``base_url`` argument (``--base-url``), else the config's fo
 A missing API key is a one-line :class:`~drover.errors.ConfigError` naming the variable —
 except when a base URL is set: local compatible servers (Ollama, vLLM, llama.cpp, LM Studio…)
 usually need no key, so a placeholder is sent. Provider modules are imported on first use, so
-choosing one protocol never loads the other SDK.
+choosing one protocol never loads the other SDK. Every provider gets the config's
+``stall_timeout``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,17 @@ def create_provider(spec: str, config: Config, *, base_url: str | None = None) -
     if provider == "anthropic":
         from drover.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(model, api_key=key, base_url=url)
+        return AnthropicProvider(
+            model, api_key=key, base_url=url, stall_timeout=config.stall_timeout
+        )
     if provider == "openai":
         from drover.providers.openai_chat import OpenAIChatProvider
 
-        return OpenAIChatProvider(model, api_key=key, base_url=url)
+        return OpenAIChatProvider(
+            model, api_key=key, base_url=url, stall_timeout=config.stall_timeout
+        )
     from drover.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(model, api_key=key, base_url=url)
+    return OpenAIResponsesProvider(
+        model, api_key=key, base_url=url, stall_timeout=config.stall_timeout
+    )

@@ -15,6 +15,9 @@ order they first appear: reasoning, text, then one ``tool_use`` block per call.
   ``max_tokens``, ``content_filter`` → ``refusal``. The stream's end gives the
   :class:`StreamEnd`; without a usage chunk the usage is zero and marked partial.
 * A chunk with an ``error`` key (the SDK raises it) → :class:`StreamError`.
+* Error code ``context_length_exceeded`` (a 400, or an error chunk) →
+  :class:`ContextOverflowError`; an error status whose body is not the API's JSON (a base URL
+  without ``/v1``) names the URL it tried.
 
 Usage: ``input_tokens`` is ``prompt_tokens`` (cached tokens included, as OpenAI counts them);
 ``cache_read_tokens`` is the cached part.
@@ -44,10 +47,20 @@ from drover.providers.retry import (
     STARTED,
     RetryPolicy,
     Started,
+    context_overflow,
     error_message,
+    foreign_error_text,
+    is_api_error_body,
     parse_retry_after,
     retrying,
     stream_error,
+    where_to_look,
+)
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
 )
 from drover.streaming import (
     BlockDelta,
@@ -61,6 +74,10 @@ from drover.streaming import (
 )
 
 PROVIDER = "openai"
+API = "the OpenAI Chat Completions API"
+URL_HINT = "OpenAI-compatible servers usually end in /v1"
+#: The error code of a request over the model's context window (Chat and Responses).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 _Streamed: TypeAlias = Literal["text", "thinking"]
 
 _FINISH_REASONS: dict[str, StopReason] = {
@@ -75,8 +92,16 @@ def translate_openai_error(exc: Exception, api: str) -> tuple[ProviderError, flo
     """An ``openai`` SDK or transport exception as a drover error, with the retry-after."""
     if isinstance(exc, openai.APIStatusError):
         message, error_type, code = error_message(exc.body, str(exc))
-        if exc.status_code == 401:
+        request = exc.response.request
+        if not is_api_error_body(exc.body):
+            text = foreign_error_text(exc.body, exc.response.reason_phrase)
+            message = f"{text} ({where_to_look(request.method, request.url, URL_HINT)})"
+        elif exc.status_code == 404:
+            message = f"{message} ({request.method} {request.url})"
+        elif exc.status_code == 401:
             message = f"authentication failed: {message} (check OPENAI_API_KEY)"
+        elif code == CONTEXT_LENGTH_EXCEEDED:
+            return context_overflow(message, status=exc.status_code, error_type=code), None
         error = ProviderHTTPError(exc.status_code, message, error_type=code or error_type)
         should_retry = exc.response.headers.get("x-should-retry")
         if should_retry in ("true", "false"):
@@ -87,6 +112,8 @@ def translate_openai_error(exc: Exception, api: str) -> tuple[ProviderError, flo
         return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
     if isinstance(exc, openai.APIError):  # an error chunk or event inside a 200 stream
         message, error_type, code = error_message(exc.body, exc.message)
+        if code == CONTEXT_LENGTH_EXCEEDED:
+            return context_overflow(message, error_type=code), None
         return stream_error(message, error_type or code), None
     if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
         detail = str(exc) or type(exc).__name__
@@ -99,7 +126,7 @@ def translate_openai_error(exc: Exception, api: str) -> tuple[ProviderError, flo
 
 
 def _chat_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
-    return translate_openai_error(exc, "the OpenAI Chat Completions API")
+    return translate_openai_error(exc, API)
 
 
 @dataclass(slots=True)
@@ -271,7 +298,8 @@ def _usage(raw: Any) -> Usage:
 
 
 class OpenAIChatProvider:
-    """``openai:MODEL``; ``max_tokens`` caps what a request asks for."""
+    """``openai:MODEL``; ``max_tokens`` caps what a request asks for; ``stall_timeout`` is the
+    most seconds any wait for data may last."""
 
     def __init__(
         self,
@@ -284,15 +312,20 @@ class OpenAIChatProvider:
         backoff_max: float = 8.0,
         timeout: float = 600.0,
         max_tokens: int = 8192,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         self._model = model
+        self._stall_timeout = stall_timeout
         self._max_tokens = max_tokens
         self._official = base_url is None or "api.openai.com" in base_url
         self._policy = RetryPolicy(
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property
@@ -307,11 +340,13 @@ class OpenAIChatProvider:
         await self._client.close()
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(self._policy, lambda: self._attempt(request), _chat_error)
+        return retrying(
+            self._policy, lambda: self._attempt(request), _chat_error, budget=request.retry_budget
+        )
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
         max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
-        sdk_stream = await self._client.chat.completions.create(
+        opening = self._client.chat.completions.create(
             model=self._model,
             messages=to_chat_messages(request.system, request.messages),
             tools=to_chat_tools(request.tools) if request.tools else openai.omit,
@@ -320,14 +355,13 @@ class OpenAIChatProvider:
             max_completion_tokens=max_tokens if self._official else openai.omit,
             max_tokens=openai.omit if self._official else max_tokens,
         )
+        sdk_stream = await stall_guard(opening, self._stall_timeout, API)
         events = ChatEvents()
-        try:
-            async for chunk in sdk_stream:
+        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
+            while (chunk := await stream.next()) is not None:
                 mapped = events.feed(chunk)  # an error event raises before the stream counts
                 yield STARTED
                 for event in mapped:
                     yield event
             for event in events.finish():
                 yield event
-        finally:
-            await sdk_stream.close()

@@ -15,8 +15,9 @@ item at its ``output_index``:
 * ``response.completed`` → :class:`StreamEnd` with the usage, stop reason ``tool_use`` when a
   function was called, else ``end_turn``; ``response.incomplete`` → ``max_tokens`` or
   ``refusal`` per ``incomplete_details.reason``; ``response.failed`` and ``error`` events
-  (which the SDK hands over as ordinary events) → :class:`StreamError`. A stream that stops
-  before any of these was cut off: :class:`StreamError`.
+  (which the SDK hands over as ordinary events) → :class:`StreamError` — or
+  :class:`ContextOverflowError` when their code is ``context_length_exceeded``, as is a 400
+  with that code. A stream that stops before any of these was cut off: :class:`StreamError`.
 
 The message meta is ``{"provider": "openai-responses", "response_id": …, "input_digest": …}``.
 While the server stores responses (``store`` not false, and no ``previous_response_id`` was
@@ -46,8 +47,21 @@ from drover.providers.convert_openai_responses import (
     plan_input,
     to_responses_tools,
 )
-from drover.providers.openai_chat import translate_openai_error
-from drover.providers.retry import STARTED, RetryPolicy, Started, retrying, stream_error
+from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, translate_openai_error
+from drover.providers.retry import (
+    STARTED,
+    RetryPolicy,
+    Started,
+    context_overflow,
+    retrying,
+    stream_error,
+)
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
+)
 from drover.streaming import (
     BlockDelta,
     BlockKind,
@@ -59,6 +73,7 @@ from drover.streaming import (
     StreamEvent,
 )
 
+API = "the OpenAI Responses API"
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 
 _INCOMPLETE: dict[str, StopReason] = {
@@ -68,7 +83,7 @@ _INCOMPLETE: dict[str, StopReason] = {
 
 
 def _responses_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
-    return translate_openai_error(exc, "the OpenAI Responses API")
+    return translate_openai_error(exc, API)
 
 
 def _dump(item: Any) -> dict[str, Any]:
@@ -145,10 +160,10 @@ class ResponsesEvents:
         if kind == "response.failed":
             error = getattr(getattr(event, "response", None), "error", None)
             message = _str(getattr(error, "message", None)) or "the response failed"
-            raise stream_error(message, _str(getattr(error, "code", None)) or "failed")
+            raise _failure(message, _str(getattr(error, "code", None)) or "failed")
         if kind == "error":
             message = _str(getattr(event, "message", None)) or "the stream reported an error"
-            raise stream_error(message, _str(getattr(event, "code", None)) or None)
+            raise _failure(message, _str(getattr(event, "code", None)) or None)
         return []
 
     def finish(self) -> list[StreamEvent]:
@@ -250,6 +265,12 @@ class ResponsesEvents:
         return out
 
 
+def _failure(message: str, code: str | None) -> ProviderError:
+    if code == CONTEXT_LENGTH_EXCEEDED:
+        return context_overflow(message, error_type=code)
+    return stream_error(message, code)
+
+
 def _usage(raw: Any) -> Usage:
     def count(obj: Any, name: str) -> int:
         value = getattr(obj, name, None)
@@ -283,7 +304,8 @@ class OpenAIResponsesProvider:
     """``openai-responses:MODEL``; ``max_tokens`` caps what a request asks for.
 
     ``store`` is sent as given (None: the server's default, which stores); ``reasoning_effort``
-    asks reasoning models for that effort and a reasoning summary.
+    asks reasoning models for that effort and a reasoning summary; ``stall_timeout`` is the
+    most seconds any wait for data may last.
     """
 
     def __init__(
@@ -299,8 +321,10 @@ class OpenAIResponsesProvider:
         timeout: float = 600.0,
         max_tokens: int = 8192,
         reasoning_effort: ReasoningEffort | None = None,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         self._model = model
+        self._stall_timeout = stall_timeout
         self._store = store
         self._max_tokens = max_tokens
         self._reasoning_effort = reasoning_effort
@@ -310,7 +334,10 @@ class OpenAIResponsesProvider:
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
         )
 
     @property
@@ -330,7 +357,12 @@ class OpenAIResponsesProvider:
         await self._client.close()
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(self._policy, lambda: self._attempt(request), _responses_error)
+        return retrying(
+            self._policy,
+            lambda: self._attempt(request),
+            _responses_error,
+            budget=request.retry_budget,
+        )
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
         plan = plan_input(request.messages, stored=self._server_stores)
@@ -343,16 +375,14 @@ class OpenAIResponsesProvider:
             plan = plan_input(request.messages, stored=False)
             sdk_stream = await self._create(request, plan)
         events = ResponsesEvents(plan.digest if self._server_stores else None)
-        try:
-            async for raw in sdk_stream:
+        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
+            while (raw := await stream.next()) is not None:
                 mapped = events.feed(raw)  # an error event raises before the stream counts
                 yield STARTED
                 for event in mapped:
                     yield event
             for event in events.finish():
                 yield event
-        finally:
-            await sdk_stream.close()
 
     async def _create(
         self, request: ModelRequest, plan: InputPlan
@@ -363,7 +393,7 @@ class OpenAIResponsesProvider:
         reasoning: Reasoning | openai.Omit = openai.omit
         if self._reasoning_effort is not None:
             reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
-        return await self._client.responses.create(
+        opening = self._client.responses.create(
             model=self._model,
             input=plan.input,
             instructions=request.system or openai.omit,
@@ -375,3 +405,4 @@ class OpenAIResponsesProvider:
             max_output_tokens=min(request.max_tokens, self._max_tokens) or self._max_tokens,
             stream=True,
         )
+        return await stall_guard(opening, self._stall_timeout, API)

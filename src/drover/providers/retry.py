@@ -8,8 +8,18 @@ jitter, honouring the server's ``retry-after`` up to a cap; each new attempt is 
 yielding :data:`STARTED` (which :func:`retrying` keeps to itself) before anything else.
 
 Once the stream has started a failure is never retried here: it is raised as a
-:class:`~drover.errors.StreamError` (keeping its ``retryable`` flag) and the loop decides.
-Cancellation is never caught: the attempt generator is closed, which closes its SDK stream.
+:class:`~drover.errors.StreamError` (keeping its ``retryable`` flag) and the loop decides —
+except a :class:`~drover.errors.ContextOverflowError`, which keeps its class wherever it
+arrives (the Responses API can report it in a ``response.failed`` event), so the caller can
+compact and try again. Cancellation is never caught: the attempt generator is closed, which
+closes its SDK stream.
+
+Retries come from one of two counters. With ``retry_budget`` (a
+:class:`~drover.streaming.RetryBudget` the caller made for one model call, and spends its own
+mid-stream retries from) every retry here is taken from it, so the call as a whole never
+makes more than ``budget.limit`` retries however the layers share them. Without one, the
+policy's ``max_retries`` counts this stream's retries alone. Either way, an error raised
+because no retry was left says how many attempts were made.
 """
 
 from __future__ import annotations
@@ -23,8 +33,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 
-from drover.errors import ProviderError, StreamError
-from drover.streaming import RetryNotice, StreamEvent
+from drover.errors import ContextOverflowError, ProviderError, StreamError
+from drover.streaming import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).
@@ -75,7 +85,11 @@ Attempt = Callable[[], AsyncGenerator["StreamEvent | Started", None]]
 
 
 async def retrying(
-    policy: RetryPolicy, attempt: Attempt, translate: Translate
+    policy: RetryPolicy,
+    attempt: Attempt,
+    translate: Translate,
+    *,
+    budget: RetryBudget | None = None,
 ) -> AsyncGenerator[StreamEvent, None]:
     """The events of the first attempt that gets going, with retries before that."""
     retries = 0
@@ -101,19 +115,36 @@ async def retrying(
                 error, retry_after = translated
         if started:
             error = as_stream_error(error)
-        if started or not error.retryable or retries >= policy.max_retries:
-            if error is cause:
-                raise error
-            raise error from cause
-        retries += 1
-        delay = policy.delay(retries, retry_after)
-        yield RetryNotice(attempt=retries, delay=delay, error=str(error))
-        await asyncio.sleep(delay)
+        if not started and error.retryable:
+            if budget is not None:
+                may_retry = budget.spend()
+                number = budget.used
+            else:
+                may_retry = retries < policy.max_retries
+                number = retries + 1
+            if may_retry:
+                retries += 1
+                delay = policy.delay(number, retry_after)
+                yield RetryNotice(attempt=number, delay=delay, error=str(error))
+                await asyncio.sleep(delay)
+                continue
+            attempts = (budget.used if budget is not None else retries) + 1
+            if attempts > 1:
+                gave_up(error, attempts)
+        if error is cause:
+            raise error
+        raise error from cause
 
 
-def as_stream_error(error: ProviderError) -> StreamError:
-    """``error`` as the :class:`StreamError` of a stream that already yielded content."""
-    if isinstance(error, StreamError):
+def gave_up(error: ProviderError, attempts: int) -> None:
+    """Add to ``error``'s message that it ended ``attempts`` attempts (no retry was left)."""
+    error.args = (f"{error} (gave up after {attempts} attempts)", *error.args[1:])
+
+
+def as_stream_error(error: ProviderError) -> ProviderError:
+    """``error`` as the :class:`StreamError` of a stream that already yielded content (a
+    context overflow stays what it is: only a smaller request can help)."""
+    if isinstance(error, StreamError | ContextOverflowError):
         return error
     error_type = getattr(error, "error_type", None)
     return StreamError(str(error), error_type=error_type, retryable=error.retryable)
@@ -164,3 +195,39 @@ def error_message(body: object, fallback: str) -> tuple[str, str | None, str | N
     if isinstance(body, str) and body.strip() and len(body) < 500:
         return body.strip(), None, None
     return fallback, None, None
+
+
+def context_overflow(
+    message: str, *, status: int | None = None, error_type: str | None = None
+) -> ContextOverflowError:
+    """The request does not fit the context window; ``status`` None: said inside a stream."""
+    error = ContextOverflowError(200 if status is None else status, message, error_type=error_type)
+    if status is None:
+        error.args = (message,)
+    error.retryable = False
+    return error
+
+
+def is_api_error_body(body: object) -> bool:
+    """Whether an error body is the API's JSON error object (Anthropic's or OpenAI's shape,
+    or the inner object alone), rather than a page from something else at that URL."""
+    if not isinstance(body, Mapping):
+        return False
+    inner = body.get("error", body)
+    return isinstance(inner, Mapping) and isinstance(inner.get("message"), str)
+
+
+def foreign_error_text(body: object, reason: str) -> str:
+    """A short message for an error body that is not the API's: its text on one line, cut at
+    200 characters, or else the status's reason phrase."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    text = " ".join(body.split()) if isinstance(body, str) else ""
+    if len(text) > 200:
+        text = text[:200] + "…"
+    return text or reason or "no error message"
+
+
+def where_to_look(method: str, url: object, hint: str) -> str:
+    """The request that failed, and the question to ask about it."""
+    return f"{method} {url} — is the base URL right? {hint}"

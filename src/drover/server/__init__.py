@@ -88,7 +88,10 @@ the numbers a crashed one reserved). Types and their data beyond ``type``/``seq`
 =======================  ======================================================================
 
 Every turn ends with exactly one of ``done``/``incomplete``/``error``. Thinking deltas are
-not streamed. Transient events have no ``id:`` and are never replayed: ``status``
+not streamed. A live ``text_delta`` carries the provider's text as it came; what the journal
+stores — and so what a replay from the log serves — is redacted (keys become ``[REDACTED]``),
+and the step's ``assistant_message`` is always the redacted, authoritative text.
+Transient events have no ``id:`` and are never replayed: ``status``
 (``{"type": "status", "transient": true, "running_turn_id", "last_event_id"}``, sent on
 connect). Heartbeats are SSE comment lines (``: ping``) every ``heartbeat`` seconds.
 """

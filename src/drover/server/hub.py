@@ -94,7 +94,8 @@ class Subscription:
         if not self._items and not self.lagged and not self.closed:
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), patience)
+                async with asyncio.timeout(patience):  # no task per wait, unlike wait_for
+                    await self._ready.wait()
             except TimeoutError:
                 return []
         items = list(self._items)

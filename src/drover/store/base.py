@@ -194,13 +194,15 @@ class Store(Protocol):
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
-        text deltas become a partial message, so nothing stays "in progress". Returns the
-        events this logged, numbered from ``first_seq`` (the journal, the log's only writer
-        while it holds the lease, passes its next number) or else after every number used or
-        reserved.
+        text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
+        turn's terminal event) is logged in the same transaction, so a turn never ends without
+        it or logs it without ending. Returns the events this logged (the terminal one last),
+        numbered from ``first_seq`` (the journal, the log's only writer while it holds the
+        lease, passes its next number) or else after every number used or reserved.
 
         Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
         otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""

@@ -100,6 +100,8 @@ class _Write:
     what: str
     run: Callable[[], Awaitable[Any]]
     attempts: int = 0
+    #: The write that ends the turn.
+    ends_turn: bool = False
 
 
 class Journal:
@@ -254,9 +256,11 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
-                self._turn_write("end the turn", lambda t: self._end_turn(t, event, reason, error))
-                # Numbered when written: the store may log events of its own before it.
-                self._queue.append(self._numbered_write(event))
+                # The terminal event is numbered when written, after those the store logs
+                # closing the turn (see _end_turn).
+                self._turn_write(
+                    "end the turn", lambda t: self._end_turn(t, event, reason, error), ends=True
+                )
                 await self._drain()
                 return
             case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
@@ -276,10 +280,13 @@ class Journal:
             error=error,
             usage=event.usage,
             owner=self._owner,
+            event=self._redactor.redact_obj(event_to_dict(event)),
             first_seq=self._numbers.next,
         )
         self.ended = True
-        for record in logged:  # calls closed and text folded by the store
+        # Calls closed and text folded by the store, then the terminal event: written and
+        # numbered in one transaction, so published only now.
+        for record in logged:
             self._numbers.advance_past(record.end_seq)
             self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
 
@@ -362,12 +369,14 @@ class Journal:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _turn_write(self, what: str, run: Callable[[str], Awaitable[Any]]) -> None:
+    def _turn_write(
+        self, what: str, run: Callable[[str], Awaitable[Any]], *, ends: bool = False
+    ) -> None:
         turn_id = self._turn_id
         if turn_id is None:
             log.warning("journal: %s before the turn started; skipped", what)
             return
-        self._queue.append(_Write(what, lambda: run(turn_id)))
+        self._queue.append(_Write(what, lambda: run(turn_id), ends_turn=ends))
 
     def _upsert(self, event: ToolStateChanged) -> None:
         read_only = False
@@ -418,22 +427,6 @@ class Journal:
             )
         )
 
-    def _numbered_write(self, event: Event) -> _Write:
-        """A write that logs ``event`` with a number taken when it runs (once)."""
-        payload = self._redactor.redact_obj(event_to_dict(event))
-        turn_id, taken = self._turn_id, False
-        seq: int | None = None
-
-        async def run() -> int:
-            nonlocal seq, taken
-            if not taken:
-                seq, taken = await self._numbers.take(), True
-                if seq is not None:
-                    self._numbers.publish(seq, turn_id, payload)
-            return await self.store.append_event(self.session_id, turn_id, payload, seq=seq)
-
-        return _Write(f"log the {event.type} event", run)
-
     async def _drain(self) -> bool:
         """Make the queued writes in order, retrying a failed one before the next; False when
         the journal failed."""
@@ -446,6 +439,7 @@ class Journal:
                 except asyncio.CancelledError:
                     # The store completes a write it has started: it must not be made twice.
                     self._queue.popleft()
+                    self.ended = self.ended or write.ends_turn
                     raise
                 except Exception as exc:
                     if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:

@@ -317,6 +317,7 @@ class PostgresStore:
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         if status == "running":
@@ -336,6 +337,10 @@ class PostgresStore:
             await conn.execute(
                 "UPDATE sessions SET updated_at = %s WHERE id = %s", (now, session_id)
             )
+            if event is not None:
+                seq = None if first_seq is None else first_seq + len(logged)
+                seq = await self._log(conn, session_id, turn_id, event, now, seq)
+                logged.append(logged_event(session_id, seq, turn_id, event, now))
             return logged
 
         return await self._write(update)

@@ -385,6 +385,7 @@ class SqliteStore:
         error: str | None = None,
         usage: Usage | None = None,
         owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
         if status == "running":
@@ -402,6 +403,10 @@ class SqliteStore:
                 (status, reason, error, usage_json, now, now, turn_id),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            if event is not None:
+                seq = None if first_seq is None else first_seq + len(logged)
+                seq = self._log(conn, session_id, turn_id, event, now, seq)
+                logged.append(logged_event(session_id, seq, turn_id, event, now))
             return logged
 
         return await self._write(update)

@@ -9,6 +9,7 @@
 
 from drover.testing.app import NO_SCRIPT_LEFT, RecordedRequest
 from drover.testing.scenario import (
+    ContextOverflow,
     HttpError,
     Scenario,
     ScenarioOptions,
@@ -23,6 +24,7 @@ from drover.testing.validate import validate_anthropic, validate_chat, validate_
 
 __all__ = [
     "NO_SCRIPT_LEFT",
+    "ContextOverflow",
     "FakeLLMServer",
     "HttpError",
     "RecordedRequest",

@@ -4,11 +4,12 @@ For every ``POST`` to ``/v1/messages``, ``/v1/chat/completions`` or ``/v1/respon
 the request, resolves a Responses ``previous_response_id`` chain, checks the history with
 :mod:`drover.testing.validate` (a violation is answered with the API's 400 and kept), takes the
 next response from the :class:`Ledger`'s shared queue (none left: a 500 and an ``unexpected``
-entry), and answers it — an HTTP error, a JSON object, or SSE frames written one by one with the
-scripted delay and fault: an error frame (``error_after``), an abrupt close (``drop_after``) or
-silence until the client leaves or the server stops (``stall_after``). A ``raw`` response is
-recorded bytes, cut into SSE frames and written the same way with its own status and content
-type, whatever the request asked for.
+entry), and answers it — an HTTP error (a context overflow among them), a JSON object, or SSE
+frames written one by one with the scripted delay and fault: an error frame (``error_after``),
+an abrupt close (``drop_after``) or silence until the client leaves or the server stops
+(``stall_after``, or ``hang`` before even the status line). A ``raw`` response is recorded
+bytes, cut into SSE frames and written the same way with its own status and content type,
+whatever the request asked for.
 
 The :class:`Ledger` is the only state shared with the thread that owns the server, so it alone
 takes a lock. Rendering runs on the server's event loop.
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drover.testing import validate
 from drover.testing.scenario import (
+    ContextOverflow,
     HttpError,
     RawReply,
     Scenario,
@@ -77,6 +79,7 @@ class _Wire:
     render_object: Callable[[ScriptedResponse, RenderContext], RenderedObject]
     http_error: Callable[[HttpError, RenderContext], Reply]
     invalid_request: Callable[[str, RenderContext], Reply]
+    context_overflow: Callable[[ContextOverflow, RenderContext], Reply]
     raw_error_frame: Callable[[StreamError | None, RenderContext, int], bytes]
 
 
@@ -86,6 +89,7 @@ _WIRES: dict[ProtocolName, _Wire] = {
         anthropic.render_object,
         anthropic.http_error,
         anthropic.invalid_request,
+        anthropic.context_overflow,
         anthropic.raw_error_frame,
     ),
     "openai-chat": _Wire(
@@ -93,6 +97,7 @@ _WIRES: dict[ProtocolName, _Wire] = {
         openai_chat.render_object,
         openai_chat.http_error,
         openai_chat.invalid_request,
+        openai_chat.context_overflow,
         openai_chat.raw_error_frame,
     ),
     "openai-responses": _Wire(
@@ -100,6 +105,7 @@ _WIRES: dict[ProtocolName, _Wire] = {
         openai_responses.render_object,
         openai_responses.http_error,
         openai_responses.invalid_request,
+        openai_responses.context_overflow,
         openai_responses.raw_error_frame,
     ),
 }
@@ -288,6 +294,16 @@ class _ObjectReply:
         self._rendered.on_complete()
 
 
+class _Hang:
+    """Answers nothing at all — no status line — until the client leaves or the server stops."""
+
+    def __init__(self, pacing: _Pacing) -> None:
+        self._pacing = pacing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._pacing.stall(receive)
+
+
 class FakeLLMApp:
     """The ASGI app; ``stopping`` is set when the server shuts down (it ends stalled replies)."""
 
@@ -353,6 +369,14 @@ class FakeLLMApp:
             return _JsonReply(wire.http_error(script.http_error, ctx))
         delay = script.delay if script.delay is not None else ctx.options.delay
         pacing = _Pacing(delay, self._stopping)
+        if script.hang:
+            return _Hang(pacing)
+        overflow = script.context_overflow
+        if overflow is not None:
+            if protocol == "openai-responses" and overflow.mid_stream and body.get("stream"):
+                rendered = openai_responses.context_overflow_stream(overflow, ctx)
+                return _StreamReply(script, rendered, pacing)
+            return _JsonReply(wire.context_overflow(overflow, ctx))
         if script.raw is not None:
             return self._raw_reply(script, script.raw, wire, ctx, pacing)
         if body.get("stream") is True:

@@ -11,8 +11,10 @@ A scenario is a JSON or YAML file, or the equivalent Python data::
         stop_reason: end_turn
         usage: {input_tokens: 12, output_tokens: 5}
       - http_error: {status: 529, type: overloaded_error, message: Overloaded}
+      - context_overflow: {tokens: 210000, limit: 200000}   # or just `context_overflow: true`
       - {text: "cut short", error_after: 5, error: {type: overloaded_error}}
       - {raw: recordings/tool-use.sse, delay: 0.01}
+      - {hang: true}                       # no status line at all: a server that never answers
       - {raw_text: "data: [DONE]\\n\\n", content_type: text/event-stream, status: 200}
 
 ``raw`` replays a recorded reply: the bytes of the file (a path relative to the scenario file's
@@ -25,6 +27,13 @@ and ``error_after: N`` (the protocol's error event after N frames), ``drop_after
 ``stall_after: N`` count frames. The request is still recorded and validated first; a raw reply
 is never stored for a Responses ``previous_response_id``. ``raw``/``raw_text`` cannot be combined
 with the keys that describe a rendered reply (``text``, ``tool_calls``, ``usage``, …).
+
+``context_overflow`` answers as each API does when the prompt does not fit the context window:
+Anthropic's 400 "prompt is too long: N tokens > M maximum", Chat Completions' 400 with code
+``context_length_exceeded``, the Responses API's 400 with that code — or, with ``mid_stream:
+failed`` (or ``error``), a Responses stream that opens and then ends in ``response.failed`` (or
+an ``error`` event) carrying that code; the other protocols ignore ``mid_stream``. ``tokens``
+defaults to ``limit`` (default 200000) plus the request's estimated size.
 
 A top-level list is read as ``responses``. Parsing is strict: an unknown key or a value of the
 wrong type raises :class:`ValueError` naming where it is (``responses[2].tool_calls[0]: …``), so
@@ -114,6 +123,17 @@ class StreamError:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContextOverflow:
+    """Refuse the request as too long for the context window, as the real API does."""
+
+    #: The prompt's size the error reports; None: ``limit`` plus the request's estimated size.
+    tokens: int | None = None
+    limit: int = 200_000
+    #: Responses API only: report it inside a stream that already opened.
+    mid_stream: Literal["failed", "error"] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UsageSpec:
     """Scripted token counts; ``None`` means "estimate it"."""
 
@@ -145,10 +165,13 @@ class ScriptedResponse:
     usage: UsageSpec = field(default_factory=UsageSpec)
     empty: bool = False
     http_error: HttpError | None = None
+    context_overflow: ContextOverflow | None = None
     error_after: int | None = None
     error: StreamError | None = None
     drop_after: int | None = None
     stall_after: int | None = None
+    #: Send nothing, not even the status line, until the client leaves or the server stops.
+    hang: bool = False
     delay: float | None = None
     quirks: frozenset[str] = frozenset()
     raw: RawReply | None = None
@@ -338,6 +361,22 @@ def _parse_http_error(data: object, where: str) -> HttpError:
     )
 
 
+def _parse_overflow(data: object, where: str) -> ContextOverflow | None:
+    if data is None or data is False:
+        return None
+    if data is True:
+        return ContextOverflow()
+    raw = _mapping(data, where, {"tokens", "limit", "mid_stream"})
+    mid_stream = raw.get("mid_stream")
+    if mid_stream not in (None, "failed", "error"):
+        raise ValueError(f"{where}.mid_stream: expected failed or error, got {mid_stream!r}")
+    limit = _int(raw.get("limit", 200_000), f"{where}.limit", minimum=1)
+    tokens = _opt_int(raw.get("tokens"), f"{where}.tokens", minimum=1)
+    if tokens is not None and tokens <= limit:
+        raise ValueError(f"{where}.tokens: must exceed the limit ({limit}), got {tokens}")
+    return ContextOverflow(tokens=tokens, limit=limit, mid_stream=mid_stream)
+
+
 def _parse_usage(data: object, where: str) -> UsageSpec:
     keys = {
         "input_tokens",
@@ -404,7 +443,8 @@ def _parse_response(data: object, where: str, base_dir: Path | None = None) -> S
     raw = _mapping(data, where, _RESPONSE_KEYS)
     raw_reply = _parse_raw(raw, where, base_dir)
     if raw_reply is not None:
-        clash = next((key for key in (*_RENDERED_KEYS, "http_error") if key in raw), None)
+        others = (*_RENDERED_KEYS, "http_error", "context_overflow")
+        clash = next((key for key in others if key in raw), None)
         if clash is not None:
             source = "raw" if "raw" in raw else "raw_text"
             raise ValueError(f"{where}: {source!r} cannot be combined with {clash!r}")
@@ -437,10 +477,12 @@ def _parse_response(data: object, where: str, base_dir: Path | None = None) -> S
         http_error=None
         if raw.get("http_error") is None
         else _parse_http_error(raw["http_error"], f"{where}.http_error"),
+        context_overflow=_parse_overflow(raw.get("context_overflow"), f"{where}.context_overflow"),
         error_after=_opt_int(raw.get("error_after"), f"{where}.error_after"),
         error=stream_error,
         drop_after=_opt_int(raw.get("drop_after"), f"{where}.drop_after"),
         stall_after=_opt_int(raw.get("stall_after"), f"{where}.stall_after"),
+        hang=_bool(raw.get("hang", False), f"{where}.hang"),
         delay=None if raw.get("delay") is None else _seconds(raw["delay"], f"{where}.delay"),
         quirks=_parse_quirks(raw.get("quirks", []), f"{where}.quirks"),
         raw=raw_reply,
@@ -455,10 +497,18 @@ def _check_consistent(response: ScriptedResponse, where: str) -> None:
         for name in ("error_after", "drop_after", "stall_after")
         if getattr(response, name) is not None
     ]
+    if response.hang and (faults or response.http_error is not None or response.raw is not None):
+        other = faults[0] if faults else "http_error" if response.http_error else "raw"
+        raise ValueError(f"{where}: 'hang' cannot be combined with {other!r}")
     if len(faults) > 1:
         raise ValueError(f"{where}: choose one of {' / '.join(faults)}, not several")
     if response.http_error is not None and faults:
         raise ValueError(f"{where}: 'http_error' cannot be combined with {faults[0]!r}")
+    if response.hang:
+        faults.append("hang")
+    if response.context_overflow is not None and (faults or response.http_error is not None):
+        other = faults[0] if faults else "http_error"
+        raise ValueError(f"{where}: 'context_overflow' cannot be combined with {other!r}")
     if response.error is not None and response.error_after is None:
         raise ValueError(f"{where}: 'error' only applies together with 'error_after'")
     has_content = response.text is not None or response.thinking is not None or response.tool_calls

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from drover.streaming import ToolSpec
 from drover.tools.base import Tool
 from drover.tools.builtin import DEFAULT_TIMEOUT, builtin_tools
+from drover.tools.sandbox import SandboxStatus
 
 
 class ToolRegistry:
@@ -51,6 +52,9 @@ class ToolRegistry:
         return f"ToolRegistry({', '.join(self._tools)})"
 
 
-def default_registry(*, bash_timeout: float = DEFAULT_TIMEOUT) -> ToolRegistry:
-    """A new registry holding the built-in tools (a fresh one on every call)."""
-    return ToolRegistry(builtin_tools(bash_timeout=bash_timeout))
+def default_registry(
+    *, bash_timeout: float = DEFAULT_TIMEOUT, sandbox: SandboxStatus | None = None
+) -> ToolRegistry:
+    """A new registry holding the built-in tools (a fresh one on every call); ``sandbox`` is
+    where ``bash`` runs its commands (None: unsandboxed)."""
+    return ToolRegistry(builtin_tools(bash_timeout=bash_timeout, sandbox=sandbox))

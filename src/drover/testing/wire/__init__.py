@@ -3,7 +3,8 @@
 Each protocol module (:mod:`.anthropic`, :mod:`.openai_chat`, :mod:`.openai_responses`) turns a
 :class:`~drover.testing.scenario.ScriptedResponse` into that API's bytes with the same four
 functions: ``render_stream`` (SSE frames), ``render_object`` (the ``stream: false`` JSON),
-``http_error`` and ``invalid_request`` (error replies). Rendering is pure and deterministic: ids
+``http_error`` and ``invalid_request`` (error replies), plus ``context_overflow`` (the API's
+refusal of a prompt longer than the context window). Rendering is pure and deterministic: ids
 come from a per-server :class:`IdSource` and timestamps from :data:`BASE_TIME`, so the same
 requests always produce the same bytes. Faults (cut, drop, stall, delay) are applied by the
 server, frame by frame, on top of a rendered stream — or of a recorded reply cut into frames by
@@ -21,7 +22,7 @@ from typing import Any, Literal, TypeAlias
 
 from drover.testing.scenario import JSON_CONTENT_TYPE as JSON_CONTENT_TYPE
 from drover.testing.scenario import SSE_CONTENT_TYPE as SSE_CONTENT_TYPE
-from drover.testing.scenario import ScenarioOptions, ScriptedResponse
+from drover.testing.scenario import ContextOverflow, ScenarioOptions, ScriptedResponse
 
 ProtocolName: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses"]
 
@@ -92,6 +93,11 @@ def error_defaults(status: int) -> tuple[str, str]:
     if status in _STATUS_ERRORS:
         return _STATUS_ERRORS[status]
     return ("api_error", "Internal server error") if status >= 500 else _STATUS_ERRORS[400]
+
+
+def overflow_tokens(spec: ContextOverflow, ctx: RenderContext) -> int:
+    """The prompt size a context-overflow error reports."""
+    return spec.tokens if spec.tokens is not None else spec.limit + max(1, ctx.raw_size // 4)
 
 
 def status_for_error(error_type: str) -> int:

@@ -17,7 +17,13 @@ import base64
 import hashlib
 from typing import Any
 
-from drover.testing.scenario import HttpError, ScriptedResponse, StreamError, ToolCall
+from drover.testing.scenario import (
+    ContextOverflow,
+    HttpError,
+    ScriptedResponse,
+    StreamError,
+    ToolCall,
+)
 from drover.testing.wire import (
     RenderContext,
     RenderedObject,
@@ -26,6 +32,7 @@ from drover.testing.wire import (
     Tokens,
     chunks,
     error_defaults,
+    overflow_tokens,
     sse,
 )
 
@@ -203,6 +210,12 @@ def http_error(spec: HttpError, ctx: RenderContext) -> Reply:
         headers.append(("retry-after", f"{retry_after:g}"))
     body = error_body(spec.type or default_type, spec.message or default_message, request_id)
     return Reply(status=spec.status, body=body, headers=tuple(headers))
+
+
+def context_overflow(spec: ContextOverflow, ctx: RenderContext) -> Reply:
+    """The 400 for a prompt over the context window: "prompt is too long: N tokens > M maximum"."""
+    message = f"prompt is too long: {overflow_tokens(spec, ctx)} tokens > {spec.limit} maximum"
+    return http_error(HttpError(status=400, type="invalid_request_error", message=message), ctx)
 
 
 def invalid_request(message: str, ctx: RenderContext) -> Reply:

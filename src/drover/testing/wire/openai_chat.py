@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.testing.scenario import HttpError, ScriptedResponse, StreamError
+from drover.testing.scenario import ContextOverflow, HttpError, ScriptedResponse, StreamError
 from drover.testing.wire import (
     RenderContext,
     RenderedObject,
@@ -28,6 +28,7 @@ from drover.testing.wire import (
     chunks,
     error_defaults,
     obfuscation,
+    overflow_tokens,
     sse,
 )
 
@@ -255,6 +256,23 @@ def http_error(spec: HttpError, ctx: RenderContext) -> Reply:
         spec.message or default_message,
         ctx,
         retry_after=spec.retry_after,
+    )
+
+
+def context_overflow(spec: ContextOverflow, ctx: RenderContext) -> Reply:
+    """The 400 with code ``context_length_exceeded`` for messages over the context window."""
+    message = (
+        f"This model's maximum context length is {spec.limit} tokens. However, your messages "
+        f"resulted in {overflow_tokens(spec, ctx)} tokens. Please reduce the length of the "
+        "messages."
+    )
+    return error_reply(
+        400,
+        "invalid_request_error",
+        message,
+        ctx,
+        param="messages",
+        code="context_length_exceeded",
     )
 
 

@@ -21,7 +21,7 @@ import base64
 import hashlib
 from typing import Any
 
-from drover.testing.scenario import HttpError, ScriptedResponse, StreamError
+from drover.testing.scenario import ContextOverflow, HttpError, ScriptedResponse, StreamError
 from drover.testing.wire import (
     RenderContext,
     RenderedObject,
@@ -307,6 +307,46 @@ def render_object(response: ScriptedResponse, ctx: RenderContext) -> RenderedObj
 
 def http_error(spec: HttpError, ctx: RenderContext) -> Reply:
     return _chat_http_error(spec, ctx)
+
+
+OVERFLOW_MESSAGE = (
+    "Your input exceeds the context window of this model. Please adjust your input and try again."
+)
+OVERFLOW_CODE = "context_length_exceeded"
+
+
+def context_overflow(spec: ContextOverflow, ctx: RenderContext) -> Reply:
+    """The 400 with code ``context_length_exceeded`` for input over the context window."""
+    return error_reply(
+        400, "invalid_request_error", OVERFLOW_MESSAGE, ctx, param="input", code=OVERFLOW_CODE
+    )
+
+
+def context_overflow_stream(spec: ContextOverflow, ctx: RenderContext) -> RenderedStream:
+    """A stream that opens, then fails with ``context_length_exceeded``: a ``response.failed``
+    event (``mid_stream: failed``) or an ``error`` event (``mid_stream: error``)."""
+    response_id = ctx.ids.next("resp_", 50)
+    events = _Events(_padding(ctx.body))
+    opening = response_object(ctx, response_id, status="in_progress", output=[], usage=None)
+    events.add("response.created", response=opening)
+    events.add("response.in_progress", response=opening)
+    if spec.mid_stream == "error":
+        events.add("error", code=OVERFLOW_CODE, message=OVERFLOW_MESSAGE, param="input")
+    else:
+        failed = response_object(
+            ctx,
+            response_id,
+            status="failed",
+            output=[],
+            usage=None,
+            error={"code": OVERFLOW_CODE, "message": OVERFLOW_MESSAGE},
+        )
+        events.add("response.failed", response=failed)
+    return RenderedStream(
+        frames=tuple(events.frames),
+        error_frame=lambda _sent: b"",
+        headers=(("x-request-id", ctx.ids.next("req_")),),
+    )
 
 
 def invalid_request(message: str, ctx: RenderContext) -> Reply:

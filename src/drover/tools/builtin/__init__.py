@@ -10,6 +10,7 @@ from drover.tools.base import Tool
 from drover.tools.builtin.bash import DEFAULT_TIMEOUT, BashTool
 from drover.tools.builtin.files import edit_file, read_file, write_file
 from drover.tools.builtin.search import glob, grep
+from drover.tools.sandbox import SandboxStatus
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -23,6 +24,10 @@ __all__ = [
 ]
 
 
-def builtin_tools(*, bash_timeout: float = DEFAULT_TIMEOUT) -> list[Tool]:
-    """The built-in tools in the order they are offered to the model."""
-    return [read_file, write_file, edit_file, BashTool(bash_timeout), glob, grep]
+def builtin_tools(
+    *, bash_timeout: float = DEFAULT_TIMEOUT, sandbox: SandboxStatus | None = None
+) -> list[Tool]:
+    """The built-in tools in the order they are offered to the model (``bash`` runs its
+    commands in ``sandbox``; None runs them unsandboxed)."""
+    bash = BashTool(bash_timeout, sandbox=sandbox)
+    return [read_file, write_file, edit_file, bash, glob, grep]

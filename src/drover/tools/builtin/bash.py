@@ -9,6 +9,12 @@ However the call ends, the whole process group is ended: SIGTERM, a short grace 
 SIGKILL, and the shell is reaped. That covers the normal end (background jobs the command
 left running), the timeout (an error result with the output so far and a note) and task
 cancellation (the ``CancelledError`` is re-raised once the group is gone).
+
+With an active :class:`~drover.tools.sandbox.SandboxStatus` the shell runs inside bubblewrap
+(see :mod:`drover.tools.sandbox`); the process group is then bubblewrap's, and ending it also
+ends the sandbox's PID namespace, so processes that left the group die too. A failure the
+sandbox caused gets a note saying so. A sandbox that was wanted but is unavailable refuses
+every command rather than running it unsandboxed.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from drover.errors import ToolError
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.decorator import FunctionTool
+from drover.tools.sandbox import SandboxStatus, sandbox_hint
 from drover.tools.workspace import MAX_OUTPUT_CHARS, OutputBuffer
 
 #: Seconds a command may run before its process group is killed.
@@ -103,10 +111,13 @@ class BashTool:
         *,
         kill_grace: float = KILL_GRACE,
         output_limit: int = MAX_OUTPUT_CHARS,
+        sandbox: SandboxStatus | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("the bash timeout must be positive")
         self.timeout = timeout
+        #: None (or a status of mode ``off``) runs commands unsandboxed.
+        self.sandbox = sandbox
         self.kill_grace = kill_grace
         self.output_limit = output_limit
         self._tool = FunctionTool(self._bash, name="bash", read_only=False)
@@ -117,7 +128,8 @@ class BashTool:
 
     @property
     def description(self) -> str:
-        return self._tool.description
+        note = self.sandbox.model_note() if self.sandbox is not None else ""
+        return f"{self._tool.description} {note}" if note else self._tool.description
 
     @property
     def input_schema(self) -> Mapping[str, Any]:
@@ -127,11 +139,21 @@ class BashTool:
     def read_only(self) -> bool:
         return False
 
+    @property
+    def contained(self) -> bool:
+        """Every command runs sandboxed, writing at most in the workdir, without network."""
+        return self.sandbox is not None and self.sandbox.contained
+
+    @property
+    def sandbox_label(self) -> str:
+        """How commands run, as recorded on each call: ``off``, ``workdir``, ``read-only``…"""
+        return "off" if self.sandbox is None else self.sandbox.label()
+
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         return await self._tool.run(args, ctx)
 
     def __repr__(self) -> str:
-        return f"<tool bash (timeout {self.timeout:g} s)>"
+        return f"<tool bash (timeout {self.timeout:g} s, sandbox {self.sandbox_label})>"
 
     async def _bash(self, ctx: ToolContext, command: str) -> ToolOutput:
         """Run a shell command with /bin/bash in the working directory and return its combined
@@ -142,15 +164,37 @@ class BashTool:
         Args:
             command: The shell command to run.
         """
+        sandboxed = self._sandboxed()
+        if not sandboxed:
+            return await self._spawn(["/bin/bash", "-c", command], None, (), ctx)
+        if not ctx.workdir.is_dir():
+            raise ToolError(f"cannot start /bin/bash: no working directory {ctx.workdir}")
+        # The guard pipe: its write end lives (close-on-exec) only in this process, so the
+        # sandbox's watchdog sees end-of-file exactly when drover is gone.
+        guard_r, guard_w = os.pipe()
+        try:
+            argv = sandboxed.argv(["/bin/bash", "-c", command], ctx.workdir, guard_fd=guard_r)
+            return await self._spawn(argv, sandboxed.env(), (guard_r,), ctx)
+        finally:
+            os.close(guard_r)
+            os.close(guard_w)
+
+    async def _spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None,
+        pass_fds: tuple[int, ...],
+        ctx: ToolContext,
+    ) -> ToolOutput:
         buffer = OutputBuffer(self.output_limit)
         loop = asyncio.get_running_loop()
         starting = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _ShellProtocol(buffer, ctx.on_output),
-                "/bin/bash",
-                "-c",
-                command,
+                *argv,
                 cwd=ctx.workdir,
+                env=env,
+                pass_fds=pass_fds,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -186,7 +230,19 @@ class BashTool:
             transport.close()
         if shell.error is not None:
             raise shell.error
-        return self._result(buffer, transport.get_returncode(), timed_out)
+        return self._result(buffer, transport.get_returncode(), timed_out, ctx.workdir)
+
+    def _sandboxed(self) -> SandboxStatus | None:
+        """The active sandbox to run in; None runs unsandboxed (``--sandbox off``)."""
+        sandbox = self.sandbox
+        if sandbox is None or sandbox.mode == "off":
+            return None
+        if not sandbox.active:
+            raise ToolError(
+                f"bash is disabled: the sandbox is unavailable ({sandbox.reason}). The user "
+                "can restart drover with --sandbox off to run commands unsandboxed."
+            )
+        return sandbox
 
     async def _end_group(self, pgid: int, shell: _ShellProtocol) -> None:
         """SIGTERM the group, wait (bounded) for the shell and the pipe, SIGKILL what is left."""
@@ -206,7 +262,9 @@ class BashTool:
             async with asyncio.timeout(self.kill_grace):
                 await shell.output_closed.wait()
 
-    def _result(self, buffer: OutputBuffer, code: int | None, timed_out: bool) -> ToolOutput:
+    def _result(
+        self, buffer: OutputBuffer, code: int | None, timed_out: bool, workdir: Path
+    ) -> ToolOutput:
         text, truncated = buffer.text()
         notes: list[str] = []
         if timed_out:
@@ -215,7 +273,13 @@ class BashTool:
                 "Run long jobs in smaller steps or with a shorter workload.]"
             )
         elif code:
+            if self.sandbox is not None and text.startswith("bwrap: ") and code == 1:
+                raise ToolError(f"the sandbox could not start the command: {text.strip()}")
             notes.append(_describe_exit(code))
+        if code and self.sandbox is not None:
+            hint = sandbox_hint(self.sandbox, text, workdir)
+            if hint:
+                notes.append(hint)
         if not text and not notes:
             return ToolOutput(content="(no output)")
         if notes and text and not text.endswith("\n"):

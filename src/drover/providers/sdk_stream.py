@@ -1,0 +1,197 @@
+"""Reading an SDK's event stream: a silent server as a clear error, and a deliberate close.
+
+Both official SDKs parse a response through a chain of async generators (the stream's
+``__stream__`` → its SSE event iterator → the SSE decoder → httpx's ``aiter_bytes`` →
+``aiter_raw`` → the connection's body iterator). Iterating with ``async for`` never closes
+the inner links: when a link raises — the SDK raising an ``error`` event, or a provider
+raising on a ``response.failed`` event it was handed — the links below it stay suspended,
+held by the frames of the exception's traceback, usually in a reference cycle. Whoever then
+collects that cycle finalises the generators; from another thread (a server in the same
+process) that fails with ``async generator already executing``. So every exit of a provider's
+attempt goes through :meth:`SdkStream.aclose`, which closes each suspended link, outermost
+first, on the stream's own event loop.
+
+The links are found by following what each suspended generator's frame holds (its locals and
+its value stack, where ``async for`` keeps its iterator) with :func:`gc.get_referents`,
+starting from the generator this module iterates and from the frames of the exception that
+ended it. Only async generators are followed, and never drover's own (they are the callers,
+and still running).
+
+The stall timeout is the transport's: :func:`transport_timeout` makes it httpx's connect and
+read timeout, so it bounds every wait for bytes — for the connection, for the status line,
+and between any two pieces of the body. Counting bytes rather than parsed events lets the
+keep-alive ``ping`` events a server sends while a model works (which the SDKs swallow) count
+as signs of life. A wait that runs out fails the attempt after ``stall_timeout`` seconds with
+a retryable error, instead of holding the turn for the SDK's ten-minute default.
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx2
+
+from drover.config import DEFAULT_STALL_TIMEOUT as DEFAULT_STALL_TIMEOUT
+from drover.errors import ProviderConnectionError, ProviderError, StreamError
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+#: drover's own source directory, as code objects may name it (resolved or not).
+_DROVER = (str(Path(__file__).parent.parent), str(Path(__file__).resolve().parent.parent))
+#: How many links deep the search goes (the real chains are about ten long).
+_MAX_LINKS = 64
+
+
+class ClosableStream(Protocol[T_co]):
+    """What the SDKs' ``AsyncStream`` offers: iteration, and ``close()`` for the response."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    async def close(self) -> None: ...
+
+
+def stall_error(api: str, seconds: float, *, started: bool) -> ProviderError:
+    """The retryable error of a wait that saw no data for ``seconds``."""
+    message = f"no data from {api} for {seconds:g} s: the stream stalled"
+    if started:
+        return StreamError(message, error_type="stalled", retryable=True)
+    return ProviderConnectionError(message)
+
+
+def transport_timeout(total: float, stall_timeout: float) -> httpx2.Timeout:
+    """httpx's timeouts for an SDK client: ``stall_timeout`` for connecting and for each read,
+    ``total`` for writing the request and waiting for a pooled connection."""
+    return httpx2.Timeout(total, connect=min(total, stall_timeout), read=stall_timeout)
+
+
+def stalled(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps, as the SDKs do) a connect or read timeout."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, httpx2.ReadTimeout | httpx2.ConnectTimeout):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+async def stall_guard(opening: Awaitable[T], seconds: float, api: str) -> T:
+    """``await opening`` (the request that opens a stream); a timeout becomes the stall error."""
+    try:
+        return await opening
+    except Exception as exc:
+        if stalled(exc):
+            raise stall_error(api, seconds, started=False) from exc
+        raise
+
+
+class SdkStream(Generic[T]):
+    """One SDK stream, read event by event; close it with :meth:`aclose`.
+
+    Use it as ``async with SdkStream(...) as stream: while (event := await stream.next()) …``:
+    leaving the block, by any path, closes the stream and every generator of its chain.
+    """
+
+    def __init__(self, stream: ClosableStream[T], *, stall_timeout: float, api: str) -> None:
+        self._stream = stream
+        self._events = aiter(stream)
+        self._stall_timeout = stall_timeout
+        self._api = api
+        self._delivered = False
+        #: The exception that ended the SDK's iteration, whose frames hold the chain.
+        self._error: BaseException | None = None
+
+    async def __aenter__(self) -> SdkStream[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def next(self) -> T | None:
+        """The next event, or None at the end of the stream; a timeout becomes the stall error."""
+        try:
+            event = await anext(self._events)
+        except StopAsyncIteration:
+            return None
+        except BaseException as exc:
+            self._error = exc
+            if stalled(exc):
+                raise stall_error(self._api, self._stall_timeout, started=self._delivered) from exc
+            raise
+        self._delivered = True
+        return event
+
+    async def aclose(self) -> None:
+        """Close every suspended generator of the chain, outermost first, then the response.
+
+        A cancellation that arrives meanwhile does not stop the closing; it is re-raised after.
+        """
+        roots: list[object] = [self._events]
+        if self._error is not None:
+            roots += _frames(self._error)
+        self._error = None
+        interrupted: BaseException | None = None
+        for generator in suspended_chain(roots):
+            try:
+                await generator.aclose()
+            except BaseException as exc:  # keep closing the rest first
+                if not isinstance(exc, Exception) and interrupted is None:
+                    interrupted = exc
+        try:
+            await self._stream.close()
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and interrupted is None:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+
+def _frames(error: BaseException) -> list[types.FrameType]:
+    """The frames of ``error``'s traceback and of the exceptions it was chained to."""
+    frames: list[types.FrameType] = []
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        exc = pending.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        pending += [exc.__cause__, exc.__context__]
+    return frames
+
+
+def _ours(generator: types.AsyncGeneratorType[Any, Any]) -> bool:
+    return generator.ag_code.co_filename.startswith(_DROVER)
+
+
+def suspended_chain(roots: Iterable[object]) -> list[types.AsyncGeneratorType[Any, Any]]:
+    """The suspended, not running, foreign async generators reachable from ``roots`` (async
+    generators or frames) through generator frames, in breadth-first order."""
+    found: list[types.AsyncGeneratorType[Any, Any]] = []
+    seen: set[int] = set()
+    queue = list(roots)
+    while queue and len(found) < _MAX_LINKS:
+        item = queue.pop(0)
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, types.AsyncGeneratorType):
+            if item.ag_frame is None or item.ag_running or _ours(item):
+                continue
+            found.append(item)
+        elif not isinstance(item, types.FrameType):
+            continue
+        queue += [
+            ref for ref in gc.get_referents(item) if isinstance(ref, types.AsyncGeneratorType)
+        ]
+    return found

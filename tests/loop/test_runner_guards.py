@@ -1,0 +1,119 @@
+"""The runner's guards: one running turn per session, a lost lease stops the turn, and the
+conversation settings a caller gives a new session are the ones it uses."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from drover.convo import ConversationManager
+from drover.errors import SessionBusyError
+from drover.events import Event, TextDelta
+from drover.permissions import PermissionPolicy
+from drover.runner import Runner
+from drover.session import AgentSession
+from drover.store.sqlite import SqliteStore
+from drover.testing.scripted import Reply, ScriptedProvider
+from drover.tools.registry import ToolRegistry
+
+from .turn_rig import SETTINGS, Recorder
+
+
+class Seen(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = asyncio.Event()
+
+    async def send(self, event: Event) -> None:
+        await super().send(event)
+        if isinstance(event, TextDelta):
+            self.text.set()
+
+
+async def _session(
+    runner: Runner, session_id: str, provider: ScriptedProvider, tmp_path: Path
+) -> AgentSession:
+    record = await runner.store.get_session(session_id)
+    assert record is not None
+    return await runner.agent_session(
+        record,
+        provider=provider,
+        tools=ToolRegistry([]),
+        workdir=tmp_path,
+        policy=PermissionPolicy("allow"),
+        settings=SETTINGS,
+        convo=ConversationManager(system_prompt="Be brief.", context_limit=1234),
+    )
+
+
+def test_a_new_session_keeps_the_conversation_it_is_given(tmp_path: Path) -> None:
+    convo = ConversationManager(system_prompt="Be brief.", context_limit=1234)
+    session = AgentSession(
+        provider=ScriptedProvider([]), tools=ToolRegistry([]), workdir=tmp_path, convo=convo
+    )
+    assert session.convo is convo  # an empty manager is still the one to use
+
+
+async def test_the_first_request_carries_the_system_prompt(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "j.db") as store:
+        record = await store.create_session(workdir=str(tmp_path), model="m")
+        provider = ScriptedProvider([Reply(text="hi")])
+        runner = Runner(store)
+        session = await _session(runner, record.id, provider, tmp_path)
+        await runner.run(session, "hello", [Recorder()])
+        assert provider.requests[0].system == "Be brief."
+        assert session.convo.context_limit == 1234
+
+
+async def test_a_second_turn_on_a_busy_session_is_refused(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "j.db") as store:
+        record = await store.create_session(workdir=str(tmp_path), model="m")
+        slow = ScriptedProvider([Reply(text="taking my time", stall_after=3)])
+        first = Runner(store)
+        seen = Seen()
+        running = asyncio.create_task(
+            first.run(await _session(first, record.id, slow, tmp_path), "one", [seen])
+        )
+        await asyncio.wait_for(seen.text.wait(), timeout=10)
+        second = Runner(store)
+        other = await _session(second, record.id, ScriptedProvider([Reply(text="x")]), tmp_path)
+        with pytest.raises(SessionBusyError) as busy:
+            await second.run(other, "two", [Recorder()])
+        (turn,) = await store.turns(record.id)
+        assert busy.value.turn_id == turn.id
+        assert turn.id in str(busy.value)
+        slow.release.set()
+        outcome = await asyncio.wait_for(running, timeout=10)
+        assert outcome.event.type == "done"
+        # Once it ended, the session takes the next turn.
+        other = await _session(second, record.id, ScriptedProvider([Reply(text="x")]), tmp_path)
+        assert (await second.run(other, "two", [Recorder()])).event.type == "done"
+        assert [t.status for t in await store.turns(record.id)] == ["completed", "completed"]
+
+
+async def test_a_lost_lease_stops_the_turn_and_nothing_overwrites_the_recovery(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore(tmp_path / "j.db") as store:
+        record = await store.create_session(workdir=str(tmp_path), model="m")
+        provider = ScriptedProvider([Reply(text="stalled answer", stall_after=3)])
+        runner = Runner(store, lease_seconds=0.3)
+        seen = Seen()
+        running = asyncio.create_task(
+            runner.run(await _session(runner, record.id, provider, tmp_path), "go", [seen])
+        )
+        await asyncio.wait_for(seen.text.wait(), timeout=10)
+        # Another process decides this one is gone and recovers its turn.
+        (turn,) = await store.turns(record.id)
+        assert await store.recover_orphans(is_alive=lambda owner: False) == [turn.id]
+        outcome = await asyncio.wait_for(running, timeout=10)
+        # Stopped by whichever noticed first: the lease renewal or a refused write.
+        assert outcome.event.type in ("error", "incomplete")
+        assert outcome.event.reason == "error"  # type: ignore[union-attr]
+        assert "another process" in outcome.event.error  # type: ignore[union-attr]
+        (after,) = await store.turns(record.id)
+        assert after.status == "interrupted"  # the recovery's verdict stands
+        ends = [e for e in await store.events_after(record.id) if e.type in ("error", "incomplete")]
+        assert len(ends) == 1

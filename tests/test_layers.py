@@ -1,0 +1,87 @@
+"""The import direction of ../shared/ARCHITECTURE.md, enforced: each layer imports only the
+layers below it. Imports inside functions count too (a lazy import is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import drover
+
+SRC = Path(drover.__file__).parent
+
+#: Layer of each top-level module or package of drover, bottom (0) to top.
+LAYERS: dict[str, int] = {
+    # the neutral core: types, conversation state, no I/O
+    "errors": 0,
+    "messages": 0,
+    "events": 0,
+    "streaming": 0,
+    "convo": 0,
+    "accumulate": 0,
+    "channel": 0,
+    "summaries": 0,
+    "config": 0,
+    # adapters, side by side: none imports another
+    "providers": 1,
+    "tools": 1,
+    "store": 1,
+    # one turn
+    "permissions": 2,
+    "compact": 2,
+    "toolrun": 2,
+    "loop": 2,
+    "session": 2,
+    # turns over the journal
+    "runner": 3,
+    # front doors, and the test kit
+    "cli": 4,
+    "server": 4,
+    "testing": 4,
+}
+#: Peers that may import each other (a turn's parts; the front doors share the runtime).
+PEERS = {frozenset({"cli", "server"}), frozenset({"cli", "testing"})}
+
+
+def _module_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name.split(".")[1] for name in found if name.startswith("drover.")}
+
+
+def _unit(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if _unit(p) != "__init__")
+
+
+def test_every_module_has_a_layer() -> None:
+    units = {_unit(p) for p in _sources()}
+    assert units <= set(LAYERS), f"place these in LAYERS: {sorted(units - set(LAYERS))}"
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_point_down(path: Path) -> None:
+    unit = _unit(path)
+    level = LAYERS[unit]
+    wrong = []
+    for target in _module_imports(path):
+        if target == unit or target not in LAYERS:
+            continue
+        if frozenset({unit, target}) in PEERS:
+            continue
+        above = LAYERS[target] > level
+        sideways = LAYERS[target] == level and level in (1, 4)
+        if above or sideways:
+            wrong.append(target)
+    assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)} (layer {level})"

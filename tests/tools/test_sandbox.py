@@ -1,0 +1,213 @@
+"""What a sandboxed ``bash`` command cannot do, and what it still can (real bubblewrap)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from drover.tools.base import ToolContext, ToolOutput
+from drover.tools.builtin.bash import BashTool
+from drover.tools.sandbox import SandboxStatus
+
+from .conftest import SandboxFactory
+
+
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
+def make_repo(workdir: Path) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(workdir)], check=True)
+    (workdir / "a.txt").write_text("a\n")
+    subprocess.run([*git, "-C", str(workdir), "add", "a.txt"], check=True)
+    subprocess.run([*git, "-C", str(workdir), "commit", "-qm", "first"], check=True)
+
+
+async def run(status: SandboxStatus, command: str, workdir: Path) -> ToolOutput:
+    return await BashTool(timeout=30, sandbox=status).run(
+        {"command": command}, ToolContext(workdir=workdir)
+    )
+
+
+async def test_writes_outside_the_workdir_fail(
+    sandbox: SandboxStatus, workdir: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    home_file = Path.home() / f".drover-sandbox-test-{os.getpid()}"
+    out = await run(sandbox, f"echo x > {outside}; echo y > {home_file}; touch /usr/x", workdir)
+    assert out.is_error
+    assert not exists(outside)
+    assert not exists(home_file)
+    assert not exists(Path("/usr/x"))
+    assert "Read-only file system" in out.content
+    assert f"only the working directory {workdir} and a private /tmp are writable" in out.content
+
+
+async def test_the_private_tmp_is_writable_and_not_the_hosts(
+    sandbox: SandboxStatus, workdir: Path
+) -> None:
+    name = f"drover-sandbox-tmp-{os.getpid()}"
+    out = await run(sandbox, f"echo hi > /tmp/{name} && cat /tmp/{name} && echo $TMPDIR", workdir)
+    assert out.content == "hi\n/tmp\n"
+    assert not exists(Path("/tmp", name))
+
+
+async def test_read_only_mode_refuses_writes_in_the_workdir_too(
+    make_sandbox: SandboxFactory, workdir: Path
+) -> None:
+    status = make_sandbox("read-only")
+    (workdir / "kept.txt").write_text("original\n")
+    out = await run(status, "cat kept.txt; echo changed > kept.txt", workdir)
+    assert out.is_error
+    assert out.content.startswith("original\n")
+    assert (workdir / "kept.txt").read_text() == "original\n"
+    assert "read-only in this session, the working directory included" in out.content
+    assert status.contained
+
+
+async def test_writable_paths_from_the_config_can_be_written(
+    make_sandbox: SandboxFactory, workdir: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    status = make_sandbox(writable=[cache])
+    out = await run(status, f"echo built > {cache}/obj", workdir)
+    assert not out.is_error, out.content
+    assert (cache / "obj").read_text() == "built\n"
+    assert not status.contained  # writes beyond the workdir: permission prompts stay on
+
+
+async def test_hidden_files_and_directories_cannot_be_read(
+    make_sandbox: SandboxFactory, workdir: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.env"
+    secret.write_text("TOKEN=planted-secret-1\n")
+    vault = workdir / "vault"
+    vault.mkdir()
+    (vault / "key.pem").write_text("planted-secret-2\n")
+    status = make_sandbox(hidden=[secret, vault])
+    out = await run(
+        status, f"cat {secret}; cat vault/key.pem; ls vault; grep -r planted .", workdir
+    )
+    assert "planted-secret" not in out.content
+    assert out.is_error
+    assert "is hidden from commands on purpose" in out.content
+    assert secret.read_text() == "TOKEN=planted-secret-1\n"  # hidden, not harmed
+
+
+async def test_drovers_own_data_and_credential_stores_are_hidden_by_default(
+    sandbox: SandboxStatus, workdir: Path
+) -> None:
+    hidden = {str(p) for p in sandbox.settings.hidden}
+    assert str(Path.home() / ".ssh") in hidden
+    assert any(p.endswith("drover") for p in hidden)  # data and config directories
+    assert Path("/etc/shadow") in sandbox.settings.hidden
+    out = await run(sandbox, "cat /etc/shadow", workdir)
+    assert out.is_error and "root:" not in out.content
+    ssh = Path.home() / ".ssh"
+    if ssh.is_dir() and any(ssh.iterdir()):
+        out = await run(sandbox, "ls -A ~/.ssh | wc -l", workdir)
+        assert out.content == "0\n"
+
+
+async def test_no_network_not_even_loopback(make_sandbox: SandboxFactory, workdir: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        command = f"echo hello > /dev/tcp/127.0.0.1/{port} && echo connected"
+        out = await run(make_sandbox(), command, workdir)
+        assert "connected" not in out.content
+        assert out.is_error
+        assert "commands have no network access" in out.content
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+        # The same command with the network allowed reaches the listener: the failure above
+        # was the sandbox's doing.
+        out = await run(make_sandbox(network=True), command, workdir)
+        assert out.content == "connected\n", out.content
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            assert conn.recv(100) == b"hello\n"
+
+
+async def test_api_keys_and_tokens_never_reach_the_command(
+    sandbox: SandboxStatus, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planted = {
+        "ANTHROPIC_API_KEY": "sk-ant-planted",
+        "OPENAI_API_KEY": "sk-planted",
+        "GITHUB_TOKEN": "ghp_planted",
+        "AWS_SECRET_ACCESS_KEY": "aws-planted",
+        "PGPASSWORD": "pg-planted",
+        "DROVER_DB": "postgresql://drover:db-planted@localhost/drover",
+        "MIRROR_URL": "https://user:url-planted@example.com/simple",
+    }
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HARMLESS_SETTING", "visible")
+    out = await run(sandbox, "env", workdir)
+    assert "planted" not in out.content
+    assert "HARMLESS_SETTING=visible" in out.content
+    assert "PATH=" in out.content
+
+
+async def test_drover_and_other_processes_cannot_be_seen_or_signalled(
+    sandbox: SandboxStatus, workdir: Path
+) -> None:
+    me = os.getpid()
+    out = await run(
+        sandbox, f"kill -TERM {me}; kill -0 {me} && echo visible; cat /proc/{me}/environ", workdir
+    )
+    assert out.is_error
+    assert "visible" not in out.content
+    assert f"kill: ({me}) - No such process" in out.content
+    assert f"/proc/{me}/environ: No such file or directory" in out.content
+    # Only the sandbox's own processes: bubblewrap's init, drover's watchdog (a bash), the
+    # command's bash and ps itself.
+    out = await run(sandbox, "ps -e -o comm=; true", workdir)
+    assert sorted(out.content.split()) == ["bash", "bash", "bwrap", "ps"]
+
+
+async def test_the_workdir_and_the_toolchain_work(sandbox: SandboxStatus, workdir: Path) -> None:
+    out = await run(
+        sandbox,
+        "mkdir -p src && echo 'print(6 * 7)' > src/m.py && python3 src/m.py && "
+        "cat /etc/os-release > /dev/null && ls /usr/bin/env && id -u",
+        workdir,
+    )
+    assert not out.is_error, out.content
+    assert out.content == f"42\n/usr/bin/env\n{os.getuid()}\n"
+    assert (workdir / "src" / "m.py").exists()
+
+
+async def test_git_status_in_a_repository_workdir(sandbox: SandboxStatus, workdir: Path) -> None:
+    make_repo(workdir)
+    (workdir / "b.txt").write_text("b\n")
+    out = await run(sandbox, "git status --short && git log --oneline | wc -l", workdir)
+    assert not out.is_error, out.content
+    assert out.content == "?? b.txt\n1\n"
+    out = await run(
+        sandbox, "git add b.txt && git -c user.name=t -c user.email=t@e commit -qm 2", workdir
+    )
+    assert not out.is_error, out.content
+
+
+async def test_no_capabilities_so_nothing_can_be_remounted_writable(
+    sandbox: SandboxStatus, workdir: Path
+) -> None:
+    out = await run(
+        sandbox,
+        "grep CapEff /proc/self/status; mount -o remount,rw,bind /usr; touch /usr/drover-x; "
+        "unshare -U true && echo nested",
+        workdir,
+    )
+    assert "CapEff:\t0000000000000000" in out.content
+    assert "nested" not in out.content  # no user namespaces inside to regain capabilities
+    assert not exists(Path("/usr/drover-x"))
