@@ -87,6 +87,7 @@ _SANDBOX_KEYS = ("mode", "network", "writable", "hidden")
 def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
     """``"openai:gpt-4.1"`` → ``("openai", "gpt-4.1")``; a bare model uses ``default_provider``."""
     provider, sep, model = spec.strip().partition(":")
+    provider = provider.strip()
     if not sep:
         provider, model = default_provider, spec.strip()
     if provider not in PROVIDERS:

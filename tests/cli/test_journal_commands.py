@@ -69,5 +69,5 @@ def test_show_lists_every_turn_tool_state_and_partial_text(
 def test_show_of_an_unknown_session_is_one_line(tmp_path: Path) -> None:
     result = run_drover(["show", "nope", "--db", str(tmp_path / "journal.db")])
     assert result.returncode == 1
-    assert result.stderr.strip() == "drover: error: no session 'nope' in this journal"
+    assert result.stderr.strip() == "drover: error: no session nope in this journal"
     assert "Traceback" not in result.stderr

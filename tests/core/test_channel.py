@@ -29,18 +29,45 @@ async def test_full_channel_drops_deltas_but_never_terminal_or_tool_events() -> 
 async def test_reader_waits_for_events_until_closed() -> None:
     channel = EventChannel()
     got: list[str] = []
+    arrived = asyncio.Event()
 
     async def read() -> None:
         async for event in channel:
             assert isinstance(event, TextDelta)
             got.append(event.text)
+            arrived.set()
 
     reader = asyncio.create_task(read())
-    await channel.send(TextDelta(text="a"))
-    await channel.send(TextDelta(text="b"))
+    # One pass of the loop: the reader drains the empty channel and parks on its wake-up.
+    await asyncio.sleep(0)
+    assert not reader.done()
+    for text in ("a", "b"):
+        arrived.clear()
+        channel.put_nowait(TextDelta(text=text))
+        # Still open: only the put itself can wake the parked reader.
+        await asyncio.wait_for(arrived.wait(), timeout=5)
+        assert got[-1] == text
+    assert not reader.done()
     channel.close()
     await asyncio.wait_for(reader, timeout=5)
     assert got == ["a", "b"]
+
+
+async def test_close_wakes_a_waiting_reader_and_later_sends_are_ignored() -> None:
+    channel = EventChannel()
+
+    async def first() -> object:
+        async for event in channel:
+            return event
+        return None
+
+    reader = asyncio.create_task(first())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    channel.close()
+    assert await asyncio.wait_for(reader, timeout=5) is None
+    await channel.send(TextDelta(text="late"))
+    assert len(channel) == 0
 
 
 async def test_fanout_sends_in_order_to_every_sink() -> None:

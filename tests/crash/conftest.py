@@ -15,7 +15,10 @@ written, so a stamp can only err late). A kill point is a :data:`Trigger`, a fun
 blocks until the process reaches the state to kill it in, built from waits on observable
 state: a line on the pipe, a file in the working directory, a row in the database (read-only
 connection), a request at the fake server, or a stretch of silence on the pipe. Every wait is
-bounded by :data:`DEADLINE`, which only turns a hang into a failure.
+bounded by :data:`DEADLINE`, which only turns a hang into a failure. With each line the watcher
+also samples how long the process's threads have waited for a CPU (:mod:`.sched`): the time
+bound on lost text, and a stretch of silence, count the process's own running time, so a
+loaded machine cannot make them fail.
 
 After the kill, :func:`recover` opens the database with a new store in this process, records
 what the dead process left, recovers it and records the result; :func:`resume` runs the next

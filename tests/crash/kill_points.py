@@ -8,23 +8,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.frames import Progress, first_cut, render
+
 from drover.events import ToolState
 from drover.toolrun import DENIED_TEXT
 
-from .watch import Trigger, chain, on_db_row, on_file, on_line, on_quiet, on_requests, type_on_tty
+from .watch import (
+    Trigger,
+    chain,
+    from_here,
+    on_db_row,
+    on_file,
+    on_line,
+    on_quiet,
+    on_requests,
+    type_on_tty,
+)
 
 #: The journal's time gate: streamed text is written at most this long after it arrived.
 FLUSH_INTERVAL = 0.25
-#: Allowance for the pipe and the write itself: a delta printed, read by this process and
-#: stamped, versus the same delta committed by the dying process.
+#: Allowance for the work itself: the write and its commit, the pipe, a delta printed, read
+#: by this process and stamped, versus the same delta committed by the dying process. Time the
+#: process spent waiting for a CPU is not in it: that is measured (see :mod:`.sched`).
 PIPE_MARGIN = 0.1
-#: Text read from the pipe more than this long before the kill must be in the database.
+#: Text read from the pipe more than this long before the kill — plus the time the process
+#: waited for a CPU meanwhile, as the kernel counted it — must be in the database.
 WINDOW = FLUSH_INTERVAL + PIPE_MARGIN
 #: Kill points running at once (each mostly waits; the interpreter starts are the CPU cost).
 WORKERS = 4
 #: Per-SSE-event delay of streamed answers: 100 words stream for about two seconds.
 DELAY = 0.02
-#: Silence on the pipe that defines "stalled" kill points (well past the 250 ms gate).
+#: Silence on the pipe that defines "stalled" kill points (well past the 250 ms gate), in the
+#: process's own running time (see :meth:`~.watch.DroverProcess.wait_quiet`).
 STALL = 0.6
 #: What the fake model answers the resumed turn.
 RESUME_TEXT = "Resumed after the crash."
@@ -160,16 +175,40 @@ def text_answer(**extra: Any) -> dict[str, Any]:
     return {"text": LONG, "delay": DELAY, **extra}
 
 
+def held(response: dict[str, Any], until: Callable[[Progress], bool]) -> dict[str, Any]:
+    """``response`` going silent (``stall_after``) once the process holds what ``until`` asks
+    for. The watcher reads the process's output late on a loaded machine; a point whose
+    process could otherwise run past it (finish the answer, run the tool) is held there, so a
+    late kill still finds it in the state the point names. (The processes speak Anthropic.)"""
+    count, _ = first_cut("anthropic", render("anthropic", response), until)
+    return {**response, "stall_after": count}
+
+
+#: A next model call that never answers: a process past the kill point waits here.
+SILENT: dict[str, Any] = {"text": words(10, "late"), "stall_after": 0}
+
+
 KILL_POINTS: list[KillPoint] = [
     # (a) streaming a long answer
     KillPoint("text/first-delta", (text_answer(),), on_line("text_delta")),
     KillPoint("text/early", (text_answer(),), on_line("text_delta", 25)),
     KillPoint("text/mid", (text_answer(),), on_line("text_delta", 50), spawn="exec"),
-    KillPoint("text/late", (text_answer(),), on_line("text_delta", 95)),
+    KillPoint(
+        "text/late", (held(text_answer(), lambda now: now.text == LONG),), on_line("text_delta", 95)
+    ),
     KillPoint(
         "text/just-after-first-db-flush",
         (text_answer(),),
         on_db_row("SELECT 1 FROM partial_text"),
+        min_stored_chars=8,
+    ),
+    # A set phase against the gate: the kill comes 22 deltas (~0.44 s) after the first flush
+    # committed, when a 250 ms gate has written again but a gate slower than the window has
+    # not (the other text points kill at whatever phase the gate happens to be in).
+    KillPoint(
+        "text/a-gate-period-after-a-flush",
+        (text_answer(),),
+        chain(on_db_row("SELECT 1 FROM partial_text"), from_here(), on_line("text_delta", 22)),
         min_stored_chars=8,
     ),
     KillPoint(
@@ -220,7 +259,12 @@ KILL_POINTS: list[KillPoint] = [
     # (b) tool calls: input streaming, running, finished, between model calls
     KillPoint(
         "tool/input-streaming",
-        ({"text": words(5, "plan"), "tool_calls": [WRITE_BIG], "delay": DELAY},),
+        (
+            held(
+                {"text": words(5, "plan"), "tool_calls": [WRITE_BIG], "delay": DELAY},
+                lambda now: bool(now.arguments),
+            ),
+        ),
         on_line("tool_state", call_id="toolu_write_big", state="input-streaming"),
         calls={"toolu_write_big": Expect("interrupted")},
         files_absent=("big.txt",),
@@ -243,7 +287,7 @@ KILL_POINTS: list[KillPoint] = [
     ),
     KillPoint(
         "tool/message-done-call-not-yet-running",
-        ({"text": words(6, "plan"), "tool_calls": [EFFECT_BASH]},),
+        ({"text": words(6, "plan"), "tool_calls": [EFFECT_BASH]}, SILENT),
         on_line("assistant_message"),
     ),
     KillPoint(
@@ -314,7 +358,7 @@ KILL_POINTS: list[KillPoint] = [
         (
             {"tool_calls": [QUICK_BASH]},
             {"http_error": {"status": 529}},
-            {"text": words(10, "late")},
+            SILENT,
         ),
         on_line("retry"),
         calls={"toolu_bash_quick": Expect("output-available", output=QUICK_OUTPUT)},

@@ -9,8 +9,10 @@ in this process, with a new store — checks four properties:
    session is terminal, one that was ``running`` and side-effecting has ``outcome_unknown``;
 2. no completed tool output is lost: every ``tool_done`` the process printed has its output
    stored;
-3. at most the last 250 ms of streamed text is missing (see :data:`WINDOW`), and what is
-   stored is a prefix of what the model streamed — nothing invented, nothing out of order;
+3. at most the last 250 ms of streamed text is missing (see :data:`WINDOW`; time the
+   process spent waiting for a CPU on a loaded machine is measured and added, see
+   :mod:`.sched`), and what is stored is a prefix of what the model streamed — nothing
+   invented, nothing out of order;
 4. the stored history resumes: ``drover -p continue --session S`` on a copy of the database
    exits 0 against a fake server that validates the request like the real API, once per wire
    protocol, and the request carries the killed turn's tool outputs and kept text.
@@ -27,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
-import string
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,8 +46,19 @@ from drover.messages import TextBlock, ToolResultBlock
 from drover.store.redact import HOLD_MAX
 from drover.testing import FakeLLMServer, RecordedRequest, Scenario
 
-from .kill_points import EFFECTS, KILL_POINTS, MODELS, RESUME_TEXT, WINDOW, WORKERS, KillPoint
+from .gate import CREDENTIAL_CHARS, flush_delays, flushes_by_step
+from .kill_points import (
+    EFFECTS,
+    FLUSH_INTERVAL,
+    KILL_POINTS,
+    MODELS,
+    RESUME_TEXT,
+    WINDOW,
+    WORKERS,
+    KillPoint,
+)
 from .launch import DEADLINE, ForkServer, Launcher, drover_argv, drover_env, launcher_for
+from .sched import Waits
 from .watch import (
     DroverProcess,
     Finished,
@@ -90,6 +104,11 @@ class KillOutcome:
     workdir: Path
     lines: list[Line]
     kill_at: float
+    #: Run-queue waits of the process when it started and just before the kill.
+    started: Waits
+    kill_waits: Waits
+    #: Wall time minus monotonic time at the kill (turns stored ``created_at`` into line time).
+    clock_offset: float
     exit_code: int
     marks: dict[str, int]
     stderr: str
@@ -98,12 +117,32 @@ class KillOutcome:
     recovery: Recovery
     resumed: list[Resumed]
 
+    def waits_before(self, t: float) -> Waits:
+        """The run-queue sample of the last line read at or before ``t`` (else the start)."""
+        before = [line.waits for line in self.lines if line.t <= t]
+        return before[-1] if before else self.started
+
+    def waits_after(self, t: float) -> Waits:
+        """The sample of the first line read at or after ``t`` (else the kill's)."""
+        return next((line.waits for line in self.lines if line.t >= t), self.kill_waits)
+
+    def waited_since(self, t: float) -> float:
+        """Seconds the process's threads waited for a CPU from the last line read at or
+        before ``t`` (or the start) to the kill (see :mod:`.sched`)."""
+        return self.kill_waits.since(self.waits_before(t))
+
     def describe(self) -> str:
-        shown = [f"{line.t - self.kill_at:+.3f} {dict(line.data)}"[:240] for line in self.lines]
+        shown = [
+            f"{line.t - self.kill_at:+.3f} (waited {self.kill_waits.since(line.waits):.3f}) "
+            f"{dict(line.data)}"[:240]
+            for line in self.lines
+        ]
         return (
             f"kill point {self.point.id} ({self.launcher}, exit {self.exit_code}); lines, "
-            "time relative to the kill:\n  "
+            "time relative to the kill (and how long the process then waited for a CPU until "
+            "the kill):\n  "
             + "\n  ".join(shown[-30:])
+            + ("" if self.kill_waits.by_thread else "\n(this kernel reports no run-queue waits)")
             + f"\nstderr:\n{self.stderr[-2000:]}"
         )
 
@@ -180,7 +219,9 @@ def run_kill_point(point: KillPoint, root: Path, fork_server: ForkServer) -> Kil
             proc=proc, workdir=workdir, db=db, requests=lambda: len(server.requests), tty=tty
         )
         point.trigger(watch)
-        kill_at = proc.kill()
+        killed = proc.kill()
+        clock_offset = time.time() - time.monotonic()
+        started = proc.started.waits
         exit_code = proc.wait()
         lines = proc.lines()
         stderr = proc.stderr()
@@ -206,7 +247,10 @@ def run_kill_point(point: KillPoint, root: Path, fork_server: ForkServer) -> Kil
         launcher=launcher.name,
         workdir=workdir,
         lines=lines,
-        kill_at=kill_at,
+        kill_at=killed.t,
+        started=started,
+        kill_waits=killed.waits,
+        clock_offset=clock_offset,
         exit_code=exit_code,
         marks=dict(watch.marks),
         stderr=stderr,
@@ -322,8 +366,22 @@ def test_recovery_interrupts_the_turn_and_closes_every_call(
             call.outcome_unknown,
         ), f"{call.call_id}: a replaying client would show {logged}, the store says {call}"
 
-    seqs = [e.seq for e in rec.events]
-    assert seqs == list(range(1, len(seqs) + 1)), "the event log has gaps"
+    # The rows cover the numbers 1, 2, 3… without a gap up to the crash (a coalesced text row
+    # covers its deltas' numbers; two rows of one delta cut by a flush share its number); the
+    # events recovery logs come after the block the dead journal had reserved, so a number a
+    # client saw but that did not survive is never given to another event.
+    covered, split = 0, len(rec.events)
+    for i, e in enumerate(rec.events):
+        if e.seq > covered + 1:
+            split = i
+            break
+        covered = max(covered, e.end_seq)
+    recovered = rec.events[split:]
+    assert rec.events[0].seq == 1, "the event log has gaps"
+    assert all(b.seq == a.end_seq + 1 for a, b in itertools.pairwise(recovered)), (
+        "the event log has gaps"
+    )
+    assert all(e.turn_id == turn.id for e in recovered), "a gap before the crashed turn"
     last = rec.events[-1]
     assert last.turn_id == turn.id
     assert last.type in ("incomplete", "error"), last
@@ -395,12 +453,6 @@ def stored_texts(recovery: Recovery, *, before: bool = False) -> list[str]:
     ]
 
 
-#: Characters a built-in credential pattern can consist of (API keys, tokens, JWTs, bearer
-#: values); a URL password or key block is announced by an opening (``scheme://``, ``Bearer``,
-#: ``-----BEGIN``), which no answer here contains.
-CREDENTIAL_CHARS = frozenset(string.ascii_letters + string.digits + "._~+/=-_")
-
-
 def releasable(text: str) -> str:
     """``text`` without the tail the journal may rightly keep back while the stream runs.
 
@@ -445,17 +497,25 @@ def test_at_most_the_last_250_ms_of_text_is_missing(
         if step <= finished_steps:
             assert kept == model_text, f"step {step}: a finished message lost text\n{why}"
             continue
-        # Due: read more than WINDOW before the kill, or printed before the eager-flush mark
-        # (both select a prefix of the deltas, so together they do too).
-        due = [
-            d
-            for d in deltas
-            if d.t <= out.kill_at - WINDOW or (eager is not None and position[id(d)] < eager)
-        ]
+        # Due: read more than WINDOW before the kill — plus the time the process waited for a
+        # CPU since that delta's flush could have started (see :mod:`.sched`) — or printed
+        # before the eager-flush mark; and every delta before a due one (stored text is a
+        # prefix of the answer).
+        due_count = max(
+            (
+                i + 1
+                for i, d in enumerate(deltas)
+                if d.t + WINDOW + out.waited_since(d.t - FLUSH_INTERVAL) <= out.kill_at
+                or (eager is not None and position[id(d)] < eager)
+            ),
+            default=0,
+        )
+        due = deltas[:due_count]
         required = releasable("".join(str(d.data["text"]) for d in due))
         assert kept.startswith(required), (
             f"step {step}: {len(required)} characters were due (streamed more than {WINDOW:g} s "
-            f"before the kill, or before an eager flush), only {len(kept)} stored; missing "
+            "of the process's running time before the kill, or before an eager flush), only "
+            f"{len(kept)} stored; missing "
             f"{required[len(kept) :][:80]!r}\n{why}"
         )
     assert sum(map(len, stored)) >= point.min_stored_chars, why
@@ -478,6 +538,40 @@ def test_at_most_the_last_250_ms_of_text_is_missing(
     for step, text in logged.items():
         assert step <= len(stored), f"step {step}: replayed deltas without a message"
         assert stored[step - 1].startswith(text), f"step {step}: replay shows {text!r}"
+
+
+@by_id
+def test_the_flushes_of_streamed_text_begin_within_the_window(
+    point: KillPoint, kill_runs: dict[str, Future[KillOutcome]]
+) -> None:
+    """The gate over the whole run, from the journal's own flush times (see :mod:`.gate`):
+    the median flush begins within the window of the text it had to take."""
+    out = outcome_of(point, kill_runs)
+    streamed = streamed_by_step(out.lines)
+    # Only the killed process's writes (recovery then appends the partial message).
+    events = [e for e in out.recovery.events if e.created_at - out.clock_offset <= out.kill_at]
+    flushes = flushes_by_step(events, out.clock_offset)
+
+    def window(arrived: float, began: float) -> float:
+        waited = out.waits_after(began).since(out.waits_before(arrived - FLUSH_INTERVAL))
+        return WINDOW + waited
+
+    delays = [
+        found
+        for step, written in sorted(flushes.items())
+        for found in flush_delays(streamed.get(step, []), written, window)
+    ]
+    long_text = any(d and d[-1].t - d[0].t > 4 * WINDOW for d in streamed.values())
+    if long_text:  # a second and more of text: several flushes to measure
+        assert len(delays) >= 3, f"only {len(delays)} flushes measured\n{out.describe()}"
+    if len(delays) >= 3:
+        late = sorted(delays)[len(delays) // 2]
+        assert late[0] <= 0, (
+            f"the median flush began {late[0]:.3f} s later than allowed: {late[1]}\n"
+            + "\n".join(line for _, line in delays)
+            + "\n"
+            + out.describe()
+        )
 
 
 # -- 4. the history resumes -------------------------------------------------------------------

@@ -20,20 +20,31 @@ from drover.store import open_store
 from drover.store.base import EventRecord, StoredMessage, ToolCallRecord, TurnRecord
 
 from .launch import DEADLINE, POLL_INTERVAL, STDERR_TAIL, Launcher
+from .sched import Waits, waits
 
 # -- the watched process ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One stream-json event as read from the pipe, with the time it was read."""
+    """One stream-json event as read from the pipe, with the time it was read and how long
+    the process's threads had waited for a CPU by then (see :mod:`.sched`)."""
 
     t: float
     data: Mapping[str, Any]
+    waits: Waits = field(default_factory=Waits)
 
     @property
     def type(self) -> str:
         return str(self.data.get("type", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """A monotonic time and the process's run-queue waits then."""
+
+    t: float
+    waits: Waits
 
 
 class DroverProcess:
@@ -66,6 +77,8 @@ class DroverProcess:
             os.close(write_end)
             os.close(devnull)
         self._stdout = os.fdopen(read_end, "rb")
+        #: Run-queue waits when the process had just started.
+        self.started = Moment(time.monotonic(), waits(self.pid))
         self._reader = threading.Thread(target=self._read, name=f"drover-{self.pid}", daemon=True)
         self._reader.start()
 
@@ -77,6 +90,7 @@ class DroverProcess:
         try:
             for raw in self._stdout:
                 t = time.monotonic()
+                waited = waits(self.pid)
                 try:
                     data = json.loads(raw)
                 except ValueError:
@@ -84,7 +98,7 @@ class DroverProcess:
                 if not isinstance(data, dict):
                     data = {"type": "<not an object>", "raw": data}
                 with self._cond:
-                    self._lines.append(Line(t, data))
+                    self._lines.append(Line(t, data, waited))
                     self._cond.notify_all()
         finally:
             with self._cond:
@@ -117,31 +131,37 @@ class DroverProcess:
                 self._cond.wait(left)
 
     def wait_quiet(self, quiet: float) -> None:
-        """Return once no line has arrived for ``quiet`` seconds (the process still running)."""
+        """Return once no line has arrived for ``quiet`` seconds of the process's own time
+        (the process still running): the wall time since the last line, less the time its
+        threads waited for a CPU meanwhile (see :mod:`.sched`)."""
         deadline = time.monotonic() + DEADLINE
         with self._cond:
             while True:
                 if self._eof:
                     raise AssertionError(f"drover ended while waiting for quiet\n{self.describe()}")
-                now = time.monotonic()
-                last = self._lines[-1].t if self._lines else now
-                left = last + quiet - now
+                since = self._lines[-1] if self._lines else None
+                mark = self.started if since is None else Moment(since.t, since.waits)
+                now = Moment(time.monotonic(), waits(self.pid))
+                left = mark.t + quiet + now.waits.since(mark.waits) - now.t
                 if left <= 0:
                     return
-                if now >= deadline:
+                if now.t >= deadline:
                     raise AssertionError(f"output never paused for {quiet:g} s\n{self.describe()}")
-                self._cond.wait(min(left, deadline - now))
+                # Waiting for a CPU meanwhile moves the end: look again at least this often.
+                self._cond.wait(min(left, deadline - now.t, 0.05))
 
     def alive(self) -> bool:
         return self._child.poll() is None
 
     # -- ending --------------------------------------------------------------------------------
 
-    def kill(self) -> float:
-        """SIGKILL the process; returns the monotonic time just before the signal."""
+    def kill(self) -> Moment:
+        """SIGKILL the process; returns the monotonic time and run-queue waits just before
+        the signal (any time the signal then takes only gives the process longer)."""
         t = time.monotonic()
+        moment = Moment(t, waits(self._child.pid))
         os.kill(self._child.pid, signal.SIGKILL)
-        return t
+        return moment
 
     def wait(self, timeout: float = DEADLINE) -> int:
         """The exit code, once the process is gone and its output read to the end."""
@@ -215,6 +235,15 @@ def on_line(
         w.cursor = max(w.cursor, index + 1)
         if mark is not None:
             w.marks[mark] = index
+
+    return trigger
+
+
+def from_here() -> Trigger:
+    """The next line trigger counts only lines read from now on (e.g. after a database row)."""
+
+    def trigger(w: Watch) -> None:
+        w.cursor = max(w.cursor, len(w.proc.lines()))
 
     return trigger
 

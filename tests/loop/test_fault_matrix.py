@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.frames import Progress, first_cut, progress, render
 
 from drover.events import (
     Decision,
@@ -37,6 +38,7 @@ Entry = tuple[str, str, str]  # (role, kind, detail) of one block of a request's
 Drive = Callable[[AgentSession, Path], Awaitable[list[Event]]]
 Check = Callable[[list[Event], tuple[Message, ...], Path], None]
 Script = Callable[[str], list[dict[str, Any]]]
+Transcript = Callable[[str], list[Entry]]
 
 # --- projections: a request body → the history it carries, protocol-neutral ---------------------
 
@@ -194,18 +196,68 @@ ALLOW = _answer()
 
 # --- the rows ------------------------------------------------------------------------------------
 
-LONG_TEXT = "The answer is forty-two, because the question was never quite what anyone thought."
-# Frames before the 4th text chunk (chunks are 8 characters): the cut keeps LONG_TEXT[:24].
-TEXT_CUT = {"anthropic": 6, "openai": 4, "openai-responses": 7}
-# Frames up to the 2nd/3rd argument fragment of the tool call below, after the text finished.
-TOOL_CUT = {"anthropic": 10, "openai": 6, "openai-responses": 12}
-# Frames up to and including the first text chunk.
-STALL = {"anthropic": 4, "openai": 2, "openai-responses": 5}
-
 READ_A = {"name": "read_file", "input": {"path": "a.txt"}}
 READ_LONG = {"name": "read_file", "input": {"path": "a_rather_long_file_name.txt"}}
 WRITE_X = {"name": "write_file", "input": {"path": "x.txt", "content": "x"}}
 BASH = {"name": "bash", "input": {"command": "touch started.flag; sleep 30"}}
+
+LONG_TEXT = "The answer is forty-two, because the question was never quite what anyone thought."
+PREAMBLE = "Let me read it."
+STALLED_TEXT = "Thinking about it at some length"
+
+
+@dataclass(frozen=True)
+class StreamCut:
+    """A response cut short after the fewest SSE frames at which ``reached`` holds.
+
+    The frames are the ones the fake server renders for the protocol (see ``support.frames``),
+    so the cut follows the content — a fourth of the text, a third of a tool call's arguments —
+    whatever the chunk size. ``valid`` says what the case means (e.g. "inside the text"); a
+    rendering under which the cut no longer means that fails the test instead of quietly
+    testing something else.
+    """
+
+    response: Mapping[str, Any]
+    fault: str  # error_after | stall_after
+    reached: Callable[[Progress, Progress], bool]  # (after the cut, whole stream)
+    valid: Callable[[Progress, Progress], bool]
+
+    def at(self, protocol: str, body: Mapping[str, Any] | None = None) -> tuple[int, Progress]:
+        frames = render(protocol, self.response, body=body)
+        final = progress(protocol, frames)[-1]
+        count, state = first_cut(protocol, frames, lambda now: self.reached(now, final))
+        assert self.valid(state, final), f"{protocol}: the cut after {count} frames: {state}"
+        return count, state
+
+    def scripted(self, protocol: str) -> dict[str, Any]:
+        return {**self.response, self.fault: self.at(protocol)[0]}
+
+    def kept_text(self, protocol: str) -> str:
+        return self.at(protocol)[1].text
+
+
+# Inside the text: a fourth of it arrived.
+MID_TEXT = StreamCut(
+    {"text": LONG_TEXT},
+    "error_after",
+    lambda now, _all: len(now.text) >= len(LONG_TEXT) // 4,
+    lambda now, whole: 0 < len(now.text) < len(whole.text) == len(LONG_TEXT),
+)
+# Inside a tool call's input: the text finished, a third of the arguments arrived.
+MID_TOOL_INPUT = StreamCut(
+    {"text": PREAMBLE, "tool_calls": [READ_LONG]},
+    "error_after",
+    lambda now, whole: now.text == whole.text and 3 * len(now.arguments) >= len(whole.arguments),
+    lambda now, whole: now.text == PREAMBLE and 0 < len(now.arguments) < len(whole.arguments),
+)
+# Silence once the first piece of text arrived.
+FIRST_TEXT = StreamCut(
+    {"text": STALLED_TEXT},
+    "stall_after",
+    lambda now, _all: bool(now.text),
+    lambda now, whole: 0 < len(now.text) < len(whole.text) == len(STALLED_TEXT),
+)
+
 
 GO: Entry = ("user", "text", "go")
 NEXT: Entry = ("user", "text", "next")
@@ -231,10 +283,28 @@ def _cut_while_running(events: list[Event], pending: tuple[Message, ...], _: Pat
     assert state.state == "interrupted" and state.outcome_unknown
 
 
-def _never_ran(events: list[Event], pending: tuple[Message, ...], workdir: Path) -> None:
+def _never_ran(events: list[Event], workdir: Path) -> list[str]:
+    """The call never started and had no effect; its states, for the caller's checks."""
     assert not (workdir / "x.txt").exists()
-    if pending:
-        assert "before it ran" in pending[-1].tool_results[0].content
+    assert not any(isinstance(e, ToolStart) for e in events), "the call ran"
+    states = [e.state for e in events if isinstance(e, ToolStateChanged)]
+    assert "running" not in states, states
+    return states
+
+
+def _interrupted_before_it_ran(
+    events: list[Event], pending: tuple[Message, ...], workdir: Path
+) -> None:
+    states = _never_ran(events, workdir)
+    assert states[-2:] == ["awaiting-permission", "interrupted"], states
+    (result,) = pending[-1].tool_results
+    assert result.is_error and "before it ran" in result.content, result
+
+
+def _denied(events: list[Event], pending: tuple[Message, ...], workdir: Path) -> None:
+    states = _never_ran(events, workdir)
+    assert states[-2:] == ["awaiting-permission", "denied"], states
+    assert pending == ()
 
 
 @dataclass(frozen=True)
@@ -243,12 +313,18 @@ class Row:
     script: Script  # protocol → the responses of the faulty turn
     end: tuple[str, str | None]  # terminal event: (type, reason)
     pending: list[tuple[str, str]]
-    transcript: list[Entry]  # the history of the next request
+    transcript: Transcript  # protocol → the history of the next request
     drive: Drive = ALLOW
     check: Check | None = None
     policy: PermissionMode = "allow"
     settings: LoopSettings = FAST
     resume: bool = False
+    #: The cut the faulty responses make, re-derived from each request the server recorded.
+    cut: StreamCut | None = None
+
+
+def _same(transcript: list[Entry]) -> Transcript:
+    return lambda _protocol: transcript
 
 
 ROWS = [
@@ -257,74 +333,77 @@ ROWS = [
         lambda p: [{"text": "Hello."}],
         ("done", None),
         [],
-        [GO, ("assistant", "text", "Hello."), NEXT],
+        _same([GO, ("assistant", "text", "Hello."), NEXT]),
     ),
     Row(
         "http-error-before-first-token",
         lambda p: [{"http_error": {"status": 400, "message": "bad request"}}],
         ("error", "error"),
         [("user", "text")],  # the prompt is kept: nothing accumulated, but nothing lost either
-        [GO, NEXT],
+        _same([GO, NEXT]),
     ),
     Row(
         "stream-error-mid-text",
-        lambda p: [{"text": LONG_TEXT, "error_after": TEXT_CUT[p]}] * 3,
+        lambda p: [MID_TEXT.scripted(p)] * 3,
         ("incomplete", "error"),
         [("user", "text"), ("assistant", "text:partial")],
-        [GO, ("assistant", "text", LONG_TEXT[:24]), NEXT],
+        lambda p: [GO, ("assistant", "text", MID_TEXT.kept_text(p)), NEXT],
+        cut=MID_TEXT,
     ),
     Row(
         "stream-error-mid-tool-input",
-        lambda p: (
-            [{"text": "Let me read it.", "tool_calls": [READ_LONG], "error_after": TOOL_CUT[p]}] * 3
-        ),
+        lambda p: [MID_TOOL_INPUT.scripted(p)] * 3,
         ("incomplete", "error"),
         [("user", "text"), ("assistant", "text")],
-        [GO, ("assistant", "text", "Let me read it."), NEXT],
+        _same([GO, ("assistant", "text", PREAMBLE), NEXT]),
         check=_cut_inside_tool_input,
+        cut=MID_TOOL_INPUT,
     ),
     Row(
         "stream-error-after-tools-ran",
         lambda p: [{"tool_calls": [READ_A]}, {"http_error": {"status": 400, "message": "nope"}}],
         ("incomplete", "error"),
         READ_PENDING,
-        [*READ_RAN, NEXT],
+        _same([*READ_RAN, NEXT]),
     ),
     Row(
         "empty-response-mid-loop",
         lambda p: [{"tool_calls": [READ_A]}, {"empty": True}],
         ("incomplete", "empty_response"),
         READ_PENDING,
-        [*READ_RAN, NEXT],
+        _same([*READ_RAN, NEXT]),
     ),
     Row(
         "turn-limit",
         lambda p: [{"tool_calls": [READ_A]}],
         ("incomplete", "max_turns"),
         READ_PENDING,
-        READ_RAN,  # resumed: no new user message
+        _same(READ_RAN),  # resumed: no new user message
         settings=LoopSettings(max_turns=1, stream_retry_delay=0.0),
         resume=True,
     ),
     Row(
         "interrupt-during-stream",
-        lambda p: [{"text": "Thinking about it at some length", "stall_after": STALL[p]}],
+        lambda p: [FIRST_TEXT.scripted(p)],
         ("incomplete", "interrupted"),
         [("user", "text"), ("assistant", "text:partial")],
-        [GO, ("assistant", "text", "Thinking"), NEXT],
+        lambda p: [GO, ("assistant", "text", FIRST_TEXT.kept_text(p)), NEXT],
         drive=_interrupt(lambda e: isinstance(e, TextDelta)),
+        cut=FIRST_TEXT,
     ),
     Row(
         "interrupt-during-tool-run",
         lambda p: [{"tool_calls": [BASH]}],
         ("incomplete", "interrupted"),
         [("user", "text"), ("assistant", "tool_use:bash"), ("user", "tool_result:error")],
-        [
-            GO,
-            ("assistant", "tool_use", "bash"),
-            ("user", "tool_result", "error:Interrupted while running: it may have"),
-            NEXT,
-        ],
+        _same(
+            [
+                GO,
+                ("assistant", "tool_use", "bash"),
+                ("user", "tool_result", "error:Interrupted while running: it may have"),
+                NEXT,
+            ]
+        ),
         drive=_interrupt(lambda e: isinstance(e, ToolStart), started="started.flag"),
         check=_cut_while_running,
     ),
@@ -333,14 +412,16 @@ ROWS = [
         lambda p: [{"tool_calls": [WRITE_X]}],
         ("incomplete", "interrupted"),
         [("user", "text"), ("assistant", "tool_use:write_file"), ("user", "tool_result:error")],
-        [
-            GO,
-            ("assistant", "tool_use", "write_file"),
-            ("user", "tool_result", "error:Interrupted before it ran"),
-            NEXT,
-        ],
+        _same(
+            [
+                GO,
+                ("assistant", "tool_use", "write_file"),
+                ("user", "tool_result", "error:Interrupted before it ran"),
+                NEXT,
+            ]
+        ),
         drive=_interrupt(lambda e: isinstance(e, PermissionRequest)),  # never answered
-        check=_never_ran,
+        check=_interrupted_before_it_ran,
         policy="ask",
     ),
     Row(
@@ -348,15 +429,17 @@ ROWS = [
         lambda p: [{"tool_calls": [WRITE_X]}, {"text": "Understood."}],
         ("done", None),
         [],
-        [
-            GO,
-            ("assistant", "tool_use", "write_file"),
-            ("user", "tool_result", "error:Tool execution denied by user."),
-            ("assistant", "text", "Understood."),
-            NEXT,
-        ],
+        _same(
+            [
+                GO,
+                ("assistant", "tool_use", "write_file"),
+                ("user", "tool_result", "error:Tool execution denied by user."),
+                ("assistant", "text", "Understood."),
+                NEXT,
+            ]
+        ),
         drive=_answer("deny"),
-        check=_never_ran,
+        check=_denied,
         policy="ask",
     ),
 ]
@@ -378,6 +461,12 @@ async def test_fault_matrix(
 
     # 1. the terminal event
     events = await row.drive(session, tmp_path)
+    faulty = fake_llm.requests
+    if row.cut is not None:
+        # The cut each request really got: its frames re-rendered for the body it sent.
+        planned = row.cut.at(protocol)
+        for sent in faulty:
+            assert row.cut.at(protocol, sent.body) == planned, sent.body
     end = events[-1]
     assert (end.type, getattr(end, "reason", None)) == row.end, end
     # 2. exactly what is pending
@@ -392,7 +481,7 @@ async def test_fault_matrix(
     outcome = await asyncio.wait_for(next_turn, timeout=20)
     assert outcome.event.type == "done" and session.pending == (), outcome.event
     got = _coalesce(PROJECT[protocol](fake_llm.requests[-1].body))
-    want = _coalesce(row.transcript)
+    want = _coalesce(row.transcript(protocol))
     same = len(got) == len(want) and all(_matches(g, w) for g, w in zip(got, want, strict=True))
     assert same, f"next request history\n  got:      {got}\n  expected: {want}"
     # 4. the validator: the fake_llm fixture fails the test on any rule a real API enforces.

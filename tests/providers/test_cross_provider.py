@@ -29,10 +29,13 @@ def sent_ids(protocol: str, body: dict[str, Any]) -> list[str]:
         ]
     if protocol == "openai":
         return [c["id"] for m in body["messages"] for c in m.get("tool_calls", [])]
-    return [i["call_id"] for i in body["input"] if i.get("type") == "function_call"]
+    # A chained request (previous_response_id) names the calls only in their outputs.
+    kind = "function_call_output" if "previous_response_id" in body else "function_call"
+    return [i["call_id"] for i in body["input"] if i.get("type") == kind]
 
 
 def assert_ids_fit(protocol: str, ids: list[str]) -> None:
+    assert ids, "the history sent no tool calls: nothing to check"
     assert len(set(ids)) == len(ids)
     if protocol == "anthropic":
         assert all(ANTHROPIC_ID.match(i) for i in ids), ids

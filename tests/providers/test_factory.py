@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from drover.config import Config, parse_model_spec
 from drover.errors import ConfigError
 from drover.providers.anthropic import AnthropicProvider
-from drover.providers.factory import create_provider
+from drover.providers.factory import PLACEHOLDER_KEY, create_provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
+from drover.testing.server import FakeLLMServer
+
+from .conftest import collect, request
 
 KEYS = {"anthropic": "a-key", "openai": "o-key", "openai-responses": "o-key"}
 
@@ -72,19 +77,60 @@ def test_a_missing_key_is_one_clear_line(spec: str, message: str) -> None:
     assert str(caught.value) == message
 
 
-async def test_a_base_url_needs_no_key() -> None:
-    provider = create_provider("openai:llama3", Config(), base_url="http://localhost:11434/v1")
-    await provider.aclose()
-    configured = Config(base_urls={"anthropic": "http://localhost:8080"})
-    provider = create_provider("anthropic:local", configured)
-    await provider.aclose()
+def _key_sent(headers: Mapping[str, str]) -> str:
+    """The API key a request carried (``x-api-key`` or a bearer token, as the SDK chooses)."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"]
+    return headers["authorization"].removeprefix("Bearer ")
+
+
+@pytest.mark.parametrize("spec", ["anthropic:local", "openai:llama3", "openai-responses:local"])
+async def test_a_base_url_needs_no_key(spec: str, fake_llm: FakeLLMServer) -> None:
+    """No key in the environment: the request still goes to the given URL, with the
+    placeholder key, and the model streams its answer."""
+    base_url = fake_llm.anthropic_base_url if spec.startswith("anthropic:") else None
+    base_url = base_url or fake_llm.openai_base_url
+    fake_llm.script({"text": "local answer"}, {"text": "from the config"})
+    by_flag = create_provider(spec, Config(), base_url=base_url)
+    by_config = create_provider(spec, Config(base_urls={spec.split(":")[0]: base_url}))
+    for provider in (by_flag, by_config):
+        try:
+            await collect(provider, request())
+        finally:
+            await provider.aclose()
+    first, second = fake_llm.requests
+    assert first.body["model"] == second.body["model"] == spec.split(":")[1]
+    assert _key_sent(first.headers) == _key_sent(second.headers) == PLACEHOLDER_KEY
+
+
+async def test_a_key_in_the_config_is_sent(fake_llm: FakeLLMServer) -> None:
+    fake_llm.script({"text": "ok"})
+    provider = create_provider(
+        "anthropic:claude-x", Config(api_keys=KEYS), base_url=fake_llm.anthropic_base_url
+    )
+    try:
+        await collect(provider, request())
+    finally:
+        await provider.aclose()
+    assert _key_sent(fake_llm.requests[0].headers) == "a-key"
 
 
 def test_parse_model_spec() -> None:
     assert parse_model_spec("anthropic:claude") == ("anthropic", "claude")
-    assert parse_model_spec(" openai : gpt ".replace(" ", "")) == ("openai", "gpt")
     assert parse_model_spec("model-x", "openai") == ("openai", "model-x")
+    assert parse_model_spec("openai:llama3.1:8b") == ("openai", "llama3.1:8b")
     with pytest.raises(ConfigError, match="no model name"):
         parse_model_spec("openai:")
+    with pytest.raises(ConfigError, match="no model name"):
+        parse_model_spec("openai:   ")
     with pytest.raises(ConfigError, match="unknown provider 'x'"):
         parse_model_spec("x:y")
+
+
+@pytest.mark.parametrize("spec", [" openai:gpt ", "openai: gpt", "openai :gpt", "\topenai : gpt\n"])
+def test_parse_model_spec_ignores_spaces_around_its_parts(spec: str) -> None:
+    assert parse_model_spec(spec) == ("openai", "gpt")
+
+
+def test_a_bare_model_is_stripped_too() -> None:
+    assert parse_model_spec("  model-x ", "openai") == ("openai", "model-x")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -101,7 +104,14 @@ def test_unique_id_respects_the_length_limit() -> None:
 
 
 def test_synthetic_ids_are_deterministic_and_distinct() -> None:
-    assert synthetic_call_id("chatcmpl-1", 0) == synthetic_call_id("chatcmpl-1", 0)
+    # The same in another process (another hash seed): a resumed history keeps its ids.
+    code = "from drover.providers.ids import synthetic_call_id as s; print(s('chatcmpl-1', 0))"
+    env = {**os.environ, "PYTHONHASHSEED": "4242"}
+    other = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert other.stdout.strip() == synthetic_call_id("chatcmpl-1", 0)
+    assert re.fullmatch(r"call_[A-Za-z0-9_-]{1,35}", synthetic_call_id("chatcmpl-1", 0))
     assert synthetic_call_id("chatcmpl-1", 0) != synthetic_call_id("chatcmpl-1", 1)
     assert synthetic_call_id("chatcmpl-1", 0) != synthetic_call_id("chatcmpl-2", 0)
     assert len(synthetic_call_id("x", 3)) <= 40

@@ -7,13 +7,14 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from drover.errors import StoreError
 from drover.store import default_db_path, open_store
-from drover.store.migrations import SQLITE_MIGRATIONS, applied_migrations, migrate
+from drover.store.migrations import SQLITE_MIGRATIONS, Migration, applied_migrations, migrate
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 
@@ -138,10 +139,46 @@ async def test_migrations_apply_in_order_from_an_older_schema(tmp_path: Path) ->
     conn.close()
 
 
+def test_a_migration_applied_meanwhile_is_not_applied_again(tmp_path: Path) -> None:
+    """Between reading the ledger and taking the write lock, another process migrates the
+    file: the re-check under the lock must see it (deterministic, unlike a race)."""
+    ours = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
+    theirs = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
+
+    class MeanwhileMigrated(tuple[Migration, ...]):
+        def __iter__(self) -> Iterator[Migration]:
+            # ``migrate`` has read the ledger (empty) and now walks the list: the other
+            # connection applies everything first.
+            assert migrate(theirs, 1.0) == [m.name for m in SQLITE_MIGRATIONS]
+            return super().__iter__()
+
+    try:
+        assert migrate(ours, 2.0, MeanwhileMigrated(SQLITE_MIGRATIONS)) == []
+        assert applied_migrations(ours) == [m.name for m in SQLITE_MIGRATIONS]
+    finally:
+        ours.close()
+        theirs.close()
+
+
 async def test_concurrent_first_opens(make_store: StoreFactory) -> None:
+    """Four stores open a new journal at once: every migration runs once, all four work."""
     stores = [make_store() for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
-    await asyncio.gather(*(s.close() for s in stores))
+    try:
+        made = await asyncio.gather(
+            *(s.create_session(workdir=f"/w{i}", model="m") for i, s in enumerate(stores))
+        )
+        for store in stores:
+            assert [await store.get_session(m.id) for m in made] == made
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+    if isinstance(stores[0], SqliteStore):
+        conn = sqlite3.connect(stores[0].path)
+        try:
+            rows = conn.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()
+        finally:
+            conn.close()
+        assert [name for (name,) in rows] == sorted(m.name for m in SQLITE_MIGRATIONS)
 
 
 # -- opening ---------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ async def test_repeated_ids(fake_llm: FakeLLMServer, openai_client: openai.Async
 async def test_no_usage(fake_llm: FakeLLMServer, openai_client: openai.AsyncOpenAI) -> None:
     out = await run(fake_llm, openai_client, text="hi", quirks=["no_usage"])
     assert out.output_tokens is None
+    assert out.events, "no chunks at all"
     assert all(chunk.choices for chunk in out.events)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import drover.tools
@@ -38,16 +40,39 @@ def test_duplicate_names_are_refused() -> None:
 
 def test_specs_keep_registration_order() -> None:
     @tool
-    async def zeta(ctx: ToolContext) -> str:
-        """Last letter."""
-        return ""
+    async def zeta(ctx: ToolContext, word: str) -> str:
+        """Last letter.
+
+        Args:
+            word: Any word.
+        """
+        return word
 
     registry = ToolRegistry([zeta, ping])
+    no_args = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    one_word = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "description": "Any word."}},
+        "required": ["word"],
+        "additionalProperties": False,
+    }
     assert registry.specs() == [
-        ToolSpec("zeta", "Last letter.", zeta.input_schema),
-        ToolSpec("ping", "Answer pong.", ping.input_schema),
+        ToolSpec("zeta", "Last letter.", one_word),
+        ToolSpec("ping", "Answer pong.", no_args),
     ]
-    assert registry.specs() == registry.specs()
+
+
+def test_specs_are_stable_and_not_shared() -> None:
+    """The same bytes on every call (prompt caching), and a caller that adapts a schema it got
+    (as a provider may) changes neither the tool nor the next call's specs."""
+    registry = default_registry()
+    first = registry.specs()
+    sent = json.dumps([(s.name, s.description, s.input_schema) for s in first])
+    first[0].input_schema["properties"]["path"]["type"] = "integer"  # type: ignore[index]
+    first[0].input_schema["required"].clear()  # type: ignore[union-attr]
+    again = json.dumps([(s.name, s.description, s.input_schema) for s in registry.specs()])
+    assert again == sent
+    assert '"path": {"type": "integer"' not in again
 
 
 def test_default_registry_holds_the_builtins() -> None:

@@ -45,7 +45,7 @@ async def session_report(store: Store, session_id: str) -> dict[str, Any]:
     """Everything the journal holds about a session, as JSON-ready data."""
     record = await store.get_session(session_id)
     if record is None:
-        raise DroverError(f"no session {session_id!r} in this journal")
+        raise DroverError(f"no session {session_id} in this journal")
     turns_out: list[dict[str, Any]] = []
     for turn in await store.turns(session_id):
         messages = await store.turn_messages(turn.id)

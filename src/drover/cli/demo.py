@@ -89,10 +89,11 @@ async def run_demo(args: argparse.Namespace) -> int:
         async with open_runtime(
             options, provider=provider, tools=_demo_tools(), config=config
         ) as runtime:
-            record, session = await runtime.session()
+            opened = await runtime.session()
+            record, session = opened.record, opened.session
             _say(f"session {record.id} in {workdir}")
             _say(f"turn 1: {DEMO_PROMPT}")
-            live: list[EventSink] = [HeadlessPrinter(output_format="text", interactive=False)]
+            live: list[EventSink] = [HeadlessPrinter(output_format="text")]
             outcome = await runtime.runner.run(session, DEMO_PROMPT, live)
             status = turn_status(outcome.event)
             if status != "completed":

@@ -3,7 +3,12 @@
 Ctrl-C (SIGINT) or SIGTERM interrupts the turn: the loop records what it had done (the partial
 message, tool outputs, calls cut off), the journal keeps it as pending work, and the process
 exits 130. A later ``-p`` on the same ``--session`` — or ``--resume-turn`` with no prompt —
-continues from there.
+continues from there, and says on stderr that it sends that work before the new prompt.
+``--discard-pending`` drops the work instead (alone, it only drops it): the way out when the
+API refuses the request as such, which the end of such a turn says.
+
+A reader of stdout that goes away does not stop the turn: it runs to its end, is journaled,
+and the exit status still says how it ended.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import signal
 import sys
 from typing import Any
 
-from drover.cli.render import HeadlessPrinter
+from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.runtime import RunOptions, Runtime, open_runtime
+from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import ConfigError
 from drover.events import (
     Done,
@@ -29,6 +35,7 @@ from drover.events import (
     turn_status,
 )
 from drover.messages import Message, Usage
+from drover.session import AgentSession
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
 
@@ -60,34 +67,75 @@ class _Terminal:
             self.event = event
 
 
-async def run_headless(args: argparse.Namespace) -> int:
+def read_stdin_prompt() -> str:
+    """The prompt piped in, decoded strictly: a wrong byte fails here, before anything is
+    created, rather than later in the journal."""
+    data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"standard input is not valid UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+
+
+def headless_prompt(args: argparse.Namespace) -> str | None:
+    """The new instruction, or None (resume the unfinished turn / only discard).
+
+    Called before the event loop starts: a Ctrl-C while stdin is read then interrupts at once
+    (inside the loop, a blocking read would only see the cancellation once it returned)."""
     if args.resume_turn:
-        if args.prompt:
-            raise ConfigError("--resume-turn takes no prompt: it finishes the unfinished turn")
-        args.prompt = None
-    elif not args.prompt:
-        args.prompt = "" if sys.stdin.isatty() else sys.stdin.read().strip()
-        if not args.prompt:
-            raise ConfigError("no prompt: give one after -p or on standard input")
-    if args.session and args.continue_:
-        raise ConfigError("use either --session or --continue, not both")
+        return None
+    prompt: str = args.prompt or ""
+    if not prompt and not stdin_is_terminal():
+        prompt = read_stdin_prompt()
+    if prompt:
+        return prompt
+    if args.discard_pending:
+        return None
+    raise ConfigError("no prompt: give one after -p or on standard input")
+
+
+async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with open_runtime(run_options(args)) as runtime:
         if runtime.sandbox.unavailable:
-            print(f"drover: warning: {runtime.sandbox.describe()}", file=sys.stderr)
-        return await _run_turn(runtime, args)
+            _note(f"drover: warning: {runtime.sandbox.describe()}")
+        opened = await runtime.session(
+            session_id=args.session,
+            continue_latest=args.continue_,
+            must_exist=prompt is None,
+        )
+        record, session = opened.record, opened.session
+        if opened.created:
+            _note(f"new session {record.id} (continue it with --session {record.id})")
+        if args.discard_pending:
+            dropped = len(session.pending)
+            if dropped:
+                await runtime.runner.discard_pending(session)
+            if prompt is None:
+                _report_discarded(args.output_format, record.id, dropped)
+                return 0
+        note = None
+        if prompt is not None and args.output_format == "text":
+            note = pending_note(len(session.pending), "--discard-pending")
+        return await _run_turn(runtime, record.id, session, prompt, args, note)
 
 
-async def _run_turn(runtime: Runtime, args: argparse.Namespace) -> int:
-    record, session = await runtime.session(session_id=args.session, continue_latest=args.continue_)
+async def _run_turn(
+    runtime: Runtime,
+    session_id: str,
+    session: AgentSession,
+    prompt: str | None,
+    args: argparse.Namespace,
+    note: str | None = None,
+) -> int:
+    ask = stdin_is_terminal() and args.permission_mode in ("ask", "sandboxed")
     printer = HeadlessPrinter(
-        output_format=args.output_format,
-        interactive=sys.stdin.isatty() and args.permission_mode in ("ask", "sandboxed"),
+        output_format=args.output_format, lines=StdinLines() if ask else None, preamble=note
     )
     terminal = _Terminal()
-    turn = asyncio.get_running_loop().create_task(
-        runtime.runner.run(session, args.prompt, [terminal, printer])
-    )
     loop = asyncio.get_running_loop()
+    turn = loop.create_task(runtime.runner.run(session, prompt, [terminal, printer]))
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, turn.cancel)
     try:
@@ -96,13 +144,14 @@ async def _run_turn(runtime: Runtime, args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        await printer.aclose()
 
     event = terminal.event
     status = turn_status(event) if event else "interrupted"
     if args.output_format != "text":
         result: dict[str, Any] = {
             "type": "result",
-            "session_id": record.id,
+            "session_id": session_id,
             "turn_id": terminal.turn_id,
             "status": status,
             "text": _answer_text(event, session.pending),
@@ -111,15 +160,39 @@ async def _run_turn(runtime: Runtime, args: argparse.Namespace) -> int:
         if event is not None and not isinstance(event, Done):
             result["reason"] = event.reason
             result["error"] = event.error
+            result["retryable"] = event.retryable
         result["pending_messages"] = len(session.pending)
-        print(json.dumps(result, ensure_ascii=False), flush=True)
-    if status in ("incomplete", "interrupted") and session.pending:
-        print(
-            f"session {record.id}: turn {status}; its work is kept — run again with "
-            f"--session {record.id} (or add --resume-turn) to resume",
-            file=sys.stderr,
+        write(sys.stdout, json.dumps(result, ensure_ascii=False) + "\n")
+    if isinstance(event, Incomplete | Error) and not event.retryable:
+        drop = (
+            f"drop the unfinished work with --discard-pending --session {session_id}"
+            if session.pending
+            else "change the prompt"
+        )
+        _note(
+            f"session {session_id}: resending will fail the same way (the request itself "
+            f"was refused); {drop}, or use another --model"
+        )
+    elif status != "completed" and session.pending:
+        _note(
+            f"session {session_id}: turn {status}; its work is kept — run again with "
+            f"--session {session_id} (or add --resume-turn) to resume"
         )
     return EXIT_CODES[status]
+
+
+def _report_discarded(output_format: str, session_id: str, dropped: int) -> None:
+    if output_format == "text":
+        plural = "" if dropped == 1 else "s"
+        text = f"discarded {dropped} pending message{plural} of session {session_id}"
+    else:
+        report = {"type": "discarded", "session_id": session_id, "discarded_messages": dropped}
+        text = json.dumps(report)
+    write(sys.stdout, text + "\n")
+
+
+def _note(text: str) -> None:
+    write(sys.stderr, text + "\n")
 
 
 def _answer_text(event: TerminalEvent | None, pending: tuple[Message, ...]) -> str:

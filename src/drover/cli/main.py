@@ -2,12 +2,17 @@
 
 Exit codes: 0 completed, 1 the turn failed (or a drover error), 2 bad usage,
 3 the turn is incomplete (its work is pending; run again to resume), 130 interrupted.
+
+No input makes a traceback: bad flags and arguments that are not valid UTF-8 are usage errors,
+drover errors are one line, Ctrl-C is "interrupted", and a reader of stdout that goes away ends
+the command quietly (the Python docs' way: stdout then points at /dev/null). Heavy modules are
+imported inside :func:`main`, so that a Ctrl-C at the very start is handled there too.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +40,22 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _session_id(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty session id")
+    return text
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
     return value
 
 
@@ -78,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         const="",
         help="run one turn headless (the prompt is read from stdin when not given)",
     )
-    parser.add_argument("--session", help="continue this session (created if new)")
+    parser.add_argument(
+        "--session", type=_session_id, help="continue this session (created if new)"
+    )
     parser.add_argument(
         "--continue", dest="continue_", action="store_true", help="continue the latest session"
     )
@@ -86,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume-turn",
         action="store_true",
         help="finish the session's unfinished turn without a new prompt",
+    )
+    parser.add_argument(
+        "--discard-pending",
+        action="store_true",
+        help="drop the session's unfinished work before the turn (with no prompt: only drop it)",
     )
     parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
     _add_run_options(parser)
@@ -98,13 +126,13 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--db")
         parser.add_argument("--limit", type=_positive_int, default=20)
     elif name == "show":
-        parser.add_argument("session_id")
+        parser.add_argument("session_id", type=_session_id)
         parser.add_argument("--db")
         parser.add_argument("--json", action="store_true")
     elif name == "fake-llm":
         parser.add_argument("scenario", type=Path)
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--port", type=_port, default=8765)
     elif name == "models":
         pass
     elif name == "demo":
@@ -120,34 +148,102 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _reopen_closed_std_streams() -> None:
+    """A standard stream closed by the caller (``drover <&-``) becomes /dev/null, so that the
+    code and the subprocesses of tools never write to (or read from) a file that later took
+    its descriptor number."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        devnull = os.open(os.devnull, os.O_RDWR)
+        if devnull != fd:
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        mode = "r" if fd == 0 else "w"
+        setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _dispatch(args_list)
+        _reopen_closed_std_streams()
+        code = _dispatch(args_list)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except DroverError as exc:
-        print(f"drover: error: {exc}", file=sys.stderr)
+        _say(f"drover: error: {exc}")
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("drover: interrupted", file=sys.stderr)
+        _say("drover: interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        from drover.cli.render import point_at_devnull
+
+        point_at_devnull()
+        return EXIT_FAILED
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:  # ``drover … 2>&1 | head -1``: nobody reads stderr either
+        from drover.cli.render import point_at_devnull
+
+        point_at_devnull(sys.stderr)
+
+
+def _check_utf8(argv: list[str]) -> None:
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            sys.stderr.write(f"drover: error: argument is not valid UTF-8: {shown!r}\n")
+            raise SystemExit(EXIT_USAGE) from None
+
+
+def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.session is not None and args.continue_:
+        parser.error("use either --session or --continue, not both")
+    named = args.session is not None or args.continue_
+    if args.resume_turn:
+        if args.prompt:
+            parser.error("--resume-turn takes no prompt: it finishes the unfinished turn")
+        if args.discard_pending:
+            parser.error("--resume-turn and --discard-pending contradict each other")
+        if not named:
+            parser.error("--resume-turn needs --session ID or --continue")
+    if args.discard_pending and not named:
+        parser.error("--discard-pending needs --session ID or --continue")
 
 
 def _dispatch(argv: list[str]) -> int:
+    import asyncio
+
+    _check_utf8(argv)
     if argv and argv[0] in SUBCOMMANDS:
         name = argv[0]
         args = build_subparser(name).parse_args(argv[1:])
         return _run_subcommand(name, args)
-    args = build_parser().parse_args(argv)
-    if args.prompt is None and not args.resume_turn:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    headless = args.prompt is not None or args.resume_turn or args.discard_pending
+    if not headless:
+        if args.session is not None and args.continue_:
+            parser.error("use either --session or --continue, not both")
         from drover.cli.repl import run_repl
 
         return asyncio.run(run_repl(args))
-    from drover.cli.headless import run_headless
+    _check_headless(parser, args)
+    from drover.cli.headless import headless_prompt, run_headless
 
-    return asyncio.run(run_headless(args))
+    prompt = headless_prompt(args)
+    return asyncio.run(run_headless(args, prompt))
 
 
 def _run_subcommand(name: str, args: argparse.Namespace) -> int:
+    import asyncio
+
     if name == "fake-llm":
         from drover.testing.server import serve
 

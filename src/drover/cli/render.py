@@ -1,21 +1,27 @@
-"""Terminal consumers of turn events for headless mode.
+"""Terminal consumers of turn events for headless mode and the REPL.
 
 Answer text goes to stdout; tool activity, retries and the turn's end go to stderr, so
 ``drover -p … > answer.txt`` captures only the answer. In ``stream-json`` mode every event is a
-JSON line on stdout. Permission requests are answered here: on a terminal by asking the user,
-otherwise by the ``--permission-mode`` already applied (a request that still arrives without a
-terminal is denied, with a note).
+JSON line on stdout. Permission requests are answered here: on a terminal by asking the user
+(through the process's one :class:`~drover.cli.stdin.StdinLines`, so an abandoned question
+takes no line away from what reads next), otherwise by the ``--permission-mode`` already
+applied (a request that still arrives without a terminal is denied, with a note).
+
+A reader that goes away (``drover -p … | head -1``) ends the printing, not the turn: output
+then goes to ``/dev/null`` and the turn runs to its end and is journaled as usual.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Literal, TextIO, TypeAlias
 
+from drover.cli.stdin import StdinLines
 from drover.events import (
     AssistantMessage,
     Compacted,
@@ -29,36 +35,76 @@ from drover.events import (
     TextDelta,
     ToolDone,
     ToolStart,
+    TurnStarted,
     event_to_dict,
 )
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 
 
-def _ask_terminal(request: PermissionRequest) -> Decision:
-    # The whole input, not the 100-character summary: nothing may be approved unseen.
-    shown = json.dumps(dict(request.input), ensure_ascii=False, indent=2)
-    sys.stderr.write(f"\n{request.tool_name} wants to run with:\n{shown}\n")
-    sys.stderr.write("Allow? [y]es / [a]lways for this tool / [N]o: ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline().strip().lower()
-    if answer in ("a", "always"):
+def point_at_devnull(stream: TextIO | None = None) -> None:
+    """Point standard output (or ``stream``, stderr say) at /dev/null once its reader has gone
+    (the Python docs' way for a closed pipe), so no later write, nor the flush at exit, raises
+    again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, (stream or sys.stdout).fileno())
+    finally:
+        os.close(devnull)
+
+
+def write(stream: TextIO, text: str) -> bool:
+    """Write and flush; False (and nothing raised) when the reader of the stream is gone."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        if stream is sys.stdout or stream is sys.stderr:
+            point_at_devnull(stream)
+        return False
+    return True
+
+
+def pending_note(count: int, flag: str, new: str = "prompt") -> str | None:
+    """What to say when ``count`` messages of earlier unfinished work go before a new one."""
+    if not count:
+        return None
+    one = count == 1
+    return (
+        f"{count} message{'' if one else 's'} of unfinished work from earlier turns "
+        f"{'goes' if one else 'go'} before this {new}; {flag} drops {'it' if one else 'them'}"
+    )
+
+
+def _decision(answer: bytes) -> Decision:
+    text = answer.decode(errors="replace").strip().lower()
+    if text in ("a", "always"):
         return "always"
-    if answer in ("y", "yes"):
+    if text in ("y", "yes"):
         return "allow"
     return "deny"
 
 
 @dataclass
 class HeadlessPrinter:
-    """An event sink that prints a turn for ``drover -p``."""
+    """An event sink that prints a turn for ``drover -p`` and the REPL.
+
+    With ``lines`` (stdin is a terminal) permission requests are asked there; without, they
+    are denied with a note. Call :meth:`aclose` when the turn is over: it withdraws a question
+    still waiting for its answer.
+    """
 
     output_format: OutputFormat
-    interactive: bool
+    lines: StdinLines | None = None
+    #: Said on stderr once the turn has begun (not when it is refused before, e.g. busy).
+    preamble: str | None = None
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     _live_text: bool = False
     _mid_line: bool = False
+    _closed: set[int] = field(default_factory=set)
+    _questions: set[asyncio.Task[None]] = field(default_factory=set)
+    _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         # Live text only where a person watches; a pipe gets the final answer once.
@@ -67,13 +113,14 @@ class HeadlessPrinter:
     async def send(self, event: Event) -> None:
         if isinstance(event, PermissionRequest):
             self._answer(event)
+        elif isinstance(event, TurnStarted) and self.preamble:
+            self._line(self.err, self.preamble)
         if self.output_format == "stream-json":
             self._line(self.out, json.dumps(event_to_dict(event), ensure_ascii=False))
             return
         match event:
             case TextDelta() if self._live_text:
-                self.out.write(event.text)
-                self.out.flush()
+                self._write(self.out, event.text)
                 self._mid_line = not event.text.endswith("\n")
             case AssistantMessage() if self._live_text and self._mid_line:
                 self._line(self.out, "")
@@ -103,8 +150,16 @@ class HeadlessPrinter:
             case _:
                 pass
 
+    async def aclose(self) -> None:
+        """Withdraw questions still waiting for an answer (the turn is over)."""
+        for task in self._questions:
+            task.cancel()
+        for task in list(self._questions):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def _answer(self, request: PermissionRequest) -> None:
-        if not self.interactive:
+        if self.lines is None:
             self._line(
                 self.err,
                 f"denied {request.summary}: permission needed and no terminal to ask "
@@ -112,16 +167,44 @@ class HeadlessPrinter:
             )
             request.decide("deny")
             return
+        # The loop waits for the decision, not for send(): the question runs beside it.
+        task = asyncio.get_running_loop().create_task(self._ask(request, self.lines))
+        self._questions.add(task)
+        task.add_done_callback(self._questions.discard)
 
-        def prompt() -> None:
-            decision = _ask_terminal(request)
-            with contextlib.suppress(RuntimeError):  # the loop ended while the user thought
-                request.decide(decision)
+    async def _ask(self, request: PermissionRequest, lines: StdinLines) -> None:
+        async with self._asking:  # parallel calls are asked about one at a time
+            if request.decision.done():
+                return
+            # The whole input, not the 100-character summary: nothing may be approved unseen.
+            shown = json.dumps(dict(request.input), ensure_ascii=False, indent=2)
+            self._write(
+                self.err,
+                f"\n{request.tool_name} wants to run with:\n{shown}\n"
+                "Allow? [y]es / [a]lways for this tool / [N]o: ",
+            )
+            reader = asyncio.get_running_loop().create_task(lines.readline())
+            answered = False
+            try:
+                await asyncio.wait((reader, request.decision), return_when=asyncio.FIRST_COMPLETED)
+                if reader.done() and not request.decision.done():
+                    line = reader.result()
+                    answered = request.decide("deny" if line is None else _decision(line))
+            finally:
+                if not answered:
+                    # The turn ended first: a line read meanwhile belongs to whoever reads next.
+                    reader.cancel()
+                    if reader.done() and not reader.cancelled():
+                        line = reader.result()
+                        if line is not None:
+                            lines.push_back(line)
+                    self._write(self.err, "\n")
 
-        # A daemon thread: a prompt left unanswered must not keep the process alive.
-        threading.Thread(target=prompt, name="permission-prompt", daemon=True).start()
+    def _line(self, stream: TextIO, text: str) -> None:
+        self._write(stream, text + "\n")
 
-    @staticmethod
-    def _line(stream: TextIO, text: str) -> None:
-        stream.write(text + "\n")
-        stream.flush()
+    def _write(self, stream: TextIO, text: str) -> None:
+        if id(stream) in self._closed:
+            return
+        if not write(stream, text):
+            self._closed.add(id(stream))

@@ -14,84 +14,98 @@ import argparse
 import asyncio
 import signal
 import sys
-import threading
 
 from drover.cli.headless import run_options
-from drover.cli.render import HeadlessPrinter
+from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.runtime import Runtime, open_runtime
+from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import DroverError
-from drover.events import turn_status
-from drover.providers.factory import create_provider
+from drover.events import Error, Incomplete, turn_status
 from drover.session import AgentSession
 
 HELP = __doc__.split("Slash commands:", 1)[1].strip() if __doc__ else ""
 
 
-async def _read_line(prompt: str) -> str | None:
-    """Read a line without blocking the loop; a daemon thread never holds the exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[str | None] = loop.create_future()
+def _messages(count: int) -> str:
+    return f"{count} message{'' if count == 1 else 's'}"
 
-    def read() -> None:
+
+async def _read_line(lines: StdinLines, prompt: str) -> str | None:
+    """The next line typed (None at the end of input); lines that are not UTF-8 are refused."""
+    while True:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        raw = await lines.readline()
+        if raw is None:
+            return None
         try:
-            line: str | None = input(prompt)
-        except (EOFError, KeyboardInterrupt):
-            line = None
-
-        def deliver() -> None:
-            if not future.done():
-                future.set_result(line)
-
-        loop.call_soon_threadsafe(deliver)
-
-    threading.Thread(target=read, name="repl-input", daemon=True).start()
-    return await future
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            print("that line is not valid UTF-8 text; it was ignored")
 
 
 async def run_repl(args: argparse.Namespace) -> int:
+    # The one reader of stdin: the prompt below and every permission question share it.
+    lines = StdinLines()
     async with open_runtime(run_options(args)) as runtime:
-        record, session = await runtime.session(
-            session_id=args.session, continue_latest=args.continue_
-        )
-        print(f"drover — session {record.id} in {runtime.workdir} ({runtime.model})")
+        opened = await runtime.session(session_id=args.session, continue_latest=args.continue_)
+        session = opened.session
+        print(f"drover — session {opened.record.id} in {runtime.workdir} ({runtime.model})")
         print(runtime.sandbox.describe())
         print("Type a request, /help for commands, Ctrl-D to leave.")
         if session.pending:
-            print(f"This session has unfinished work ({len(session.pending)} messages): /resume")
+            print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
         while True:
-            line = await _read_line("› ")
+            line = await _read_line(lines, "› ")
             if line is None:
                 print()
                 return 0
             line = line.strip()
             if not line:
                 continue
-            if line.startswith("/"):
-                if await _command(line, runtime, session):
-                    return 0
-                continue
-            await _turn(runtime, session, line)
+            try:
+                if line.startswith("/"):
+                    if await _command(line, runtime, session, lines):
+                        return 0
+                    continue
+                note = pending_note(len(session.pending), "/discard", "message")
+                await _turn(runtime, session, line, lines, note)
+            except DroverError as exc:  # a busy session, a journal that failed: stay here
+                print(f"error: {exc}")
 
 
-async def _turn(runtime: Runtime, session: AgentSession, prompt: str | None) -> None:
-    printer = HeadlessPrinter(output_format="text", interactive=sys.stdin.isatty())
-    task = asyncio.get_running_loop().create_task(runtime.runner.run(session, prompt, [printer]))
+async def _turn(
+    runtime: Runtime,
+    session: AgentSession,
+    prompt: str | None,
+    lines: StdinLines,
+    note: str | None = None,
+) -> None:
+    asks = lines if stdin_is_terminal() else None
+    printer = HeadlessPrinter(output_format="text", lines=asks, preamble=note)
     loop = asyncio.get_running_loop()
+    task = loop.create_task(runtime.runner.run(session, prompt, [printer]))
     loop.add_signal_handler(signal.SIGINT, task.cancel)
     try:
         outcome = await task
-        status = turn_status(outcome.event)
-        if status != "completed":
-            print(f"[{status}: the work is kept; /resume or type a new message to continue]")
     except asyncio.CancelledError:
         print("\n[interrupted: the work is kept; /resume or type a new message to continue]")
-    except DroverError as exc:
-        print(f"error: {exc}")
+        return
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        await printer.aclose()
+    event = outcome.event
+    status = turn_status(event)
+    if isinstance(event, Incomplete | Error) and not event.retryable:
+        print(
+            f"[{status}: resending will fail the same way (the request itself was refused); "
+            "/discard drops the unfinished work, or /model switches to another model]"
+        )
+    elif status != "completed":
+        print(f"[{status}: the work is kept; /resume or type a new message to continue]")
 
 
-async def _command(line: str, runtime: Runtime, session: AgentSession) -> bool:
+async def _command(line: str, runtime: Runtime, session: AgentSession, lines: StdinLines) -> bool:
     """Run a slash command; True means leave."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
@@ -122,24 +136,24 @@ async def _command(line: str, runtime: Runtime, session: AgentSession) -> bool:
     elif name == "/discard":
         count = len(session.pending)
         await runtime.runner.discard_pending(session)
-        print(f"discarded {count} pending messages (the journal keeps them, marked discarded)")
+        print(
+            f"discarded {count} pending message{'' if count == 1 else 's'} "
+            "(the journal keeps them, marked discarded)"
+        )
     elif name == "/resume":
         if not session.pending:
             print("nothing to resume")
         else:
-            await _turn(runtime, session, None)
+            await _turn(runtime, session, None, lines)
     elif name == "/model":
         if not arg:
             print(f"model: {runtime.model}")
         else:
             try:
-                provider = create_provider(arg, runtime.config)
+                await runtime.switch_model(session, arg)
             except DroverError as exc:
-                print(f"error: {exc}")
+                print(f"error: {exc} (still using {runtime.model})")
             else:
-                await session.provider.aclose()
-                session.switch_provider(provider)
-                runtime.provider, runtime.model = provider, arg
                 print(f"now using {arg}")
     elif name == "/session":
         print(session.id)

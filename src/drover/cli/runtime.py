@@ -1,7 +1,9 @@
 """Builds what a command needs to run turns: config, provider, store, tools, runner.
 
 Every failure here is a :class:`~drover.errors.DroverError` with a one-line message (bad
-workdir, unknown provider, missing key, unreachable database), which ``main`` prints.
+workdir, unknown provider, missing key, unreachable database), which ``main`` prints. Whatever
+fails, and wherever, each resource already built is closed (the provider in use last included,
+when ``/model`` replaced the first one).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from drover.config import Config, load_config
 from drover.convo import ConversationManager
-from drover.errors import ConfigError
+from drover.errors import ConfigError, DroverError
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
@@ -49,10 +51,20 @@ class RunOptions:
     sandbox_network: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class OpenedSession:
+    record: SessionRecord
+    session: AgentSession
+    #: True when this call created the session (it did not exist before).
+    created: bool
+
+
 @dataclass(slots=True)
 class Runtime:
     config: Config
     model: str
+    #: The ``--base-url`` given, kept for providers built later (``/model``).
+    base_url: str | None
     provider: Provider
     store: Store
     runner: Runner
@@ -64,8 +76,21 @@ class Runtime:
     sandbox: SandboxStatus
 
     async def session(
-        self, *, session_id: str | None = None, continue_latest: bool = False
-    ) -> tuple[SessionRecord, AgentSession]:
+        self,
+        *,
+        session_id: str | None = None,
+        continue_latest: bool = False,
+        must_exist: bool = False,
+    ) -> OpenedSession:
+        """Open the named session (created if new, unless ``must_exist``), the latest one of
+        the working directory, or a new one."""
+        created = session_id is None and not continue_latest
+        if session_id is not None and await self.store.get_session(session_id) is None:
+            if must_exist:
+                raise DroverError(f"no session {session_id} in this journal")
+            created = True
+        if created and must_exist:
+            raise DroverError("no session given (use --session ID or --continue)")
         record = await self.runner.open_session(
             workdir=self.workdir,
             model=self.model,
@@ -85,13 +110,30 @@ class Runtime:
                 system_prompt=system_prompt(self.workdir),
             ),
         )
-        return record, session
+        return OpenedSession(record, session, created)
+
+    async def switch_model(self, session: AgentSession, model: str) -> None:
+        """Use ``model`` from the next turn on (same ``--base-url``); the pending work is
+        converted. When the new provider cannot be built the old one stays in use."""
+        provider = create_provider(model, self.config, base_url=self.base_url)
+        try:
+            session.switch_provider(provider)
+        except BaseException:
+            await provider.aclose()
+            raise
+        old, self.provider, self.model = self.provider, provider, model
+        await old.aclose()
 
 
 def resolve_workdir(path: Path | None) -> Path:
     workdir = (path or Path.cwd()).expanduser()
     if not workdir.is_dir():
         raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
+    try:
+        str(workdir).encode("utf-8")
+    except UnicodeEncodeError:
+        # The journal and the model see the path as text: it must be valid UTF-8.
+        raise ConfigError(f"working directory path is not valid UTF-8: {workdir}") from None
     return workdir.resolve()
 
 
@@ -133,27 +175,39 @@ async def open_runtime(
     sandbox: SandboxStatus | None = None,
     require_sandbox: bool = False,
 ) -> AsyncIterator[Runtime]:
-    """Everything a command needs; ``sandbox`` is a status already probed, else the settings
-    are probed here. ``require_sandbox`` (``drover serve``) makes a wanted sandbox that cannot
-    run here a :class:`~drover.errors.ConfigError` instead of a warning; ``--sandbox off``
-    still passes."""
-    workdir = resolve_workdir(options.workdir)
-    config = config or load_config()
-    if sandbox is None:
-        settings = resolve_sandbox_settings(options, config, workdir)
-        check = sandbox_required if require_sandbox else probe_sandbox
-        sandbox = await asyncio.to_thread(check, settings)
-    model = options.model or config.default_model
-    if provider is None:
-        provider = create_provider(model, config, base_url=options.base_url)
-    store = open_store(options.db or os.environ.get("DROVER_DB"))
-    try:
+    """Everything a command needs to run turns; a ``provider`` given is owned (closed) too,
+    and whatever fails, each resource already built is closed. ``sandbox`` is a status already
+    probed, else the settings are probed here. ``require_sandbox`` (``drover serve``) makes a
+    wanted sandbox that cannot run here a :class:`~drover.errors.ConfigError` instead of a
+    warning; ``--sandbox off`` still passes."""
+    runtime: Runtime | None = None
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def close_provider() -> None:
+            # The provider in use at the end: /model may have replaced the first one.
+            current = runtime.provider if runtime is not None else provider
+            if current is not None:
+                await current.aclose()
+
+        stack.push_async_callback(close_provider)
+        workdir = resolve_workdir(options.workdir)
+        config = config or load_config()
+        if sandbox is None:
+            settings = resolve_sandbox_settings(options, config, workdir)
+            check = sandbox_required if require_sandbox else probe_sandbox
+            sandbox = await asyncio.to_thread(check, settings)
+        model = options.model or config.default_model
+        if provider is None:
+            provider = create_provider(model, config, base_url=options.base_url)
+        store = open_store(options.db or os.environ.get("DROVER_DB"))
+        stack.push_async_callback(store.close)
         await store.open()
         runner = Runner(store, redactor=Redactor(config.redact_patterns))
         await runner.recover()
-        yield Runtime(
+        runtime = Runtime(
             config=config,
             model=model,
+            base_url=options.base_url,
             provider=provider,
             store=store,
             runner=runner,
@@ -163,6 +217,4 @@ async def open_runtime(
             workdir=workdir,
             sandbox=sandbox,
         )
-    finally:
-        await store.close()
-        await provider.aclose()
+        yield runtime
