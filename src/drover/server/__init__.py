@@ -43,8 +43,10 @@ Sessions belong to the token that created them; another token gets 404 for them.
 "last_event_id", "turns": [Turn], "pending_permissions": [PermissionRequest data]}`` where
 ``last_event_id`` is the sequence number the snapshot is current to (stream from there with
 ``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "created_at",
-"ended_at", "user_message": Message|null, "messages": [{"seq", "partial", "message": Message}],
-"tool_calls": [ToolCall]}``; ``status`` is ``running|completed|incomplete|failed|interrupted``.
+"ended_at", "usage": Usage|null, "user_message": Message|null, "messages": [{"seq",
+"partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the terminal
+events, null while the turn runs); ``status`` is
+``running|completed|incomplete|failed|interrupted``.
 ``Message`` is ``{"role", "content": [Block]}`` with blocks ``{"type": "text", "text",
 "partial"?}``, ``{"type": "thinking", …}``, ``{"type": "tool_use", "id", "name", "input"}``,
 ``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.messages``).

@@ -14,7 +14,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from drover.server import routes
 from drover.server.config import ServerSettings
@@ -56,6 +57,8 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),
         Route(f"{sid}/permissions/{{request_id}}", routes.decide, methods=["POST"]),
         Route(f"{sid}/events", routes.events, methods=["GET"]),
+        # The web page's scripts and stylesheet (public files, like the page itself).
+        Mount("/static", app=StaticFiles(directory=settings.static_dir), name="static"),
     ]
     middleware = []
     if settings.cors_origins:

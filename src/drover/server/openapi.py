@@ -96,6 +96,7 @@ _TURN = {
         "error": _NULLABLE_STRING,
         "created_at": {"type": "number"},
         "ended_at": _NULLABLE_NUMBER,
+        "usage": {"type": ["object", "null"]},
         "user_message": {"oneOf": [_MESSAGE, {"type": "null"}]},
         "messages": {
             "type": "array",

@@ -61,6 +61,7 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "error": turn.error,
                 "created_at": turn.created_at,
                 "ended_at": turn.ended_at,
+                "usage": None if turn.usage is None else turn.usage.to_dict(),
                 "user_message": (
                     None if turn.user_message is None else message_to_dict(turn.user_message)
                 ),
