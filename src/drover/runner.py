@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from drover.channel import EventSink, Fanout
 from drover.convo import ConversationManager
@@ -36,6 +38,9 @@ from drover.tools.registry import ToolRegistry
 LEASE_SECONDS = 30.0
 
 log = logging.getLogger(__name__)
+
+#: ``(session_id, seq, turn_id, payload)`` of each numbered event.
+SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
 
 
 def owner_id() -> str:
@@ -76,8 +81,12 @@ class Runner:
         *,
         redactor: Redactor | None = None,
         lease_seconds: float = LEASE_SECONDS,
+        on_event: SessionPublish | None = None,
     ) -> None:
+        """``on_event(session_id, seq, turn_id, payload)`` sees every event of every turn as
+        the journal numbers it, live text deltas included (the server's hub)."""
         self.store = store
+        self.on_event = on_event
         self.redactor = redactor or Redactor()
         self.lease_seconds = lease_seconds
         self.owner = owner_id()
@@ -171,6 +180,7 @@ class Runner:
             return tool is not None and tool.read_only
 
         control = TurnControl()
+        on_event = self.on_event
         journal = Journal(
             self.store,
             session.id,
@@ -179,6 +189,7 @@ class Runner:
             turn_id=turn.id,
             owner=self.owner,
             on_failure=lambda failure: control.stop("error", str(failure)),
+            publish=None if on_event is None else functools.partial(on_event, session.id),
         )
         sink = Fanout([journal], live=live)
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))

@@ -9,6 +9,7 @@ from typing import Any
 from drover.errors import StoreError
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
+from drover.store.base import EventRecord
 from drover.store.sqlite import SqliteStore
 
 
@@ -78,11 +79,11 @@ class RecordingStore(SqliteStore):
         self._changed.set()
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self, turn_id: str, step: int, block_index: int, text: str, **numbers: Any
     ) -> int:
         args = (turn_id, step, block_index, text)
         self._before("append_partial_text", args)
-        seq = await super().append_partial_text(turn_id, step, block_index, text)
+        seq = await super().append_partial_text(turn_id, step, block_index, text, **numbers)
         self._after("append_partial_text", args)
         return seq
 
@@ -96,11 +97,11 @@ class RecordingStore(SqliteStore):
         return seq
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self, session_id: str, turn_id: str | None, event: Mapping[str, Any], **numbers: Any
     ) -> int:
         args = (session_id, turn_id, dict(event))
         self._before("append_event", args)
-        seq = await super().append_event(session_id, turn_id, event)
+        seq = await super().append_event(session_id, turn_id, event, **numbers)
         self._after("append_event", args)
         return seq
 
@@ -146,10 +147,19 @@ class RecordingStore(SqliteStore):
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None:
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
         args = (turn_id, status, reason, error)
         self._before("end_turn", args)
-        await super().end_turn(
-            turn_id, status, reason=reason, error=error, usage=usage, owner=owner, event=event
+        logged = await super().end_turn(
+            turn_id,
+            status,
+            reason=reason,
+            error=error,
+            usage=usage,
+            owner=owner,
+            event=event,
+            first_seq=first_seq,
         )
         self._after("end_turn", args)
+        return logged

@@ -153,8 +153,9 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
         )
         parser.add_argument("--db", help="store of the demo session (default: inside the workdir)")
     elif name == "serve":
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        from drover.cli.serve import add_serve_options
+
+        add_serve_options(parser)
         _add_run_options(parser)
     return parser
 
@@ -297,6 +298,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.demo import run_demo
 
         return asyncio.run(run_demo(args))
+    if name == "serve":
+        from drover.cli.serve import run_serve
+
+        return asyncio.run(run_serve(args))
     raise DroverError(f"'drover {name}' is not available in this version yet")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from types import TracebackType
@@ -52,6 +52,8 @@ class SessionRecord:
     model: str
     #: The first user prompt, cut to :data:`TITLE_CHARS` characters.
     title: str | None
+    #: Who the session belongs to (the server's hash of a client token), or None.
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,11 +111,23 @@ class ToolCallRecord:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventRecord:
     session_id: str
+    #: The first sequence number the row covers (its key).
     seq: int
     turn_id: str | None
     type: str
     payload: Mapping[str, Any]
     created_at: float
+    #: The last sequence number the row covers: a coalesced ``text_delta`` row covers the
+    #: numbers of the live deltas it holds; any other row covers only its own (``seq``).
+    last_seq: int = 0
+    #: For a coalesced text row: ``(seq, end)`` of each live delta that ends inside it, ``end``
+    #: an offset into the row's text; text after the last mark belongs to ``last_seq``. None
+    #: when the row cannot be split (redaction changed its length) or is not a text row.
+    marks: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def end_seq(self) -> int:
+        return max(self.seq, self.last_seq)
 
 
 class Store(Protocol):
@@ -136,13 +150,20 @@ class Store(Protocol):
 
     # sessions
     async def create_session(
-        self, *, session_id: str | None = None, workdir: str, model: str
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
     ) -> SessionRecord: ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
-    async def list_sessions(self, limit: int = 50) -> list[SessionRecord]:
-        """Most recently updated first."""
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
+        """Most recently updated first; with ``owner``, only that owner's sessions."""
         ...
 
     async def latest_session(self, workdir: str) -> SessionRecord | None: ...
@@ -174,11 +195,14 @@ class Store(Protocol):
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None:
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
         """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
         text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
         turn's terminal event) is logged in the same transaction, so a turn never ends without
-        it or logs it without ending.
+        it or logs it without ending. Returns the events this logged (the terminal one last),
+        numbered from ``first_seq`` (the journal, the log's only writer while it holds the
+        lease, passes its next number) or else after every number used or reserved.
 
         Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
         otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
@@ -210,10 +234,20 @@ class Store(Protocol):
         ...
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
         """Append streamed text, and in the same write a coalesced ``text_delta`` event
-        (``{"type", "text", "index", "step"}``) to the session's log; returns its seq."""
+        (``{"type", "text", "index", "step"}``) to the session's log; returns its seq. With
+        ``seq`` the row covers the numbers ``seq..last_seq`` and keeps the live deltas'
+        ``marks`` (see :class:`EventRecord`)."""
         ...
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
@@ -251,14 +285,38 @@ class Store(Protocol):
 
     # the event log
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int:
-        """Append ``event`` (``events.event_to_dict`` form) and return its seq."""
+        """Append ``event`` (``events.event_to_dict`` form) and return its seq: ``seq`` when
+        given (a number the journal handed out; the row covers ``seq..last_seq``), else the
+        next after every number used or reserved."""
         ...
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[EventRecord]: ...
+    ) -> list[EventRecord]:
+        """The rows that cover any number above ``after_seq``, in ``seq`` order."""
+        ...
+
+    async def last_event_seq(self, session_id: str) -> int:
+        """The highest number any row of the session's log covers (0: none)."""
+        ...
+
+    async def next_event_seq(self, session_id: str) -> int:
+        """The first number after every one used or reserved in the session's log."""
+        ...
+
+    async def reserve_seqs(self, session_id: str, upto: int) -> None:
+        """Record durably that numbers up to ``upto`` may have been handed out (replacing the
+        previous reservation): after a crash, new events are numbered above it, so a client
+        holding a number that did not survive is told to reset instead of skipping events."""
+        ...
 
 
 # -- rules every backend shares ---------------------------------------------------------------
@@ -363,6 +421,22 @@ def interrupted_call_event(
     return event
 
 
+def logged_event(
+    session_id: str, seq: int, turn_id: str | None, event: Mapping[str, Any], now: float
+) -> EventRecord:
+    """The record of an event a store just logged on its own (one number)."""
+    payload = dict(event)
+    return EventRecord(
+        session_id=session_id,
+        seq=seq,
+        turn_id=turn_id,
+        type=str(payload["type"]),
+        payload=payload,
+        created_at=now,
+        last_seq=seq,
+    )
+
+
 def orphan_end_event(worked: bool) -> dict[str, Any]:
     """The terminal event logged for a recovered turn (``incomplete`` when it holds work)."""
     return {
@@ -393,6 +467,7 @@ def session_from_row(row: Row) -> SessionRecord:
         workdir=str(row["workdir"]),
         model=str(row["model"]),
         title=row["title"],
+        owner=row["owner"],
     )
 
 
@@ -446,11 +521,38 @@ def stored_message_from_row(row: Row) -> StoredMessage:
 
 
 def event_from_row(row: Row) -> EventRecord:
+    seq = int(row["seq"])
     return EventRecord(
         session_id=str(row["session_id"]),
-        seq=int(row["seq"]),
+        seq=seq,
         turn_id=row["turn_id"],
         type=str(row["type"]),
         payload=_json(row["payload"]),
         created_at=float(row["created_at"]),
+        last_seq=max(seq, int(row["last_seq"] or 0)),
+        marks=decode_marks(seq, row["marks"]),
     )
+
+
+def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
+    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
+    if marks is None:
+        return None
+    flat: list[int] = []
+    prev_seq, prev_end = seq, 0
+    for mark_seq, end in marks:
+        flat += (mark_seq - prev_seq, end - prev_end)
+        prev_seq, prev_end = mark_seq, end
+    return json.dumps(flat, separators=(",", ":"))
+
+
+def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
+    if raw is None:
+        return None
+    flat = _json(raw)
+    out: list[tuple[int, int]] = []
+    prev_seq, prev_end = seq, 0
+    for i in range(0, len(flat) - 1, 2):
+        prev_seq, prev_end = prev_seq + int(flat[i]), prev_end + int(flat[i + 1])
+        out.append((prev_seq, prev_end))
+    return tuple(out)

@@ -38,6 +38,12 @@ outputs, event payloads); streamed text goes through
 :class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be the start
 of a secret until the next flush.
 
+Numbering (:mod:`drover.store.numbering`): the journal numbers every event as it emits it —
+each live text delta included — and hands it to ``publish`` at once; rows are written with
+those numbers. A coalesced text row covers its deltas' numbers and marks where each ends; the
+numbers of deltas a finished message or a discarding retry supersedes before they were written
+are covered by that message's or retry's row, so every number handed out lands in some row.
+
 Writes queue in order and are made before ``send`` returns (the text gates aside), so a tool
 call is durably ``running`` before its tool starts. A write that fails is retried at once, with a
 short backoff, up to ``max_attempts`` times while later writes wait behind it. One that still
@@ -87,6 +93,7 @@ from drover.events import (
 )
 from drover.messages import Message, Usage
 from drover.store.base import Store
+from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 from drover.store.worker_log import WorkerLog
 
@@ -168,13 +175,15 @@ class Journal:
         turn_id: str | None = None,
         owner: str | None = None,
         on_failure: Callable[[StoreError], None] | None = None,
+        publish: Publish | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
         from a tool name whether the tool has no side effects (recorded on its calls, it decides
         whether a call cut off while running has an unknown outcome; unknown tools count as
         side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``.
-        ``owner`` makes the end of the turn conditional on this process still holding it."""
+        ``owner`` makes the end of the turn conditional on this process still holding it.
+        ``publish`` sees every event with its number as soon as it is numbered."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -195,6 +204,10 @@ class Journal:
         self.ended = False
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
+        self._marks: dict[tuple[int, int], StreamMarks] = {}
+        self._numbers = Numbering(store, session_id, publish=publish)
+        # The first number of superseded deltas no row holds yet (the next row covers it).
+        self._absorb: int | None = None
         self._unflushed = 0
         self._last_flush = clock()
         self._timer: asyncio.Task[None] | None = None
@@ -238,7 +251,8 @@ class Journal:
             await worker.aclose()
         if self.failure is None:
             self._take_text(final=True)
-            await self._drain()
+            if await self._drain():
+                await self._numbers.release()
 
     def _worker_journal(self, event: WorkerEvent) -> Journal:
         key = (event.call_id, event.worker)
@@ -270,7 +284,13 @@ class Journal:
                 await self._worker_journal(event).send(event.event)
                 return
             case TextDelta():
-                if self._buffer(event):
+                if self._turn_id is None or not event.text:
+                    return
+                seq = await self._numbers.take()
+                if seq is not None:
+                    body = {"type": "text_delta", "text": event.text, "index": event.index}
+                    self._numbers.publish(seq, self._turn_id, {**body, "step": self._step})
+                if self._buffer(event, seq):
                     await self._flush()
                 return
             case ThinkingDelta():
@@ -296,7 +316,7 @@ class Journal:
                         t, message, partial=event.partial, step=step
                     ),
                 )
-                self._log(event)
+                await self._log(event)
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
@@ -311,7 +331,7 @@ class Journal:
                 self._turn_write(
                     "append tool results", lambda t: self.store.append_message(t, message)
                 )
-                self._log(event)
+                await self._log(event)
                 await self._drain()
                 await self._finished(message)
                 return
@@ -320,6 +340,8 @@ class Journal:
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
+                # The terminal event is numbered when written, after those the store logs
+                # closing the turn (see _end_turn).
                 self._turn_write(
                     "end the turn", lambda t: self._end_turn(t, event, reason, error), ends=True
                 )
@@ -329,13 +351,13 @@ class Journal:
                 pass
             case _:
                 assert_never(event)
-        self._log(event)
+        await self._log(event)
         await self._drain()
 
     async def _end_turn(
         self, turn_id: str, event: Done | Incomplete | Error, reason: str | None, error: str | None
     ) -> None:
-        await self.store.end_turn(
+        logged = await self.store.end_turn(
             turn_id,
             turn_status(event),
             reason=reason,
@@ -343,20 +365,26 @@ class Journal:
             usage=event.usage,
             owner=self._owner,
             event=self._redactor.redact_obj(event_to_dict(event)),
+            first_seq=self._numbers.next,
         )
         self.ended = True
+        # Calls closed and text folded by the store, then the terminal event: written and
+        # numbered in one transaction, so published only now.
+        for record in logged:
+            self._numbers.advance_past(record.end_seq)
+            self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
 
     # -- text ----------------------------------------------------------------------------------
 
-    def _buffer(self, delta: TextDelta) -> bool:
-        """Buffer a delta; True when a gate says flush now."""
-        if self._turn_id is None or not delta.text:
-            return False
+    def _buffer(self, delta: TextDelta, seq: int | None) -> bool:
+        """Buffer a delta numbered ``seq``; True when a gate says flush now."""
         key = (self._step, delta.index)
         stream = self._texts.get(key)
         if stream is None:
             stream = self._texts[key] = StreamRedactor(self._redactor)
         stream.feed(delta.text)
+        if seq is not None:
+            self._marks.setdefault(key, StreamMarks()).feed(seq, len(delta.text))
         if self._unflushed == 0:
             self._start_timer()
         self._unflushed += len(delta.text.encode())
@@ -368,19 +396,32 @@ class Journal:
     def _take_text(self, *, final: bool) -> None:
         """Queue the buffered text that is safe to write (all of it when ``final``)."""
         turn_id = self._turn_id
-        for (step, index), stream in sorted(self._texts.items()):
+        for key, stream in sorted(self._texts.items()):
             text = stream.take(final=final)
+            marks = self._marks.get(key)
+            span = None
+            if marks is not None:
+                span = marks.release(marks.unwritten() - stream.held_chars, len(text))
             if text and turn_id is not None:
+                step, index = key
                 write = partial(self.store.append_partial_text, turn_id, step, index, text)
+                if span is not None:
+                    first, last, cuts = span
+                    write = partial(write, seq=first, last_seq=last, marks=cuts)
                 self._queue.append(_Write("append partial text", write))
         if final:
             self._texts.clear()
+            self._marks.clear()
         self._unflushed = 0
         self._last_flush = self._clock()
 
     def _drop_text(self, step: int) -> None:
         for key in [k for k in self._texts if k[0] == step]:
             del self._texts[key]
+            marks = self._marks.pop(key, None)
+            first = None if marks is None else marks.first_unstarted()
+            if first is not None:
+                self._absorb = first if self._absorb is None else min(self._absorb, first)
         if not self._texts:
             self._unflushed = 0
 
@@ -448,13 +489,25 @@ class Journal:
             ),
         )
 
-    def _log(self, event: Event) -> None:
+    async def _log(self, event: Event) -> None:
         payload = self._redactor.redact_obj(event_to_dict(event))
         turn_id = self._turn_id
+        seq = await self._numbers.take()
+        first: int | None = None
+        if seq is not None:
+            first, self._absorb = self._absorb, None
+            self._numbers.publish(seq, turn_id, payload)
         self._queue.append(
             _Write(
                 f"log the {event.type} event",
-                lambda: self.store.append_event(self.session_id, turn_id, payload),
+                partial(
+                    self.store.append_event,
+                    self.session_id,
+                    turn_id,
+                    payload,
+                    seq=seq if first is None else first,
+                    last_seq=seq,
+                ),
             )
         )
 
@@ -492,6 +545,7 @@ class Journal:
         log.error("journal: %s; nothing more of this turn is recorded", failure)
         self._queue.clear()
         self._texts.clear()
+        self._marks.clear()
         self._cancel_timer()
         if self._on_failure is not None:
             self._on_failure(failure)

@@ -109,6 +109,34 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(
+        "0004_event_seq_ranges",
+        (
+            # A coalesced text row covers the numbers of the live deltas it holds (seq to
+            # last_seq); a delta cut by flushes lies in several rows, told apart by ``part``.
+            """CREATE TABLE events_ranged (
+                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                seq INTEGER NOT NULL,
+                part INTEGER NOT NULL DEFAULT 0,
+                last_seq INTEGER NOT NULL,
+                turn_id TEXT,
+                type TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                marks TEXT,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (session_id, seq, part)
+            ) WITHOUT ROWID""",
+            "INSERT INTO events_ranged (session_id, seq, part, last_seq, turn_id, type, payload, "
+            "created_at) SELECT session_id, seq, 0, seq, turn_id, type, payload, created_at "
+            "FROM events",
+            "DROP TABLE events",
+            "ALTER TABLE events_ranged RENAME TO events",
+            "CREATE INDEX events_by_last_seq ON events (session_id, last_seq)",
+            # Numbers handed out up to here may exist only in a client's memory.
+            "ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN owner TEXT",
+        ),
+    ),
 )
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -112,6 +112,20 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        "0004_event_seq_ranges",
+        (
+            "ALTER TABLE events ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+            "UPDATE events SET last_seq = seq",
+            "ALTER TABLE events ADD COLUMN marks TEXT",
+            "ALTER TABLE events ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE events DROP CONSTRAINT events_pkey",
+            "ALTER TABLE events ADD PRIMARY KEY (session_id, seq, part)",
+            "CREATE INDEX events_by_last_seq ON events (session_id, last_seq)",
+            "ALTER TABLE sessions ADD COLUMN seq_reserved BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN owner TEXT",
+        ),
+    ),
 )
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -21,16 +21,13 @@ deltas, tool output, errors, JSON strings) it is written as U+FFFD instead of fa
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from psycopg.rows import DictRow
-from psycopg.types.json import Jsonb
 
 from drover.errors import SessionBusyError, StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState, TurnStatus
@@ -43,9 +40,11 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
     check_writable,
+    encode_marks,
     event_from_row,
     interrupted_call,
     interrupted_call_event,
+    logged_event,
     orphan_end_event,
     owner_alive,
     partial_messages,
@@ -56,6 +55,8 @@ from drover.store.base import (
     turn_from_row,
 )
 from drover.store.pg_conn import Conn, PgPool, redact
+from drover.store.pg_log import jsonb as _jsonb
+from drover.store.pg_log import log_event, log_text, next_event_seq
 
 T = TypeVar("T")
 Params = tuple[Any, ...]
@@ -75,21 +76,10 @@ _UPSERT_CALL = (
     "read_only = excluded.read_only OR tool_calls.read_only, "
     f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({_TERMINAL})"
 )
-# An escaped NUL in JSON text, not preceded by an escaped backslash.
-_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def _text(value: str | None) -> str | None:
     return None if value is None else value.replace("\x00", "\ufffd")
-
-
-def _dumps(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _JSON_NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
-
-
-def _jsonb(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value, dumps=_dumps)
 
 
 class PostgresStore:
@@ -178,17 +168,7 @@ class PostgresStore:
         check_writable(turn_id, str(row["status"]), row["owner"], owner)
         return str(row["id"])
 
-    @staticmethod
-    async def _log(
-        conn: Conn, session_id: str, turn_id: str | None, event: Mapping[str, Any], now: float
-    ) -> int:
-        return await _seq(
-            conn,
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) "
-            "SELECT %s, COALESCE(MAX(seq), 0) + 1, %s::text, %s, %s::jsonb, %s "
-            "FROM events WHERE session_id = %s RETURNING seq",
-            (session_id, turn_id, str(event["type"]), _jsonb(dict(event)), now, session_id),
-        )
+    _log = staticmethod(log_event)
 
     @staticmethod
     async def _add_message(
@@ -215,7 +195,12 @@ class PostgresStore:
     # -- sessions ------------------------------------------------------------------------------
 
     async def create_session(
-        self, *, session_id: str | None = None, workdir: str, model: str
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
     ) -> SessionRecord:
         now = self._clock()
         record = SessionRecord(
@@ -225,13 +210,14 @@ class PostgresStore:
             workdir=workdir,
             model=model,
             title=None,
+            owner=owner,
         )
 
         async def insert(conn: Conn) -> SessionRecord:
             cur = await conn.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title) "
-                "VALUES (%s, %s, %s, %s, %s, NULL) ON CONFLICT (id) DO NOTHING",
-                (record.id, now, now, workdir, model),
+                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title, owner) "
+                "VALUES (%s, %s, %s, %s, %s, NULL, %s) ON CONFLICT (id) DO NOTHING",
+                (record.id, now, now, workdir, model, owner),
             )
             if cur.rowcount == 0:
                 raise StoreError(f"session {record.id} already exists")
@@ -243,9 +229,15 @@ class PostgresStore:
         rows = await self._query("SELECT * FROM sessions WHERE id = %s", session_id)
         return session_from_row(rows[0]) if rows else None
 
-    async def list_sessions(self, limit: int = 50) -> list[SessionRecord]:
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
         rows = await self._query(
-            "SELECT * FROM sessions ORDER BY updated_at DESC, n DESC LIMIT %s", limit
+            "SELECT * FROM sessions WHERE %s::text IS NULL OR owner = %s::text "
+            "ORDER BY updated_at DESC, n DESC LIMIT %s",
+            owner,
+            owner,
+            limit,
         )
         return [session_from_row(r) for r in rows]
 
@@ -326,15 +318,17 @@ class PostgresStore:
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None:
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
         if status == "running":
             raise StoreError("a turn cannot end as running")
         now = self._clock()
         usage_json = None if usage is None else _jsonb(usage.to_dict())
 
-        async def update(conn: Conn) -> None:
+        async def update(conn: Conn) -> list[EventRecord]:
             session_id = await self._turn_session(conn, turn_id, owner)
-            await self._settle(conn, session_id, turn_id, now)
+            logged: list[EventRecord] = []
+            await self._settle(conn, session_id, turn_id, now, logged, first_seq)
             await conn.execute(
                 "UPDATE turns SET status = %s, reason = %s, error = %s, usage = %s::jsonb, "
                 "ended_at = %s, updated_at = %s, lease_expires_at = NULL WHERE id = %s",
@@ -344,14 +338,32 @@ class PostgresStore:
                 "UPDATE sessions SET updated_at = %s WHERE id = %s", (now, session_id)
             )
             if event is not None:
-                await self._log(conn, session_id, turn_id, event, now)
+                seq = None if first_seq is None else first_seq + len(logged)
+                seq = await self._log(conn, session_id, turn_id, event, now, seq)
+                logged.append(logged_event(session_id, seq, turn_id, event, now))
+            return logged
 
-        await self._write(update)
+        return await self._write(update)
 
-    async def _settle(self, conn: Conn, session_id: str, turn_id: str, now: float) -> bool:
+    async def _settle(
+        self,
+        conn: Conn,
+        session_id: str,
+        turn_id: str,
+        now: float,
+        logged: list[EventRecord] | None = None,
+        first_seq: int | None = None,
+    ) -> bool:
         """Close the turn's open tool calls and fold its left-over text deltas into partial
-        messages, logging both; returns whether the turn holds any message. The caller holds
-        the session's lock."""
+        messages, logging both (into ``logged``, numbered from ``first_seq`` if given);
+        returns whether the turn holds any message. The caller holds the session's lock."""
+        out = [] if logged is None else logged
+
+        async def log(event: dict[str, Any]) -> None:
+            seq = None if first_seq is None else first_seq + len(out)
+            seq = await self._log(conn, session_id, turn_id, event, now, seq)
+            out.append(logged_event(session_id, seq, turn_id, event, now))
+
         calls = await _rows(
             conn,
             "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
@@ -366,14 +378,16 @@ class PostgresStore:
                 "outcome_unknown = %s, updated_at = %s WHERE turn_id = %s AND call_id = %s",
                 (output, unknown, now, turn_id, call["call_id"]),
             )
-            event = interrupted_call_event(
-                call["call_id"], call["call_index"], call["name"], output, unknown
+            await log(
+                interrupted_call_event(
+                    call["call_id"], call["call_index"], call["name"], output, unknown
+                )
             )
-            await self._log(conn, session_id, turn_id, event, now)
         for message in partial_messages(await self._deltas(conn, turn_id)):
             await self._add_message(conn, turn_id, message, True, now)
-            payload = {"type": "assistant_message", "message": message_to_dict(message)}
-            await self._log(conn, session_id, turn_id, {**payload, "partial": True}, now)
+            await log(
+                {"type": "assistant_message", "message": message_to_dict(message), "partial": True}
+            )
         await conn.execute("DELETE FROM partial_text WHERE turn_id = %s", (turn_id,))
         cur = await conn.execute(
             "SELECT EXISTS (SELECT 1 FROM messages WHERE turn_id = %s) AS held", (turn_id,)
@@ -471,9 +485,19 @@ class PostgresStore:
         return await self._write(insert)
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
         now = self._clock()
+        first = seq
+        encoded = None if seq is None else encode_marks(seq, marks)
 
         async def insert(conn: Conn) -> int:
             session_id = await self._turn_session(conn, turn_id)
@@ -484,7 +508,7 @@ class PostgresStore:
                 (turn_id, step, block_index, _text(text), turn_id, step, block_index),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return await self._log(conn, session_id, turn_id, event, now)
+            return await log_text(conn, session_id, turn_id, event, now, first, last_seq, encoded)
 
         return await self._write(insert)
 
@@ -562,7 +586,13 @@ class PostgresStore:
     # -- the event log -------------------------------------------------------------------------
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int:
         now = self._clock()
         if "type" not in event:
@@ -570,15 +600,34 @@ class PostgresStore:
 
         async def insert(conn: Conn) -> int:
             await self._need_session(conn, session_id)
-            return await self._log(conn, session_id, turn_id, event, now)
+            return await self._log(conn, session_id, turn_id, event, now, seq, last_seq)
 
         return await self._write(insert)
+
+    async def last_event_seq(self, session_id: str) -> int:
+        rows = await self._query(
+            "SELECT COALESCE(MAX(last_seq), 0) AS seq FROM events WHERE session_id = %s",
+            session_id,
+        )
+        return int(rows[0]["seq"])
+
+    async def next_event_seq(self, session_id: str) -> int:
+        return await self._call(lambda conn: next_event_seq(conn, session_id))
+
+    async def reserve_seqs(self, session_id: str, upto: int) -> None:
+        async def update(conn: Conn) -> None:
+            await conn.execute(
+                "UPDATE sessions SET seq_reserved = %s WHERE id = %s", (upto, session_id)
+            )
+
+        await self._write(update)
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            "SELECT * FROM events WHERE session_id = %s AND last_seq > %s "
+            "ORDER BY seq, part LIMIT %s",
             session_id,
             after_seq,
             limit,

@@ -232,6 +232,11 @@ class StreamRedactor:
         """Whether anything (new text or a held tail) is waiting to be written."""
         return bool(self._chunks) or bool(self._held)
 
+    @property
+    def held_chars(self) -> int:
+        """Raw characters kept back by the last :meth:`take`."""
+        return len(self._held)
+
     def take(self, *, final: bool = False) -> str:
         """Redacted text ready to write; ``final`` releases the held tail too."""
         buffered = self._held + "".join(self._chunks)

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -39,9 +39,11 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
     check_writable,
+    encode_marks,
     event_from_row,
     interrupted_call,
     interrupted_call_event,
+    logged_event,
     orphan_end_event,
     owner_alive,
     partial_messages,
@@ -52,6 +54,7 @@ from drover.store.base import (
     turn_from_row,
 )
 from drover.store.migrations import migrate
+from drover.store.sqlite_log import log_event, log_text, next_event_seq
 
 T = TypeVar("T")
 Conn = sqlite3.Connection
@@ -245,17 +248,7 @@ class SqliteStore:
         check_writable(turn_id, row["status"], row["owner"], owner)
         return str(row[0])
 
-    @staticmethod
-    def _log(
-        conn: Conn, session_id: str, turn_id: str | None, event: Mapping[str, Any], now: float
-    ) -> int:
-        seq = SqliteStore._next_seq(conn, "events", "session_id = ?", (session_id,))
-        conn.execute(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, seq, turn_id, str(event["type"]), _dumps(dict(event)), now),
-        )
-        return seq
+    _log = staticmethod(log_event)
 
     @staticmethod
     def _add_message(conn: Conn, turn_id: str, message: Message, partial: bool, now: float) -> int:
@@ -270,7 +263,12 @@ class SqliteStore:
     # -- sessions ------------------------------------------------------------------------------
 
     async def create_session(
-        self, *, session_id: str | None = None, workdir: str, model: str
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
     ) -> SessionRecord:
         now = self._clock()
         record = SessionRecord(
@@ -280,15 +278,16 @@ class SqliteStore:
             workdir=workdir,
             model=model,
             title=None,
+            owner=owner,
         )
 
         def insert(conn: Conn) -> SessionRecord:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (record.id,)).fetchone():
                 raise StoreError(f"session {record.id} already exists")
             conn.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title) "
-                "VALUES (?, ?, ?, ?, ?, NULL)",
-                (record.id, now, now, workdir, model),
+                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title, owner) "
+                "VALUES (?, ?, ?, ?, ?, NULL, ?)",
+                (record.id, now, now, workdir, model, owner),
             )
             return record
 
@@ -298,9 +297,15 @@ class SqliteStore:
         rows = await self._query("SELECT * FROM sessions WHERE id = ?", session_id)
         return session_from_row(rows[0]) if rows else None
 
-    async def list_sessions(self, limit: int = 50) -> list[SessionRecord]:
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
         rows = await self._query(
-            "SELECT * FROM sessions ORDER BY updated_at DESC, rowid DESC LIMIT ?", limit
+            "SELECT * FROM sessions WHERE ? IS NULL OR owner = ? "
+            "ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+            owner,
+            owner,
+            limit,
         )
         return [session_from_row(r) for r in rows]
 
@@ -381,15 +386,17 @@ class SqliteStore:
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None:
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
         if status == "running":
             raise StoreError("a turn cannot end as running")
         now = self._clock()
         usage_json = None if usage is None else _dumps(usage.to_dict())
 
-        def update(conn: Conn) -> None:
+        def update(conn: Conn) -> list[EventRecord]:
             session_id = self._turn_session(conn, turn_id, owner)
-            self._settle(conn, session_id, turn_id, now)
+            logged: list[EventRecord] = []
+            self._settle(conn, session_id, turn_id, now, logged, first_seq)
             conn.execute(
                 "UPDATE turns SET status = ?, reason = ?, error = ?, usage = ?, ended_at = ?, "
                 "updated_at = ?, lease_expires_at = NULL WHERE id = ?",
@@ -397,13 +404,32 @@ class SqliteStore:
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
             if event is not None:
-                self._log(conn, session_id, turn_id, event, now)
+                seq = None if first_seq is None else first_seq + len(logged)
+                seq = self._log(conn, session_id, turn_id, event, now, seq)
+                logged.append(logged_event(session_id, seq, turn_id, event, now))
+            return logged
 
-        await self._write(update)
+        return await self._write(update)
 
-    def _settle(self, conn: Conn, session_id: str, turn_id: str, now: float) -> bool:
+    def _settle(
+        self,
+        conn: Conn,
+        session_id: str,
+        turn_id: str,
+        now: float,
+        logged: list[EventRecord] | None = None,
+        first_seq: int | None = None,
+    ) -> bool:
         """Close the turn's open tool calls and fold its left-over text deltas into partial
-        messages, logging both; returns whether the turn holds any message."""
+        messages, logging both (into ``logged``, numbered from ``first_seq`` if given);
+        returns whether the turn holds any message."""
+        out = [] if logged is None else logged
+
+        def log(event: dict[str, Any]) -> None:
+            seq = None if first_seq is None else first_seq + len(out)
+            seq = self._log(conn, session_id, turn_id, event, now, seq)
+            out.append(logged_event(session_id, seq, turn_id, event, now))
+
         calls = conn.execute(
             "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
             f"WHERE turn_id = ? AND state NOT IN ({_TERMINAL}) ORDER BY step, call_index",
@@ -417,14 +443,14 @@ class SqliteStore:
                 "outcome_unknown = ?, updated_at = ? WHERE turn_id = ? AND call_id = ?",
                 (output, int(unknown), now, turn_id, call["call_id"]),
             )
-            event = interrupted_call_event(
-                call["call_id"], call["call_index"], call["name"], output, unknown
+            log(
+                interrupted_call_event(
+                    call["call_id"], call["call_index"], call["name"], output, unknown
+                )
             )
-            self._log(conn, session_id, turn_id, event, now)
         for message in partial_messages(self._deltas(conn, turn_id)):
             self._add_message(conn, turn_id, message, True, now)
-            payload = {"type": "assistant_message", "message": message_to_dict(message)}
-            self._log(conn, session_id, turn_id, {**payload, "partial": True}, now)
+            log({"type": "assistant_message", "message": message_to_dict(message), "partial": True})
         conn.execute("DELETE FROM partial_text WHERE turn_id = ?", (turn_id,))
         held = conn.execute("SELECT 1 FROM messages WHERE turn_id = ? LIMIT 1", (turn_id,))
         return held.fetchone() is not None
@@ -515,21 +541,31 @@ class SqliteStore:
         return await self._write(insert)
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
         now = self._clock()
+        first = seq
+        encoded = None if seq is None else encode_marks(seq, marks)
 
         def insert(conn: Conn) -> int:
             session_id = self._turn_session(conn, turn_id)
             where = "turn_id = ? AND step = ? AND block_index = ?"
-            seq = self._next_seq(conn, "partial_text", where, (turn_id, step, block_index))
+            part = self._next_seq(conn, "partial_text", where, (turn_id, step, block_index))
             conn.execute(
                 "INSERT INTO partial_text (turn_id, step, block_index, seq, text) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (turn_id, step, block_index, seq, text),
+                (turn_id, step, block_index, part, text),
             )
             event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-            return self._log(conn, session_id, turn_id, event, now)
+            return log_text(conn, session_id, turn_id, event, now, first, last_seq, encoded)
 
         return await self._write(insert)
 
@@ -601,7 +637,13 @@ class SqliteStore:
     # -- the event log -------------------------------------------------------------------------
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int:
         now = self._clock()
         if "type" not in event:
@@ -609,15 +651,31 @@ class SqliteStore:
 
         def insert(conn: Conn) -> int:
             self._need_session(conn, session_id)
-            return self._log(conn, session_id, turn_id, event, now)
+            return self._log(conn, session_id, turn_id, event, now, seq, last_seq)
 
         return await self._write(insert)
+
+    async def last_event_seq(self, session_id: str) -> int:
+        rows = await self._query(
+            "SELECT COALESCE(MAX(last_seq), 0) FROM events WHERE session_id = ?", session_id
+        )
+        return int(rows[0][0])
+
+    async def next_event_seq(self, session_id: str) -> int:
+        return await self._call(lambda conn: next_event_seq(conn, session_id))
+
+    async def reserve_seqs(self, session_id: str, upto: int) -> None:
+        await self._write(
+            lambda c: c.execute(
+                "UPDATE sessions SET seq_reserved = ? WHERE id = ?", (upto, session_id)
+            )
+        )
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         rows = await self._query(
-            "SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
             session_id,
             after_seq,
             -1 if limit is None else limit,

@@ -1,0 +1,178 @@
+"""``drover serve``: the HTTP API and web page under uvicorn, turns that outlive their clients.
+
+It prints ``drover serve: listening on http://HOST:PORT`` once it accepts connections (with
+``--port 0`` the port the system chose). SIGTERM or Ctrl-C stops it cleanly: every running turn
+is interrupted — its work recorded, the turn ``interrupted`` and resumable by the next message
+— the event streams end after the turns' terminal events, and then the server exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from types import FrameType
+
+import uvicorn
+
+from drover.cli.headless import run_options
+from drover.cli.runtime import Runtime, open_runtime, system_prompt
+from drover.convo import ConversationManager
+from drover.errors import ConfigError
+from drover.permissions import PermissionPolicy
+from drover.providers.base import Provider
+from drover.server.app import create_app
+from drover.server.config import ServerSettings
+from drover.server.hub import Hub
+from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
+from drover.session import AgentSession
+from drover.store.base import SessionRecord
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (8000; 0: any free one)")
+    parser.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        help="accepted bearer token, repeatable (env DROVER_TOKEN, comma-separated); "
+        "required beyond loopback",
+    )
+    parser.add_argument(
+        "--permission-timeout",
+        type=float,
+        default=DEFAULT_PERMISSION_TIMEOUT,
+        help="seconds a permission request waits with no client connected, then is denied",
+    )
+    parser.add_argument("--heartbeat", type=float, default=15.0, help="seconds between pings")
+    parser.add_argument("--max-body", type=int, default=1024 * 1024, help="request body limit")
+    parser.add_argument(
+        "--cors-origin", action="append", default=[], help="allowed CORS origin, repeatable"
+    )
+
+
+def settings_from(args: argparse.Namespace) -> ServerSettings:
+    tokens = list(args.token)
+    tokens += os.environ.get("DROVER_TOKEN", "").split(",")
+    if args.permission_timeout <= 0 or args.heartbeat <= 0 or args.max_body <= 0:
+        raise ConfigError("--permission-timeout, --heartbeat and --max-body must be positive")
+    return ServerSettings.build(
+        host=args.host,
+        port=args.port,
+        tokens=tokens,
+        max_body=args.max_body,
+        heartbeat=args.heartbeat,
+        cors_origins=tuple(args.cors_origin),
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """Stops in order on the first signal: turns interrupted and recorded, streams ended,
+    then uvicorn's own shutdown (a second signal forces it)."""
+
+    def __init__(self, config: uvicorn.Config, service: Service, hub: Hub) -> None:
+        super().__init__(config)
+        self._service = service
+        self._hub = hub
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Task[None] | None = None
+        self._signalled = False
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._signalled or self._loop is None:
+            super().handle_exit(sig, frame)
+            return
+        self._signalled = True
+        self._loop.call_soon_threadsafe(self._begin_stop, sig)
+
+    def _begin_stop(self, sig: int) -> None:
+        assert self._loop is not None
+        self._stopping = self._loop.create_task(self._stop(sig))
+
+    async def _stop(self, sig: int) -> None:
+        try:
+            await self._service.shutdown()
+        finally:
+            self._hub.close()
+            super().handle_exit(sig, None)
+            # Stopped cleanly: exit 0 instead of uvicorn re-raising the signal at the end.
+            self._captured_signals.clear()
+
+
+async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
+    """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
+    settings = settings_from(args)
+    hub = Hub()
+    async with open_runtime(run_options(args), provider=provider) as runtime:
+        runtime.runner.on_event = hub.publish
+        service = Service(
+            store=runtime.store,
+            runner=runtime.runner,
+            hub=hub,
+            new_session=_session_factory(runtime),
+            workdir=str(runtime.workdir),
+            model=runtime.model,
+            permission_mode=args.permission_mode,
+            permission_timeout=args.permission_timeout,
+        )
+        app = create_app(service, settings)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+            access_log=False,
+        )
+        sock = _bind(settings.host, settings.port)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"drover serve: listening on http://{shown}:{port}", flush=True)
+        server = _Server(config, service, hub)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            with contextlib.suppress(Exception):
+                await service.shutdown()
+            sock.close()
+    print("drover serve: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _session_factory(runtime: Runtime):  # type: ignore[no-untyped-def]
+    async def new_session(record: SessionRecord, policy: PermissionPolicy) -> AgentSession:
+        return await runtime.runner.agent_session(
+            record,
+            provider=runtime.provider,
+            tools=runtime.tools,
+            workdir=runtime.workdir,
+            policy=policy,
+            settings=runtime.settings,
+            convo=ConversationManager(
+                context_limit=runtime.config.context_limit,
+                chars_per_token=runtime.config.chars_per_token,
+                system_prompt=system_prompt(runtime.workdir),
+            ),
+        )
+
+    return new_session

@@ -1,0 +1,97 @@
+"""``drover serve``: the HTTP API, the resumable event stream and the web page.
+
+A turn started over HTTP runs in the server's runner, not in a request: closing every client
+neither slows nor stops it. Every event of a session — each text delta included — carries a
+per-session sequence number, assigned by the journal as it emits the event, and a client that
+reconnects with ``Last-Event-ID`` (or ``?after=N``) gets exactly the events after that number,
+from memory for what the journal has not flushed yet and from the event log for the rest, even
+when the number falls inside one coalesced flush of text.
+
+Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.routes` (handlers),
+:mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
+:mod:`.replay` (log rows to wire events, reset detection), :mod:`.sse` (the stream),
+:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript).
+
+HTTP contract (JSON bodies, UTF-8; every error is ``{"error": {"code", "message"}}`` with a
+4xx status, plus ``"turn_id"`` on ``session_busy``)
+-----------------------------------------------------------------------------------------
+
+Authentication: with a token (``--token`` / ``DROVER_TOKEN``; required when the server listens
+beyond loopback) every ``/v1`` request needs ``Authorization: Bearer TOKEN`` — or, for the
+browser's ``EventSource``, which cannot set headers, ``?token=TOKEN`` on the events route.
+Sessions belong to the token that created them; another token gets 404 for them.
+
+=====================================================  =========================================
+``POST /v1/sessions`` ``{}``                           201 ``{"id"}``
+``GET /v1/sessions``                                   200 ``{"sessions": [SessionSummary]}``
+``GET /v1/sessions/{id}``                              200 ``Snapshot`` (the durable transcript)
+``POST /v1/sessions/{id}/messages`` ``{"content"}``    202 ``{"turn_id"}``; 409 ``session_busy``
+                                                       with the running ``turn_id``
+``POST /v1/sessions/{id}/interrupt``                   202 ``{"turn_id"}`` (the turn being
+                                                       stopped); 409 ``no_running_turn``
+``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
+``{"decision": "allow"|"always"|"deny"}``              when unknown or already answered
+``GET /v1/sessions/{id}/events[?after=N]``             ``text/event-stream`` (below)
+``GET /openapi.json``                                  the OpenAPI 3.1 schema
+``GET /``                                              the web page (``static/index.html``)
+=====================================================  =========================================
+
+``SessionSummary``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id"}``
+(times are Unix seconds; ``title`` and ``running_turn_id`` may be null).
+
+``Snapshot``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id",
+"last_event_id", "turns": [Turn], "pending_permissions": [PermissionRequest data]}`` where
+``last_event_id`` is the sequence number the snapshot is current to (stream from there with
+``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "created_at",
+"ended_at", "usage": Usage|null, "user_message": Message|null, "messages": [{"seq",
+"partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the terminal
+events, null while the turn runs); ``status`` is
+``running|completed|incomplete|failed|interrupted``.
+``Message`` is ``{"role", "content": [Block]}`` with blocks ``{"type": "text", "text",
+"partial"?}``, ``{"type": "thinking", …}``, ``{"type": "tool_use", "id", "name", "input"}``,
+``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.messages``).
+``ToolCall`` is ``{"call_id", "step", "call_index", "name", "state", "input", "output",
+"is_error", "outcome_unknown"}``; ``state`` is ``input-streaming|input-available|
+awaiting-permission|running|output-available|output-error|denied|interrupted``.
+
+The event stream
+----------------
+
+Each replayable event is ``id: SEQ`` / ``event: TYPE`` / ``data: JSON`` where the JSON is the
+event's dict (``drover.events.event_to_dict``: ``type`` first) plus ``"seq"`` and
+``"turn_id"``. Sequence numbers increase but are not contiguous (a restarted turn starts after
+the numbers a crashed one reserved). Types and their data beyond ``type``/``seq``/``turn_id``:
+
+=======================  ======================================================================
+``turn_started``         ``session_id``, ``user_message`` (Message or null)
+``step_started``         ``step`` (model call within the turn, from 1)
+``text_delta``           ``text``, ``index`` (content block), ``step`` — one per provider delta
+``retry``                ``attempt``, ``delay``, ``error``, ``discard_partial`` (true: drop the
+                         step's text shown so far, it is streamed anew)
+``assistant_message``    ``message``, ``partial`` — replaces the step's text deltas
+``tool_state``           ``call_id``, ``call_index``, ``name``, ``state``, ``input``?,
+                         ``output``?, ``is_error``?, ``outcome_unknown``?
+``tool_start``           ``call_index``, ``id``, ``name``, ``input_summary``
+``tool_done``            ``call_index``, ``id``, ``name``, ``is_error``, ``output_summary``
+``tool_results``         ``message`` (the results sent back to the model)
+``permission_request``   ``request_id``, ``call_id``, ``tool_name``, ``input``, ``summary`` —
+                         answer with the permissions route
+``usage``                ``usage``, ``total_input``, ``total_output``
+``compacted``            ``messages_before``, ``messages_after``
+``done``                 ``text``, ``usage`` — terminal (turn ``completed``)
+``incomplete``           ``reason``, ``error``, ``usage``, ``retryable`` — terminal, work kept
+``error``                ``reason``, ``error``, ``usage``, ``retryable`` — terminal
+``reset``                the client's id cannot be continued (older than what is kept, inside
+                         a hole a crash left, or ahead of what survived): ``data`` is the
+                         ``Snapshot``; its ``id`` is the snapshot's ``last_event_id``. Replace
+                         the whole view with it and go on from there.
+=======================  ======================================================================
+
+Every turn ends with exactly one of ``done``/``incomplete``/``error``. Thinking deltas are
+not streamed. A live ``text_delta`` carries the provider's text as it came; what the journal
+stores — and so what a replay from the log serves — is redacted (keys become ``[REDACTED]``),
+and the step's ``assistant_message`` is always the redacted, authoritative text.
+Transient events have no ``id:`` and are never replayed: ``status``
+(``{"type": "status", "transient": true, "running_turn_id", "last_event_id"}``, sent on
+connect). Heartbeats are SSE comment lines (``: ping``) every ``heartbeat`` seconds.
+"""

@@ -1,0 +1,196 @@
+"""The live side of the event stream: one feed per session, fanned out to its SSE clients.
+
+The runner's journal numbers each event and hands it here at once (text deltas as they leave
+the provider adapter, not at the 250 ms flush). A feed turns the event into its SSE frame once,
+keeps the latest frames in a bounded ring — which is what serves the deltas the journal has not
+flushed yet to a reconnecting client — and appends it to each subscriber's queue.
+
+A subscriber's queue is bounded too, but numbered events cannot simply be dropped (the client
+would skip an id): a subscriber that falls behind is marked ``lagged``, stops receiving, and its
+stream resynchronises from the log and the ring after the last id it sent. A slow client thus
+costs its own latency, never the turn's or the other clients'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+#: Frames a feed keeps in memory (far more than one flush interval of deltas).
+RING_SIZE = 2048
+#: Frames waiting for one subscriber before it is resynchronised from the log.
+QUEUE_SIZE = 4096
+_SEP = (",", ":")
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One numbered event as the bytes written to every client (encoded once)."""
+
+    seq: int
+    type: str
+    wire: bytes
+
+    def encode(self) -> bytes:
+        return self.wire
+
+
+def _wire(seq: int, kind: str, data: str) -> bytes:
+    return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode()
+
+
+def make_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
+    body = {**payload, "seq": seq, "turn_id": turn_id}
+    kind = str(payload.get("type", "message"))
+    return Frame(seq, kind, _wire(seq, kind, json.dumps(body, ensure_ascii=False, separators=_SEP)))
+
+
+def text_frame(seq: int, text: str, tail: str) -> Frame:
+    """A ``text_delta`` frame built from its text and the rest of its JSON (``tail``: from
+    ``,"index"`` to the closing brace but for ``seq``/``turn_id``; see :func:`text_tail`)."""
+    data = '{"type":"text_delta","text":' + json.dumps(text, ensure_ascii=False) + tail % seq
+    return Frame(seq, "text_delta", _wire(seq, "text_delta", data))
+
+
+def text_tail(index: Any, step: Any, turn_id: str | None) -> str:
+    """The part of a text delta's JSON after its text, with ``%d`` for the number."""
+    turn = json.dumps(turn_id).replace("%", "%%")
+    return f',"index":{json.dumps(index)},"step":{json.dumps(step)},"seq":%d,"turn_id":{turn}}}'
+
+
+class Subscription:
+    def __init__(self, maxsize: int = QUEUE_SIZE) -> None:
+        self._items: deque[Frame] = deque()
+        self._maxsize = maxsize
+        self._ready = asyncio.Event()
+        self.lagged = False
+        self.closed = False
+
+    def close(self) -> None:
+        """End the stream (the server is stopping)."""
+        self.closed = True
+        self._ready.set()
+
+    def put(self, frame: Frame) -> None:
+        if self.lagged:
+            return
+        if len(self._items) >= self._maxsize:
+            self.lagged = True
+            self._items.clear()
+        else:
+            self._items.append(frame)
+        self._ready.set()
+
+    def resynced(self) -> None:
+        """The stream caught up from the log: receive again."""
+        self.lagged = False
+
+    async def wait(self, patience: float) -> list[Frame]:
+        """The frames queued so far, waiting up to ``patience`` s for one (empty: none came)."""
+        if not self._items and not self.lagged and not self.closed:
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(patience):  # no task per wait, unlike wait_for
+                    await self._ready.wait()
+            except TimeoutError:
+                return []
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+class SessionFeed:
+    def __init__(self, ring_size: int = RING_SIZE) -> None:
+        self._ring: deque[Frame] = deque(maxlen=ring_size)
+        self._subscribers: set[Subscription] = set()
+        self._changed = asyncio.Event()
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def publish(self, frame: Frame) -> None:
+        if self._ring and frame.seq <= self._ring[-1].seq:
+            return  # numbers only grow; a repeat is a replayed write
+        self._ring.append(frame)
+        for subscriber in self._subscribers:
+            subscriber.put(frame)
+
+    def after(self, seq: int) -> list[Frame]:
+        """Frames in the ring numbered above ``seq``."""
+        ring = self._ring
+        start = bisect.bisect_right([f.seq for f in ring], seq) if ring else 0
+        return list(ring)[start:]
+
+    def holds(self, seq: int) -> bool:
+        """Whether ``seq`` was published here and is still in the ring."""
+        seqs = [f.seq for f in self._ring]
+        i = bisect.bisect_left(seqs, seq)
+        return i < len(seqs) and seqs[i] == seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._ring[-1].seq if self._ring else 0
+
+    # -- subscribers ---------------------------------------------------------------------------
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def subscribe(self) -> Subscription:
+        subscription = Subscription()
+        self._subscribers.add(subscription)
+        self._signal()
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+        self._signal()
+
+    def close(self) -> None:
+        for subscriber in self._subscribers:
+            subscriber.close()
+
+    async def wait_changed(self) -> None:
+        """Until a subscriber comes or goes."""
+        await self._changed.wait()
+
+    def _signal(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+
+class Hub:
+    """The feeds of the sessions this process serves; :meth:`publish` is the runner's hook."""
+
+    def __init__(self, ring_size: int = RING_SIZE) -> None:
+        self._ring_size = ring_size
+        self._feeds: dict[str, SessionFeed] = {}
+
+    def feed(self, session_id: str) -> SessionFeed:
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = SessionFeed(self._ring_size)
+        return feed
+
+    def publish(
+        self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any]
+    ) -> None:
+        self.feed(session_id).publish(make_frame(seq, turn_id, payload))
+
+    def close(self) -> None:
+        """End every subscriber's stream."""
+        for feed in self._feeds.values():
+            feed.close()
+
+    def forget_idle(self, session_id: str) -> None:
+        """Drop a feed nobody listens to (its turn ended: the log has everything)."""
+        feed = self._feeds.get(session_id)
+        if feed is not None and feed.subscribers == 0:
+            del self._feeds[session_id]
+
+    def __len__(self) -> int:
+        return len(self._feeds)

@@ -1,0 +1,294 @@
+"""The OpenAPI 3.1 schema of the HTTP API, served at ``/openapi.json``.
+
+Written by hand next to the handlers (it is short, and every answer the handlers give is listed
+here); the test suite fuzzes the API from this schema with schemathesis and checks every
+response against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drover import __name__ as _package
+
+_ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_UNAUTHORIZED = _error("missing or unknown bearer token (only when the server has tokens)")
+_NOT_FOUND = _error("no such session, or not this token's")
+_BAD_BODY = {
+    "400": _error("the body is not JSON"),
+    "413": _error("the body is too large"),
+    "415": _error("the body is not application/json"),
+    "422": _error("the body does not match the schema"),
+}
+_SESSION_ID: dict[str, Any] = {
+    "name": "session_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["user", "assistant"]},
+        "content": {"type": "array", "items": {"type": "object"}},
+        "meta": {"type": "object"},
+    },
+}
+_SUMMARY_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "title": _NULLABLE_STRING,
+    "model": {"type": "string"},
+    "created_at": {"type": "number"},
+    "updated_at": {"type": "number"},
+    "running_turn_id": _NULLABLE_STRING,
+}
+_TOOL_CALL = {
+    "type": "object",
+    "required": ["call_id", "name", "state"],
+    "properties": {
+        "call_id": {"type": "string"},
+        "step": {"type": "integer"},
+        "call_index": {"type": "integer"},
+        "name": {"type": "string"},
+        "state": {
+            "enum": [
+                "input-streaming",
+                "input-available",
+                "awaiting-permission",
+                "running",
+                "output-available",
+                "output-error",
+                "denied",
+                "interrupted",
+            ]
+        },
+        "input": {"type": ["object", "null"]},
+        "output": _NULLABLE_STRING,
+        "is_error": {"type": "boolean"},
+        "outcome_unknown": {"type": "boolean"},
+    },
+}
+_TURN = {
+    "type": "object",
+    "required": ["id", "seq", "status", "messages", "tool_calls"],
+    "properties": {
+        "id": {"type": "string"},
+        "seq": {"type": "integer"},
+        "status": {"enum": ["running", "completed", "incomplete", "failed", "interrupted"]},
+        "reason": _NULLABLE_STRING,
+        "error": _NULLABLE_STRING,
+        "created_at": {"type": "number"},
+        "ended_at": _NULLABLE_NUMBER,
+        "usage": {"type": ["object", "null"]},
+        "user_message": {"oneOf": [_MESSAGE, {"type": "null"}]},
+        "messages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["seq", "partial", "message"],
+                "properties": {
+                    "seq": {"type": "integer"},
+                    "partial": {"type": "boolean"},
+                    "message": _MESSAGE,
+                },
+            },
+        },
+        "tool_calls": {"type": "array", "items": _TOOL_CALL},
+    },
+}
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            },
+            "turn_id": {"type": "string"},
+        },
+    },
+    "SessionSummary": {
+        "type": "object",
+        "required": list(_SUMMARY_FIELDS),
+        "properties": _SUMMARY_FIELDS,
+    },
+    "Snapshot": {
+        "type": "object",
+        "required": [*_SUMMARY_FIELDS, "last_event_id", "turns", "pending_permissions"],
+        "properties": {
+            **_SUMMARY_FIELDS,
+            "last_event_id": {"type": "integer", "minimum": 0},
+            "turns": {"type": "array", "items": _TURN},
+            "pending_permissions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["request_id", "call_id", "tool_name", "input", "summary"],
+                },
+            },
+        },
+    },
+}
+
+
+def _op(
+    summary: str,
+    responses: dict[str, Any],
+    *,
+    params: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+    body_required: bool = True,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {**responses, "401": _UNAUTHORIZED}}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        content = {"application/json": {"schema": body}}
+        op["requestBody"] = {"required": body_required, "content": content}
+    return op
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def schema() -> dict[str, Any]:
+    sid = "/v1/sessions/{session_id}"
+    turn = _json(_object({"turn_id": {"type": "string"}}, ["turn_id"]), "the turn")
+    events_params: list[dict[str, Any]] = [
+        _SESSION_ID,
+        {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
+        {"name": "token", "in": "query", "schema": {"type": "string"}},
+    ]
+    paths: dict[str, Any] = {
+        "/v1/sessions": {
+            "post": _op(
+                "Create a session",
+                {"201": _json(_object({"id": {"type": "string"}}, ["id"]), "created"), **_BAD_BODY},
+                body=_object({}, []),
+                body_required=False,
+            ),
+            "get": _op(
+                "List this token's sessions, most recently updated first",
+                {
+                    "200": _json(
+                        _object(
+                            {"sessions": {"type": "array", "items": _ref("SessionSummary")}},
+                            ["sessions"],
+                        ),
+                        "the sessions",
+                    ),
+                    "400": _error("bad limit"),
+                },
+                params=[
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+                    }
+                ],
+            ),
+        },
+        sid: {
+            "get": _op(
+                "The durable transcript",
+                {"200": _json(_ref("Snapshot"), "the snapshot"), "404": _NOT_FOUND},
+                params=[_SESSION_ID],
+            )
+        },
+        f"{sid}/messages": {
+            "post": _op(
+                "Post a user message: starts a turn that runs whatever the clients do",
+                {
+                    "202": turn,
+                    "404": _NOT_FOUND,
+                    "409": _error("a turn is running on the session (turn_id says which)"),
+                    **_BAD_BODY,
+                },
+                params=[_SESSION_ID],
+                body=_object({"content": {"type": "string", "minLength": 1}}, ["content"]),
+            )
+        },
+        f"{sid}/interrupt": {
+            "post": _op(
+                "Interrupt the running turn (its work is kept)",
+                {"202": turn, "404": _NOT_FOUND, "409": _error("no turn is running"), **_BAD_BODY},
+                params=[_SESSION_ID],
+            )
+        },
+        f"{sid}/permissions/{{request_id}}": {
+            "post": _op(
+                "Answer a permission request",
+                {
+                    "200": _json(
+                        _object(
+                            {"request_id": {"type": "string"}, "decision": {"type": "string"}},
+                            ["request_id", "decision"],
+                        ),
+                        "answered",
+                    ),
+                    "404": _error("no such session or request waiting"),
+                    **_BAD_BODY,
+                },
+                params=[
+                    _SESSION_ID,
+                    {
+                        "name": "request_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                body=_object({"decision": {"enum": ["allow", "always", "deny"]}}, ["decision"]),
+            )
+        },
+        f"{sid}/events": {
+            "get": _op(
+                "The session's event stream (SSE), resumed after Last-Event-ID or ?after=N",
+                {
+                    "200": {
+                        "description": "text/event-stream; see the drover.server docstring",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    "400": _error("bad Last-Event-ID or after"),
+                    "404": _NOT_FOUND,
+                },
+                params=events_params,
+            )
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": f"{_package} server", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }

@@ -1,0 +1,194 @@
+"""The HTTP handlers: request validation, ownership, and the JSON answers.
+
+Every failure is an :class:`ApiError` turned into ``{"error": {"code", "message"}}`` with a
+4xx status. Bodies are read with a size limit before they are parsed; unknown fields are
+refused, so a typo is an error instead of a silent default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, get_args
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+
+from drover.errors import DroverError, SessionBusyError
+from drover.events import Decision
+from drover.server.auth import principal
+from drover.server.config import ServerSettings
+from drover.server.errors import ApiError
+from drover.server.service import NoRunningTurnError, NotFoundError, Service
+from drover.server.snapshot import session_summary
+from drover.server.sse import event_stream
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_DECISIONS: tuple[str, ...] = get_args(Decision)
+#: Most characters one message may hold.
+MAX_CONTENT = 200_000
+MAX_LIST = 200
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def _settings(request: Request) -> ServerSettings:
+    settings: ServerSettings = request.app.state.settings
+    return settings
+
+
+async def _body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
+    """The JSON object of the body, with only ``fields`` (checked for type)."""
+    limit = _settings(request).max_body
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        data: Any = {}
+    else:
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        if ctype.lower() not in ("application/json", ""):
+            raise ApiError(415, "unsupported_media_type", "the body must be application/json")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid_request", "the body must be a JSON object")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field: {unknown[0]}")
+    for name, kind in fields.items():
+        if name in data and not isinstance(data[name], kind):
+            raise ApiError(422, "invalid_request", f"{name} must be a {kind.__name__}")
+    return data
+
+
+async def _session(request: Request) -> Any:
+    session_id = request.path_params["session_id"]
+    owner = principal(request)
+    if not _ID.fullmatch(session_id):
+        raise ApiError(404, "not_found", "no such session")
+    try:
+        return await _service(request).session(session_id, owner)
+    except NotFoundError:
+        raise ApiError(404, "not_found", f"no session {session_id}") from None
+
+
+def _nonnegative(text: str, what: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        raise ApiError(400, "invalid_request", f"{what} must be a whole number ≥ 0")
+    return int(text)
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+
+async def index(request: Request) -> Response:
+    page = _settings(request).static_dir / "index.html"
+    if not page.is_file():
+        raise ApiError(404, "not_found", "the web page is not installed")
+    return FileResponse(page, media_type="text/html; charset=utf-8")
+
+
+async def sessions(request: Request) -> Response:
+    if request.method == "POST":
+        return await create_session(request)
+    return await list_sessions(request)
+
+
+async def create_session(request: Request) -> Response:
+    owner = principal(request)
+    await _body(request, {})
+    record = await _service(request).create_session(owner)
+    return JSONResponse({"id": record.id}, status_code=201)
+
+
+async def list_sessions(request: Request) -> Response:
+    owner = principal(request)
+    limit = MAX_LIST
+    if "limit" in request.query_params:
+        limit = _nonnegative(request.query_params["limit"], "limit")
+        if not 1 <= limit <= MAX_LIST:
+            raise ApiError(400, "invalid_request", f"limit must be between 1 and {MAX_LIST}")
+    service = _service(request)
+    records = await service.list_sessions(owner, limit)
+    return JSONResponse(
+        {"sessions": [session_summary(r, service.running_turn_id(r.id)) for r in records]}
+    )
+
+
+async def get_session(request: Request) -> Response:
+    record = await _session(request)
+    return JSONResponse(await _service(request).snapshot(record))
+
+
+async def post_message(request: Request) -> Response:
+    record = await _session(request)
+    data = await _body(request, {"content": str})
+    content = data.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise ApiError(422, "invalid_request", "content must be a non-empty string")
+    if len(content) > MAX_CONTENT:
+        raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")
+    try:
+        turn_id = await _service(request).post_message(record, content)
+    except SessionBusyError as exc:
+        message = f"turn {exc.turn_id} is running on this session"
+        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+    except DroverError as exc:
+        raise ApiError(409, "turn_not_started", str(exc)) from None
+    return JSONResponse({"turn_id": turn_id}, status_code=202)
+
+
+async def interrupt(request: Request) -> Response:
+    record = await _session(request)
+    await _body(request, {})
+    try:
+        turn_id = await _service(request).interrupt(record.id)
+    except NoRunningTurnError as exc:
+        raise ApiError(409, "no_running_turn", str(exc)) from None
+    return JSONResponse({"turn_id": turn_id}, status_code=202)
+
+
+async def decide(request: Request) -> Response:
+    record = await _session(request)
+    request_id = request.path_params["request_id"]
+    data = await _body(request, {"decision": str})
+    decision = data.get("decision")
+    if decision not in _DECISIONS:
+        raise ApiError(422, "invalid_request", f"decision must be one of {', '.join(_DECISIONS)}")
+    if not _ID.fullmatch(request_id) or not _service(request).decide(
+        record.id, request_id, decision
+    ):
+        raise ApiError(404, "not_found", "no such permission request waiting for an answer")
+    return JSONResponse({"request_id": request_id, "decision": decision})
+
+
+async def events(request: Request) -> Response:
+    record = await _session(request)
+    after = 0
+    header = request.headers.get("last-event-id")
+    if header is not None and header.strip():
+        after = _nonnegative(header.strip(), "Last-Event-ID")
+    elif "after" in request.query_params:
+        after = _nonnegative(request.query_params["after"], "after")
+    body = event_stream(_service(request), record, after, heartbeat=_settings(request).heartbeat)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+
+async def openapi(request: Request) -> Response:
+    from drover.server.openapi import schema
+
+    return JSONResponse(schema())

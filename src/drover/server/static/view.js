@@ -1,0 +1,212 @@
+// The transcript's DOM: one <section class="turn"> per turn, one <div class="step"> per model
+// call, text blocks rendered as Markdown, tool calls as cards showing their live state.
+//
+// Rendering is keyed: a turn, step, text block or card keeps its element across updates, and
+// only what changed is rewritten, so a block that streams is re-rendered alone and a button
+// being clicked is never replaced under the pointer. Data attributes (data-turn-id,
+// data-status, data-call-id, data-state) describe the state for styling and for tests.
+
+import { renderMarkdown } from "./md.js";
+import { Transcript, TERMINAL_STATES } from "./model.js";
+
+const STATUS_TEXT = {
+  running: "running…",
+  completed: "completed",
+  incomplete: "incomplete",
+  interrupted: "interrupted",
+  failed: "failed",
+};
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function reorder(parent, children) {
+  children.forEach((child, i) => {
+    if (parent.children[i] !== child) parent.insertBefore(child, parent.children[i] || null);
+  });
+  while (parent.children.length > children.length) parent.lastElementChild.remove();
+}
+
+export function formatUsage(usage) {
+  if (!usage) return "";
+  const approx = usage.partial ? " (so far)" : "";
+  return `${usage.input} in · ${usage.output} out tokens${approx}`;
+}
+
+export class TranscriptView {
+  /** `onDecision(turnId, callId, requestId, decision)` answers a permission prompt. */
+  constructor(root, onDecision) {
+    this.root = root;
+    this.onDecision = onDecision;
+    this.clear();
+  }
+
+  clear() {
+    this.root.replaceChildren();
+    this.turnEls = new Map();
+    this.cards = new Map();
+    this.stepEls = new WeakMap();
+    this.blockEls = new WeakMap();
+  }
+
+  /** Draw every turn of the model (after a snapshot). */
+  renderAll(model) {
+    this.clear();
+    for (const id of model.order) this.renderTurn(model.turns.get(id));
+  }
+
+  renderTurn(turn) {
+    let parts = this.turnEls.get(turn.id);
+    if (!parts) {
+      const section = el("section", "turn");
+      section.dataset.turnId = turn.id;
+      parts = {
+        section,
+        user: el("div", "user-message"),
+        steps: el("div", "steps"),
+        notices: el("ul", "notices"),
+        footer: el("footer", "turn-footer"),
+      };
+      section.append(parts.user, parts.steps, parts.notices, parts.footer);
+      this.turnEls.set(turn.id, parts);
+      this.root.append(section);
+    }
+    parts.section.dataset.status = turn.status;
+    parts.user.hidden = turn.userText === null;
+    if (turn.userText !== null && parts.user.textContent !== turn.userText) {
+      parts.user.textContent = turn.userText;
+    }
+    reorder(
+      parts.steps,
+      turn.steps.map((step) => this.renderStep(turn, step)),
+    );
+    if (parts.notices.children.length !== turn.notices.length) {
+      parts.notices.replaceChildren(...turn.notices.map((n) => el("li", "notice", n)));
+    }
+    this.renderFooter(turn, parts.footer);
+    return parts.section;
+  }
+
+  renderStep(turn, step) {
+    let node = this.stepEls.get(step);
+    if (!node) {
+      node = el("div", "step");
+      this.stepEls.set(step, node);
+    }
+    node.dataset.step = String(step.n);
+    node.classList.toggle("streaming", !step.final && turn.status === "running");
+    reorder(
+      node,
+      step.blocks.map((block) => this.renderBlock(turn, block)),
+    );
+    return node;
+  }
+
+  renderBlock(turn, block) {
+    if (block.type === "tool") return this.renderCard(turn, turn.calls.get(block.callId) || null, block.callId);
+    let node = this.blockEls.get(block);
+    if (!node) {
+      node = block.type === "thinking" ? el("details", "block thinking") : el("div", "block text markdown");
+      this.blockEls.set(block, node);
+    }
+    if (node.renderedSource !== block.text) {
+      node.renderedSource = block.text;
+      if (block.type === "thinking") {
+        node.replaceChildren(el("summary", null, "thinking"), el("pre", null, block.text));
+      } else {
+        // Escaped before any markup is added: see md.js.
+        node.innerHTML = renderMarkdown(block.text);
+      }
+    }
+    if (block.type === "text") node.dataset.partial = String(Boolean(block.partial));
+    return node;
+  }
+
+  renderCard(turn, call, callId) {
+    let card = this.cards.get(callId);
+    if (!card) {
+      card = el("div", "tool-card");
+      card.dataset.callId = callId;
+      card.parts = {
+        name: el("span", "tool-name"),
+        state: el("span", "tool-state"),
+        unknown: el("span", "outcome-unknown", "outcome unknown"),
+        input: el("pre", "tool-input"),
+        permission: el("div", "permission"),
+        output: el("pre", "tool-output"),
+      };
+      const head = el("div", "tool-head");
+      head.append(card.parts.name, card.parts.state, card.parts.unknown);
+      card.append(head, card.parts.input, card.parts.permission, card.parts.output);
+      this.cards.set(callId, card);
+    }
+    const p = card.parts;
+    if (!call) return card;
+    card.dataset.state = call.state;
+    card.classList.toggle("terminal", TERMINAL_STATES.has(call.state));
+    card.classList.toggle("error", call.isError);
+    p.name.textContent = call.name;
+    p.state.textContent = call.state;
+    p.unknown.hidden = !call.outcomeUnknown;
+    card.dataset.outcomeUnknown = String(call.outcomeUnknown);
+    const input = call.input === null ? "" : JSON.stringify(call.input, null, 2);
+    if (p.input.textContent !== input) p.input.textContent = input;
+    p.input.hidden = input === "";
+    const output = call.output === null ? "" : call.output;
+    if (p.output.textContent !== output) p.output.textContent = output;
+    p.output.hidden = call.output === null;
+    this.renderPermission(turn, call, p.permission);
+    return card;
+  }
+
+  renderPermission(turn, call, box) {
+    const req = call.permission;
+    if (!req) {
+      box.hidden = true;
+      if (box.children.length) box.replaceChildren();
+      delete box.dataset.requestId;
+      return;
+    }
+    box.hidden = false;
+    if (box.dataset.requestId !== req.requestId) {
+      box.dataset.requestId = req.requestId;
+      const question = el("p", "permission-question", `Allow ${call.name}? ${req.summary}`);
+      const buttons = el("div", "permission-buttons");
+      for (const [decision, label] of [
+        ["allow", "Allow"],
+        ["always", "Always allow"],
+        ["deny", "Deny"],
+      ]) {
+        const button = el("button", `decide decide-${decision}`, label);
+        button.type = "button";
+        button.dataset.decision = decision;
+        button.addEventListener("click", () =>
+          this.onDecision(turn.id, call.id, req.requestId, decision),
+        );
+        buttons.append(button);
+      }
+      box.replaceChildren(question, buttons, el("p", "permission-note"));
+    }
+    for (const button of box.querySelectorAll("button")) button.disabled = req.answer !== null;
+    box.querySelector(".permission-note").textContent = req.note || "";
+  }
+
+  renderFooter(turn, footer) {
+    const badge = el("span", `status-badge status-${turn.status}`, STATUS_TEXT[turn.status] || turn.status);
+    const items = [badge];
+    if (turn.status !== "running" && turn.status !== "completed") {
+      const why = turn.error || turn.reason;
+      if (why) items.push(el("span", "turn-error", why));
+      const pending = Transcript.pendingSummary(turn);
+      if (turn.status !== "failed" && pending) {
+        items.push(el("span", "turn-pending", `pending: ${pending} — the next message resumes it`));
+      }
+    }
+    if (turn.usage) items.push(el("span", "turn-usage", formatUsage(turn.usage)));
+    footer.replaceChildren(...items);
+  }
+}

@@ -1,0 +1,155 @@
+"""Sequence numbers of a session's events while one journal is the log's only writer.
+
+A journal holds its turn's lease, so it alone appends to the session's event log. It numbers
+every event as it emits it — each live text delta too — and hands the numbered event to an
+observer (the server's hub) at once, before the event is written; the log rows then carry
+those numbers. A coalesced text row covers the numbers of the deltas it holds and records
+where each ends (:class:`StreamMarks`), so a replay can start inside it.
+
+Numbers are reserved durably in blocks (:meth:`Store.reserve_seqs`) before one is handed out
+past the reservation. A process that dies loses the numbers it handed out but never wrote; the
+events recovery then logs are numbered after the reservation, so a client holding a lost
+number finds it in a hole of the log and is told to reset instead of silently skipping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from drover.store.base import Store
+
+log = logging.getLogger(__name__)
+
+#: ``(seq, turn_id, payload)`` of each event as the journal numbers it.
+Publish = Callable[[int, str | None, dict[str, Any]], None]
+
+RESERVE_BLOCK = 1024
+
+
+class Numbering:
+    """Hands out a session's next sequence numbers, reserving them in blocks."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        *,
+        publish: Publish | None = None,
+        block: int = RESERVE_BLOCK,
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._publish = publish
+        self._block = block
+        self._next: int | None = None
+        self._reserved = 0
+        self._failed = False
+
+    @property
+    def next(self) -> int | None:
+        """The next number to hand out (None until started, or when numbering failed)."""
+        return self._next
+
+    async def take(self) -> int | None:
+        """The next number, reserved durably first when it passes the reservation; None
+        when the store could not say where numbering starts (the store numbers rows then)."""
+        if self._next is None:
+            if self._failed:
+                return None
+            try:
+                self._next = await self._store.next_event_seq(self._session_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed = True
+                log.error("journal: cannot number events (%s); the store numbers them", exc)
+                return None
+            self._reserved = self._next - 1
+        seq = self._next
+        self._next += 1
+        if seq > self._reserved:
+            upto = seq + self._block - 1
+            try:
+                await self._store.reserve_seqs(self._session_id, upto)
+                self._reserved = upto
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("journal: could not reserve event numbers (%s)", exc)
+        return seq
+
+    def advance_past(self, seq: int) -> None:
+        """Numbers up to ``seq`` were used by the store itself (events it logged)."""
+        if self._next is not None:
+            self._next = max(self._next, seq + 1)
+
+    def publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
+        if self._publish is None:
+            return
+        try:
+            self._publish(seq, turn_id, payload)
+        except Exception:
+            log.exception("journal: the event observer failed")
+
+    async def release(self) -> None:
+        """Shrink the reservation to the numbers handed out (the turn ended in order)."""
+        if self._next is None or self._reserved <= self._next - 1:
+            return
+        try:
+            await self._store.reserve_seqs(self._session_id, self._next - 1)
+            self._reserved = self._next - 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("journal: could not release event numbers (%s)", exc)
+
+
+class StreamMarks:
+    """Where each live delta of one text block ends, to cut its coalesced rows at them."""
+
+    def __init__(self) -> None:
+        # (seq, start, end) of deltas not yet written whole, in offsets of the block's raw text.
+        self._pending: deque[tuple[int, int, int]] = deque()
+        self._fed = 0
+        self._written = 0
+
+    def feed(self, seq: int, length: int) -> None:
+        self._pending.append((seq, self._fed, self._fed + length))
+        self._fed += length
+
+    def unwritten(self) -> int:
+        """Raw characters fed but not yet written."""
+        return self._fed - self._written
+
+    def first_unstarted(self) -> int | None:
+        """The first delta none of whose text was written (its number is in no row yet)."""
+        for seq, start, _ in self._pending:
+            if start >= self._written:
+                return seq
+        return None
+
+    def release(
+        self, raw_len: int, stored_len: int
+    ) -> tuple[int, int, tuple[tuple[int, int], ...] | None] | None:
+        """``raw_len`` characters are being written as ``stored_len`` (redaction may change
+        the length): the row's first and last number and its marks (None when the lengths
+        differ, so offsets cannot be mapped)."""
+        if raw_len <= 0 or not self._pending:
+            self._written += max(raw_len, 0)
+            return None
+        start, end = self._written, self._written + raw_len
+        first = last = self._pending[0][0]
+        marks: list[tuple[int, int]] = []
+        last_end = start
+        while self._pending and self._pending[0][2] <= end:
+            seq, _, delta_end = self._pending.popleft()
+            marks.append((seq, delta_end - start))
+            last, last_end = seq, delta_end
+        if end > last_end and self._pending:
+            last = self._pending[0][0]  # the row ends inside this delta
+        self._written = end
+        return first, last, tuple(marks) if raw_len == stored_len else None

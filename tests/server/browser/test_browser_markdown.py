@@ -1,0 +1,96 @@
+"""The page's Markdown renderer (static/md.js) run in chromium on hostile and tricky input:
+whatever the model writes, no element or attribute reaches the DOM except the renderer's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Page
+
+from drover.testing.server import FakeLLMServer
+
+from .harness import DroverServe
+
+RENDER = """async (source) => {
+  const { renderMarkdown } = await import('/static/md.js');
+  const box = document.createElement('div');
+  box.innerHTML = renderMarkdown(source);
+  const tags = [...box.querySelectorAll('*')].map((e) => e.tagName.toLowerCase());
+  const attrs = [...box.querySelectorAll('*')].flatMap((e) =>
+    [...e.attributes].map((a) => `${e.tagName.toLowerCase()}.${a.name}=${a.value}`));
+  return { tags, attrs, text: box.textContent };
+}"""
+ALLOWED_TAGS = {
+    "p", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "ul", "ol",
+    "li", "blockquote", "hr", "a",
+}  # fmt: skip
+
+
+@pytest.fixture
+def render(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
+) -> Callable[[str], dict[str, list[str] | str]]:
+    server = serve(fake_llm.base_url)
+    page.goto(server.url + "/")
+
+    def run(source: str) -> dict[str, list[str] | str]:
+        result: dict[str, list[str] | str] = page.evaluate(RENDER, source)
+        return result
+
+    return run
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    '<img src=x onerror="alert(1)">',
+    "**<b onmouseover=alert(1)>x</b>**",
+    "[x](javascript:alert(1))",
+    "[x](JaVaScRiPt:alert(1))",
+    '[x](https://a.example/" onclick="alert(1))',
+    "[x](data:text/html;base64,PHNjcmlwdD4=)",
+    '<https://a.example/"onmouseover=alert(1)>',
+    '```"><svg onload=alert(1)>\n<iframe src=x>\n```',
+    '```js" onload="alert(1)\ncode\n```',
+    "`<style>body{display:none}</style>`",
+    "> <a href=javascript:alert(1)>quote</a>",
+    "- <svg/onload=alert(1)>\n- item",
+    "# <h1 onclick=alert(1)>",
+    "\u0000 0 \u0000<script>x</script>",
+]
+
+
+def test_no_markup_from_the_source_survives(
+    render: Callable[[str], dict[str, list[str] | str]],
+) -> None:
+    for source in HOSTILE:
+        result = render(source)
+        assert set(result["tags"]) <= ALLOWED_TAGS, (source, result)
+        for attr in result["attrs"]:
+            name, _, value = str(attr).partition("=")
+            assert name in {"a.href", "a.target", "a.rel", "code.class", "ol.start"}, result
+            if name == "a.href":
+                assert value.startswith(("https://", "http://", "mailto:")), (source, result)
+                assert not set(value) & set("\"'<> "), (source, result)
+
+
+def test_what_it_renders(render: Callable[[str], dict[str, list[str] | str]]) -> None:
+    result = render(
+        "# Title\n\nSome **bold**, *it*, ~~gone~~ and `x < y`.\n\n"
+        "1. one\n2. two\n\n> quoted\n\n---\n\n```py\nif a < b:\n    pass\n```\n\n"
+        "snake_case_name and 2*3*4 stay as they are; [docs](https://example.com)"
+    )
+    assert result["tags"] == [
+        "h1", "p", "strong", "em", "del", "code", "ol", "li", "li", "blockquote", "p", "hr",
+        "pre", "code", "p", "a",
+    ]  # fmt: skip
+    assert "snake_case_name and 2*3*4 stay as they are" in str(result["text"])
+    assert "if a < b:\n    pass" in str(result["text"])
+
+
+def test_an_unclosed_fence_still_streaming_renders_as_code(
+    render: Callable[[str], dict[str, list[str] | str]],
+) -> None:
+    result = render("Here:\n\n```python\ndef f():\n    return '<x>'")
+    assert result["tags"] == ["p", "pre", "code"]
+    assert result["text"] == "Here:def f():\n    return '<x>'"

@@ -1,0 +1,176 @@
+"""Numbers and replay in process: every delta numbered and published, coalesced rows cut back
+at any delta, redacted rows that cannot be cut, superseded deltas covered, crash holes reset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drover.events import (
+    AssistantMessage,
+    Done,
+    Retry,
+    StepStarted,
+    TextDelta,
+    TurnStarted,
+)
+from drover.messages import TextBlock, Usage, assistant_message, user_message
+from drover.server.hub import Frame, SessionFeed, make_frame
+from drover.server.replay import backlog, continuable, expand
+from drover.store.journal import Journal
+from drover.store.numbering import RESERVE_BLOCK
+from drover.store.sqlite import SqliteStore
+
+Published = list[tuple[int, str | None, dict[str, Any]]]
+
+
+def _parsed(frames: list[Frame]) -> list[tuple[int, dict[str, Any]]]:
+    """``(id, data)`` of each frame, read back from its bytes as a client would."""
+    out = []
+    for frame in frames:
+        lines = frame.encode().decode().splitlines()
+        assert lines[0] == f"id: {frame.seq}" and lines[1] == f"event: {frame.type}"
+        out.append((frame.seq, json.loads(lines[2].removeprefix("data: "))))
+    return out
+
+
+class Rig:
+    def __init__(self, store: SqliteStore, session_id: str, turn_id: str) -> None:
+        self.store, self.session_id, self.turn_id = store, session_id, turn_id
+        self.published: Published = []
+        # Flushes by size only (the timer is far away): every 16 bytes.
+        self.journal = Journal(
+            store,
+            session_id,
+            flush_interval=1000,
+            flush_bytes=16,
+            publish=lambda seq, turn, payload: self.published.append((seq, turn, payload)),
+        )
+
+    async def start(self) -> None:
+        await self.journal.send(
+            TurnStarted(turn_id=self.turn_id, session_id=self.session_id, user_message=None)
+        )
+        await self.journal.send(StepStarted(step=1))
+
+    async def deltas(self, *texts: str) -> None:
+        for text in texts:
+            await self.journal.send(TextDelta(text=text))
+
+    def delta_ids(self) -> list[int]:
+        return [seq for seq, _, p in self.published if p["type"] == "text_delta"]
+
+    async def rows(self, after: int = 0) -> list[Any]:
+        return await self.store.events_after(self.session_id, max(after - 1, 0))
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    store = SqliteStore(tmp_path / "j.db")
+    await store.open()
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("hi"), "h:1:1", 30)
+    rig = Rig(store, session.id, turn.id)
+    await rig.start()
+    yield rig
+    await store.close()
+
+
+async def test_every_event_is_numbered_and_published_in_order(rig: Rig) -> None:
+    await rig.deltas("one ", "two ")
+    # Each delta is handed on as it arrives, before any gate lets the journal write it.
+    assert [p["text"] for _, _, p in rig.published[2:]] == ["one ", "two "]
+    assert not [r for r in await rig.rows() if r.type == "text_delta"]
+    await rig.deltas("three ")
+    seqs = [seq for seq, _, _ in rig.published]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert [p["text"] for _, _, p in rig.published[2:]] == ["one ", "two ", "three "]
+
+
+async def test_a_replay_can_start_after_any_flushed_delta(rig: Rig) -> None:
+    # Key-like runs are held back by the redactor, so rows end inside deltas.
+    texts = ["hello abcdefgh", "ijkl", " more stuff ", "and", " x y z w v u ", "q", "end "]
+    await rig.deltas(*texts)
+    await rig.journal.send(StepStarted(step=2))  # flushed nothing more: ids past the last flush
+    live = {seq: p for seq, _, p in rig.published if p["type"] == "text_delta"}
+    rows = await rig.rows()
+    coalesced = [r for r in rows if r.type == "text_delta"]
+    assert any(len(r.marks or ()) > 1 for r in coalesced)  # several deltas in one row
+    assert any(not r.marks for r in coalesced)  # a row that ends inside its first delta
+    flushed = [seq for r in coalesced for seq, _ in r.marks or ()]
+    for k in [0, *flushed]:
+        got = _parsed(expand(await rig.rows(k), k))
+        pieces = [(seq, p["text"]) for seq, p in got if p["type"] == "text_delta"]
+        expected = [(seq, live[seq]["text"]) for seq in flushed if seq > k]
+        assert pieces == expected, f"after {k}"
+        assert continuable(k, await rig.rows(k), None)
+
+
+async def test_unflushed_deltas_come_from_the_feed(rig: Rig) -> None:
+    feed = SessionFeed()
+    await rig.deltas("a b c d e f g h i j k ", "tail ", "x")
+    for seq, turn, payload in rig.published:
+        feed.publish(make_frame(seq, turn, payload))
+    ids = rig.delta_ids()
+    for k in [0, *ids]:
+        plan = backlog(k, await rig.rows(k), feed)
+        assert not plan.reset
+        got = [f.seq for f in plan.frames]
+        assert got == [seq for seq, _, _ in rig.published if seq > k]
+
+
+async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
+    secret = "sk-ant-" + "a1b2c3d4e5" * 4
+    await rig.deltas("key ", secret[:20], secret[20:], " ok ", "done ")
+    await rig.journal.aclose()
+    rows = await rig.rows()
+    opaque = [r for r in rows if r.type == "text_delta" and r.marks is None]
+    assert len(opaque) == 1
+    (row,) = opaque
+    assert "[REDACTED]" in row.payload["text"]
+    assert row.seq < row.end_seq
+    assert not continuable(row.seq, rows, None)  # inside: reset
+    assert continuable(row.end_seq, rows, None)  # after it whole: fine
+    assert secret not in str(_parsed(expand(rows, 0)))
+
+
+async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig: Rig) -> None:
+    await rig.deltas("first attempt")  # 13 bytes: not flushed
+    unflushed = rig.delta_ids()
+    await rig.journal.send(Retry(attempt=1, delay=0, error="overloaded", discard_partial=True))
+    await rig.deltas("again")
+    message = assistant_message([TextBlock(text="again")])
+    await rig.journal.send(AssistantMessage(message=message))
+    await rig.journal.send(Done(text="again", usage=Usage()))
+    await rig.journal.aclose()
+    rows = await rig.rows()
+    for k in [*unflushed, *rig.delta_ids()]:
+        assert continuable(k, rows, None), k
+    retry = next(r for r in rows if r.type == "retry")
+    assert retry.seq == unflushed[0]
+    after = [p["type"] for _, p in _parsed(expand(rows, unflushed[0]))]
+    assert after == ["retry", "assistant_message", "done"]
+    # The reservation shrinks back to the numbers handed out once the turn ended in order.
+    assert await rig.store.next_event_seq(rig.session_id) == rig.published[-1][0] + 1
+
+
+async def test_numbers_lost_in_a_crash_fall_in_a_hole_recovery_numbers_past(
+    rig: Rig,
+) -> None:
+    await rig.deltas("sixteen bytes!! ", "lost ", "also lost ")
+    last_flushed = max(seq for r in await rig.rows() for seq, _ in r.marks or ())
+    lost = [seq for seq in rig.delta_ids() if seq > last_flushed]
+    assert lost
+    # The process dies: no flush, no end. Another process recovers the turn.
+    (recovered,) = await rig.store.recover_orphans(is_alive=lambda owner: False)
+    rows = await rig.rows()
+    tail = [r for r in rows if r.turn_id == recovered and r.seq > rig.published[-1][0]]
+    assert [r.type for r in tail] == ["assistant_message", "incomplete"]
+    assert tail[0].seq == RESERVE_BLOCK + 1  # after the dead journal's reservation
+    for k in lost:
+        assert not continuable(k, await rig.rows(k), None)
+    assert continuable(last_flushed, await rig.rows(last_flushed), None)
