@@ -11,8 +11,9 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             delta (so a stalled stream is still written)
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
 ``tool_state``              the tool call is upserted before ``send`` returns; at
-                            ``input-available`` buffered text is flushed first (eager flush on
-                            tool_use completion)
+                            ``input-streaming`` all buffered text is flushed first, the
+                            redaction's held tail included (the text blocks before a tool_use
+                            are finished), and at ``input-available`` what arrived since
 ``assistant_message``       authoritative: the timer is cancelled, the message appended and the
                             step's deltas deleted in the same write
 ``tool_results``            the results message is appended
@@ -345,7 +346,13 @@ class Journal:
                     await self._finished(message)
                 return
             case ToolStateChanged():
-                if event.state == "input-available":
+                if event.state == "input-streaming":
+                    # A tool_use block begins: the text blocks before it are finished, so all
+                    # their text is written now (nothing held back), before the tool's state
+                    # is numbered — a snapshot or replay from that number misses none of it.
+                    self._cancel_timer()
+                    self._take_text(final=True)
+                elif event.state == "input-available":
                     self._cancel_timer()
                     self._take_text(final=False)
                 self._upsert(event)
