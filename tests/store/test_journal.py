@@ -113,12 +113,18 @@ async def test_size_gate(rig: Rig) -> None:
     assert rig.partial_writes() == [chunk * 10 + "é" * 12 + " "]
 
 
-async def test_eager_flush_when_a_tool_call_input_is_complete(rig: Rig) -> None:
-    await rig.deltas("Let me look. ")
+async def test_eager_flush_when_a_tool_call_begins_and_when_its_input_is_complete(
+    rig: Rig,
+) -> None:
+    # The text before a tool_use is finished: all of it is written before the call's state,
+    # the tail a key could start with included.
+    await rig.deltas("Let me look at sk-abc")
     streaming = ToolStateChanged(call_id="c1", call_index=0, name="bash", state="input-streaming")
     await rig.journal.send(streaming)
-    assert rig.store.names() == ["upsert_tool_call", "append_event"]
+    assert rig.store.names() == ["append_partial_text", "upsert_tool_call", "append_event"]
+    assert rig.partial_writes() == ["Let me look at sk-abc"]
     rig.store.calls.clear()
+    await rig.deltas("Let me look. ")  # text after a call began (rare): flushed at its end
     await rig.journal.send(
         ToolStateChanged(
             call_id="c1",

@@ -220,3 +220,29 @@ def test_sigkill_of_drover_mid_command_takes_the_whole_sandbox_down(
     pids = pids_with(mark)
     assert still_running(pids, within=20) == []
     assert pids_with(mark) == []
+
+
+def test_serve_refuses_to_start_without_a_sandbox_unless_told_off(tmp_path: Path) -> None:
+    env = clean_env(ANTHROPIC_API_KEY="test", PATH="/nonexistent")
+    args = ["serve", "--port", "0", "--db", str(tmp_path / "j.db"), "--workdir", str(tmp_path)]
+    refused = run_drover(args, env=env, timeout=DEADLINE)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().startswith("drover: error:"), refused.stderr
+    assert "bubblewrap" in refused.stderr and "--sandbox off" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_serve_start_up_line_shows_the_sandbox(tmp_path: Path) -> None:
+    env = clean_env(ANTHROPIC_API_KEY="test")
+    args = ["serve", "--port", "0", "--db", str(tmp_path / "j.db"), "--workdir", str(tmp_path)]
+    with subprocess.Popen(
+        [*DROVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            first = proc.stderr.readline().strip()
+            assert first == "drover serve: bash sandbox: workdir (bubblewrap, no network)", first
+            assert proc.stdout.readline().startswith("drover serve: listening on http://")
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=DEADLINE)

@@ -124,7 +124,9 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
     """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
     settings = settings_from(args)
     hub = Hub()
-    async with open_runtime(run_options(args), provider=provider) as runtime:
+    # A server runs commands for whoever holds a token: never without a sandbox, unless the
+    # operator said --sandbox off.
+    async with open_runtime(run_options(args), provider=provider, require_sandbox=True) as runtime:
         runtime.runner.on_event = hub.publish
         service = Service(
             store=runtime.store,
@@ -147,6 +149,7 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
         sock = _bind(settings.host, settings.port)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
+        print(f"drover serve: bash {runtime.sandbox.describe()}", file=sys.stderr, flush=True)
         print(f"drover serve: listening on http://{shown}:{port}", flush=True)
         server = _Server(config, service, hub)
         try:

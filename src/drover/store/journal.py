@@ -11,8 +11,9 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             delta (so a stalled stream is still written)
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
 ``tool_state``              the tool call is upserted before ``send`` returns; at
-                            ``input-available`` buffered text is flushed first (eager flush on
-                            tool_use completion)
+                            ``input-streaming`` all buffered text is flushed first, the
+                            redaction's held tail included (the text blocks before a tool_use
+                            are finished), and at ``input-available`` what arrived since
 ``assistant_message``       authoritative: the timer is cancelled, the message appended and the
                             step's deltas deleted in the same write
 ``tool_results``            the results message is appended
@@ -61,7 +62,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, assert_never, cast
@@ -92,10 +93,10 @@ from drover.events import (
     turn_status,
 )
 from drover.messages import Message, Usage
-from drover.store.base import Store
+from drover.store.base import EventRecord, Store
 from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
-from drover.store.worker_log import WorkerLog
+from drover.store.worker_log import WorkerLog, worker_event
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +111,27 @@ class JournalStore(Protocol):
     ) -> int: ...
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int: ...
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None: ...
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int: ...
 
     async def end_turn(
@@ -129,7 +144,8 @@ class JournalStore(Protocol):
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None: ...
+        first_seq: int | None = None,
+    ) -> list[EventRecord]: ...
 
     async def upsert_tool_call(
         self,
@@ -176,6 +192,8 @@ class Journal:
         owner: str | None = None,
         on_failure: Callable[[StoreError], None] | None = None,
         publish: Publish | None = None,
+        numbering: Numbering | None = None,
+        wrap: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
@@ -183,7 +201,10 @@ class Journal:
         whether a call cut off while running has an unknown outcome; unknown tools count as
         side-effecting). ``sleep`` drives the flush timer; tests pass a fake with ``clock``.
         ``owner`` makes the end of the turn conditional on this process still holding it.
-        ``publish`` sees every event with its number as soon as it is numbered."""
+        ``publish`` sees every event with its number as soon as it is numbered.
+        A worker's journal shares its parent's ``numbering`` (one writer of the session's
+        log numbers every event) and ``wrap``s what it publishes as the worker's event; its
+        end is an event of the log, not the end of the parent's turn."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -205,7 +226,8 @@ class Journal:
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
-        self._numbers = Numbering(store, session_id, publish=publish)
+        self._numbers = numbering or Numbering(cast(Store, store), session_id, publish=publish)
+        self._wrap = wrap
         # The first number of superseded deltas no row holds yet (the next row covers it).
         self._absorb: int | None = None
         self._unflushed = 0
@@ -275,6 +297,8 @@ class Journal:
                 retry_delay=self._retry_delay,
                 turn_id=self._turn_id,
                 on_failure=lambda failure: self._fail(what, failure),
+                numbering=self._numbers,
+                wrap=partial(worker_event, event.call_id, event.worker),
             )
         return journal
 
@@ -289,7 +313,7 @@ class Journal:
                 seq = await self._numbers.take()
                 if seq is not None:
                     body = {"type": "text_delta", "text": event.text, "index": event.index}
-                    self._numbers.publish(seq, self._turn_id, {**body, "step": self._step})
+                    self._publish(seq, self._turn_id, {**body, "step": self._step})
                 if self._buffer(event, seq):
                     await self._flush()
                 return
@@ -322,7 +346,13 @@ class Journal:
                     await self._finished(message)
                 return
             case ToolStateChanged():
-                if event.state == "input-available":
+                if event.state == "input-streaming":
+                    # A tool_use block begins: the text blocks before it are finished, so all
+                    # their text is written now (nothing held back), before the tool's state
+                    # is numbered — a snapshot or replay from that number misses none of it.
+                    self._cancel_timer()
+                    self._take_text(final=True)
+                elif event.state == "input-available":
                     self._cancel_timer()
                     self._take_text(final=False)
                 self._upsert(event)
@@ -334,6 +364,13 @@ class Journal:
                 await self._log(event)
                 await self._drain()
                 await self._finished(message)
+                return
+            case Done() | Incomplete() | Error() if self._wrap is not None:
+                # A worker's end: logged with its status; the parent's turn goes on.
+                self._cancel_timer()
+                self._take_text(final=True)
+                await self._log(event, status=turn_status(event))
+                await self._drain()
                 return
             case Done() | Incomplete() | Error():
                 self._cancel_timer()
@@ -489,14 +526,14 @@ class Journal:
             ),
         )
 
-    async def _log(self, event: Event) -> None:
-        payload = self._redactor.redact_obj(event_to_dict(event))
+    async def _log(self, event: Event, **extra: Any) -> None:
+        payload = self._redactor.redact_obj({**event_to_dict(event), **extra})
         turn_id = self._turn_id
         seq = await self._numbers.take()
         first: int | None = None
         if seq is not None:
             first, self._absorb = self._absorb, None
-            self._numbers.publish(seq, turn_id, payload)
+            self._publish(seq, turn_id, payload)
         self._queue.append(
             _Write(
                 f"log the {event.type} event",
@@ -510,6 +547,9 @@ class Journal:
                 ),
             )
         )
+
+    def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
+        self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
 
     async def _drain(self) -> bool:
         """Make the queued writes in order, retrying a failed one before the next; False when

@@ -21,12 +21,12 @@ table of its own:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
-from drover.store.base import Store
+from drover.store.base import EventRecord, Store
 
 
 def scoped_call_id(parent_call_id: str, worker: int, call_id: str) -> str:
@@ -48,17 +48,20 @@ class WorkerLog:
         self.worker = worker
 
     def _tagged(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "type": "worker",
-            "worker": self.worker,
-            "parent_call_id": self.call_id,
-            "event": dict(event),
-        }
+        return worker_event(self.call_id, self.worker, event)
 
     async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any]
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
     ) -> int:
-        return await self.store.append_event(session_id, turn_id, self._tagged(event))
+        return await self.store.append_event(
+            session_id, turn_id, self._tagged(event), seq=seq, last_seq=last_seq
+        )
 
     async def append_message(
         self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
@@ -67,10 +70,20 @@ class WorkerLog:
         return 0
 
     async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
+        # One row for the flush, covering the numbers of its live deltas (no marks: a replay
+        # that starts inside it is reset rather than cut).
         event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
-        return await self.append_event(self.session_id, turn_id, event)
+        return await self.append_event(self.session_id, turn_id, event, seq=seq, last_seq=last_seq)
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
         # The retry event logged with it tells a reader to drop the step's text.
@@ -115,7 +128,18 @@ class WorkerLog:
         usage: Usage | None = None,
         owner: str | None = None,
         event: Mapping[str, Any] | None = None,
-    ) -> None:
-        # The worker ends; the parent's turn goes on.
-        ended = dict(event) if event is not None else {"type": "error", "reason": reason}
-        await self.append_event(self.session_id, turn_id, {**ended, "status": status})
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
+        # Never called: a worker's journal logs its end as an event (the parent's turn goes on).
+        raise TypeError("a worker does not end its parent's turn")
+
+
+def worker_event(parent_call_id: str, worker: int, event: Mapping[str, Any]) -> dict[str, Any]:
+    """An event of worker ``worker`` of call ``parent_call_id``, as the session's log and the
+    live stream carry it."""
+    return {
+        "type": "worker",
+        "worker": worker,
+        "parent_call_id": parent_call_id,
+        "event": dict(event),
+    }
