@@ -35,9 +35,8 @@ from drover.tools.decorator import tool
 from drover.tools.registry import ToolRegistry
 
 SETTINGS = LoopSettings(stream_retry_delay=0.0, compaction=False)
-INTERRUPTED_TEXTS = (CUT_OFF_READ_ONLY, CUT_OFF_UNKNOWN, MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT)
 #: What a call cut off while running says (it may have had effects, or was read-only).
-CUT_TEXTS = INTERRUPTED_TEXTS
+CUT_TEXTS = (CUT_OFF_READ_ONLY, CUT_OFF_UNKNOWN, MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT)
 
 
 @dataclass
@@ -207,7 +206,7 @@ async def check_record(
         elif result.content in (NOT_RUN_TEXT, STORE_NOT_RUN_TEXT):
             assert key not in effects.started, f"{use.name}({key}) ran but is recorded as not"
         else:
-            assert result.is_error and result.content.startswith(INTERRUPTED_TEXTS), result
+            assert result.is_error and result.content.startswith(CUT_TEXTS), result
         record = calls.get(use.id)
         if record is not None:
             assert record.state in ("output-available", "output-error", "denied", "interrupted")
