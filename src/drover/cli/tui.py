@@ -378,9 +378,11 @@ class TurnView:
             request = self._questions.popleft()
             if request.decision.done():
                 continue
-            self._asked = request
+            # The details first: the live area (refreshed from another thread) shows the
+            # question as soon as ``_asked`` is set, and it must never show before the diff.
             self.console.print(Text(f"\n{request.tool_name} asks to run:", style="bold"))
             self.console.print(permission_details(request.tool_name, request.input, self.workdir))
+            self._asked = request
             return
 
     def answer(self, decision: Decision) -> bool:
