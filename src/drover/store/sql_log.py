@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from drover.errors import StoreError
-from drover.store.base import EventRecord, event_from_row
+from drover.store.base import EventRecord
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
+from drover.store.rows import event_from_row
 
 T = TypeVar("T")
 Mode: TypeAlias = Literal["read", "write", "snapshot"]
