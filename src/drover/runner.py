@@ -200,7 +200,7 @@ class Runner:
             worked = bool(await self.store.turn_messages(turn_id))
             kind = Incomplete if worked else Error
             end = kind(reason="interrupted", error=error, usage=Usage(partial=True))
-            await self.store.end_turn(
+            logged = await self.store.end_turn(
                 turn_id,
                 "interrupted",
                 reason="interrupted",
@@ -210,6 +210,16 @@ class Runner:
             )
         except DroverError as exc:
             log.error("could not end turn %s: %s (recovery will)", turn_id, exc)
+            return
+        # Live followers (the server's streams) see the end as they see any other.
+        publish = self.on_event
+        if publish is None:
+            return
+        for record in logged:
+            try:
+                publish(session_id, record.end_seq, turn_id, dict(record.payload))
+            except Exception:
+                log.exception("runner: the event observer failed")
 
     async def _renew(self, turn_id: str, control: TurnControl) -> None:
         """Keep the lease; stop the turn when it is lost or cannot be renewed before expiry."""
