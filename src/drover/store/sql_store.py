@@ -27,7 +27,6 @@ from drover.events import (
     AssistantMessage,
     Error,
     Incomplete,
-    TextDelta,
     ToolState,
     ToolStateChanged,
     TurnStatus,
@@ -42,6 +41,7 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
     check_writable,
+    flushed_text_event,
     interrupted_call,
     logged_event,
     owner_alive,
@@ -478,7 +478,7 @@ class SqlStore(SqlLog):
         now = self._clock()
         first = seq
         encoded = None if seq is None else encode_marks(seq, marks)
-        event = {**event_to_dict(TextDelta(text=text, index=block_index)), "step": step}
+        event = flushed_text_event(text, block_index, step)
 
         def insert() -> Plan[int]:
             session_id = yield from self._turn_session(turn_id)
