@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
-from drover.store.base import SessionRecord, Store
+from drover.store.base import SessionRecord, Store, owner_id
 from drover.store.history import build_history
 from drover.store.journal import Journal
 from drover.store.redact import Redactor
@@ -41,19 +39,6 @@ log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload)`` of each numbered event.
 SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
-
-
-def owner_id() -> str:
-    """Identifies this process: host, pid and start time (so a reused pid is not mistaken)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks()}"
-
-
-def _process_start_ticks() -> str:
-    try:
-        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return str(int(time.time()))
 
 
 @dataclass(frozen=True, slots=True)
