@@ -96,12 +96,13 @@ class SqlStore(SqlLog):
         return str(row["id"])
 
     def _numbered(
-        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: str
+        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: tuple[str, ...]
     ) -> Plan[int]:
-        """Insert a row numbered ``max(seq) + 1`` among those matching ``scope`` (whose
-        parameters end ``params``); its number."""
-        where = " AND ".join(f"{column} = ?" for column in scope.split(", "))
-        scoped = params[-len(scope.split(", ")) :]
+        """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
+        ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
+        The caller holds the session's lock, so no other writer takes the same number."""
+        where = " AND ".join(f"{column} = ?" for column in scope)
+        scoped = params[-len(scope) :]
         if self.dialect.returning:
             found = yield from rows(
                 f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
@@ -125,7 +126,7 @@ class SqlStore(SqlLog):
             "role, body, partial, created_at, turn_id",
             "?, ?::jsonb, ?, ?, ?",
             (message.role, self.dialect.json(message_to_dict(message)), partial, now, turn_id),
-            "turn_id",
+            ("turn_id",),
         )
 
     def _deltas(self, turn_id: str) -> Plan[list[tuple[int, int, str]]]:
@@ -293,7 +294,7 @@ class SqlStore(SqlLog):
                 "session_id",
                 "?, ?, ?::jsonb, ?, ?, ?, ?, ?",
                 (turn_id, "running", body, owner, now + lease_seconds, now, now, session_id),
-                "session_id",
+                ("session_id",),
             )
             yield from execute(
                 "UPDATE sessions SET updated_at = ?, title = COALESCE(title, ?) WHERE id = ?",
@@ -487,7 +488,7 @@ class SqlStore(SqlLog):
                 "text, turn_id, step, block_index",
                 "?, ?, ?, ?",
                 (self.dialect.text(text), turn_id, step, block_index),
-                "turn_id, step, block_index",
+                ("turn_id", "step", "block_index"),
             )
             return (
                 yield from self._log_text(session_id, turn_id, event, now, first, last_seq, encoded)
