@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
@@ -103,11 +103,16 @@ class Dialect:
     returning: bool
     #: The ``LIMIT`` value that means no limit.
     no_limit: int | None
+    #: Statements already translated (a store runs the same few hundred over and over).
+    _spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def sql(self, neutral: str) -> str:
-        if self.casts:
-            return neutral.replace("?", "%s")
-        return _CAST.sub("", neutral)
+        """``neutral`` as this backend spells it."""
+        spelled = self._spelled.get(neutral)
+        if spelled is None:
+            spelled = neutral.replace("?", "%s") if self.casts else _CAST.sub("", neutral)
+            self._spelled[neutral] = spelled
+        return spelled
 
     def clean(self, value: str | None) -> str | None:
         return None if value is None else self.text(value)
