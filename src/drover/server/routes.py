@@ -168,7 +168,7 @@ async def decide(request: Request) -> Response:
     decision = data.get("decision")
     if decision not in _DECISIONS:
         raise ApiError(422, "invalid_request", f"decision must be one of {', '.join(_DECISIONS)}")
-    if not _ID.fullmatch(request_id) or not _service(request).decide(
+    if not _ID.fullmatch(request_id) or not await _service(request).decide_anywhere(
         record.id, request_id, decision
     ):
         raise ApiError(404, "not_found", "no such permission request waiting for an answer")
