@@ -166,6 +166,14 @@ class Relay:
         self._outbox.append((events_key(session_id), fields))
         self._outbox_ready.set()
 
+    def nudge(self, session_id: str) -> None:
+        """Events of the session were written to the log without being published (a dead
+        process's turn recovered): every follower goes back to the log, here and elsewhere."""
+        self._hub.feed(session_id).resync(drop_ring=True)
+        if self._redis is not None:
+            self._outbox.append((events_key(session_id), {"resync": 1}))
+            self._outbox_ready.set()
+
     async def _write_loop(self) -> None:
         warned = 0.0
         while True:
@@ -227,6 +235,9 @@ class Relay:
         feed = self._hub.feed(session_id)
         for entry_id, fields in entries:
             follow.pos = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+            if b"resync" in fields:
+                feed.resync(drop_ring=True)
+                continue
             seq = int(fields[b"seq"])
             raw_prev = fields[b"prev"]
             prev = int(raw_prev) if raw_prev else None

@@ -62,6 +62,7 @@ class Shared:
                     functools.partial(pg_claims.turn_sessions, self.store),
                     service.resume if resume else None,
                     interval=min(lease / 3, MAX_WATCH_INTERVAL),
+                    recovered=self.relay.nudge,
                 )
             )
         )

@@ -30,8 +30,10 @@ async def watch(
     resume: Resume | None,
     *,
     interval: float,
+    recovered: Callable[[str], None] = lambda session_id: None,
 ) -> None:
-    """Run until cancelled: recover expired turns and resume those this process took."""
+    """Run until cancelled: recover expired turns, tell ``recovered`` each one's session (its
+    followers must go back to the log), and resume those this process took."""
     while True:
         await asyncio.sleep(interval)
         try:
@@ -39,8 +41,6 @@ async def watch(
             if not taken:
                 continue
             log.warning("took over %d turn(s) of dead processes: %s", len(taken), taken)
-            if resume is None:
-                continue
             owners = await sessions(taken)
         except asyncio.CancelledError:
             raise
@@ -50,6 +50,9 @@ async def watch(
         for turn_id in taken:
             session_id = owners.get(turn_id)
             if session_id is None:
+                continue
+            recovered(session_id)
+            if resume is None:
                 continue
             try:
                 await resume(session_id)

@@ -1,0 +1,249 @@
+"""Several real ``drover serve`` processes on one PostgreSQL journal and one Redis.
+
+Servers are shared by the module: A and B (with Redis) and C (without: it follows the log);
+tests that SIGKILL a process start a victim of their own. Every wait is on an event of the
+stream or a process; timeouts are failure bounds only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from server.support import (
+    TERMINAL,
+    Served,
+    Sse,
+    View,
+    read_events,
+    stored_summary,
+    tool_turn_script,
+)
+from support import redis as redis_support
+
+from drover.testing.server import FakeLLMServer
+
+
+@pytest.fixture(scope="module")
+def a(spawn: Callable[..., Served]) -> Served:
+    return spawn()
+
+
+@pytest.fixture(scope="module")
+def b(spawn: Callable[..., Served]) -> Served:
+    return spawn()
+
+
+@pytest.fixture(scope="module")
+def c(spawn: Callable[..., Served]) -> Served:
+    return spawn(redis=False)
+
+
+def _session(server: Served) -> str:
+    with server.client() as client:
+        return str(client.post("/v1/sessions").json()["id"])
+
+
+def _post(server: Served, sid: str, content: str = "go") -> str:
+    with server.client() as client:
+        reply = client.post(f"/v1/sessions/{sid}/messages", json={"content": content})
+        assert reply.status_code == 202, reply.text
+        return str(reply.json()["turn_id"])
+
+
+def _snapshot(server: Served, sid: str) -> dict[str, Any]:
+    with server.client() as client:
+        return dict(client.get(f"/v1/sessions/{sid}").json())
+
+
+def _view(events: list[Sse]) -> View:
+    view = View()
+    for ev in events:
+        view.apply(ev)
+    return view
+
+
+class Follower(threading.Thread):
+    """A client following a session on one server until ``until`` says stop."""
+
+    def __init__(
+        self,
+        server: Served,
+        sid: str,
+        until: Callable[[Sse, list[Sse]], bool] = lambda ev, _: ev.event in TERMINAL,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.server, self.sid, self.until = server, sid, until
+        self.events: list[Sse] = []
+        self.seen = threading.Condition()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        def until(ev: Sse, got: list[Sse]) -> bool:
+            with self.seen:
+                self.events.append(ev)
+                self.seen.notify_all()
+            return self.until(ev, got)
+
+        try:
+            with self.server.client() as client:
+                read_events(client, self.sid, until=until)
+        except BaseException as exc:  # reported by result()
+            self.error = exc
+
+    def wait_for(self, test: Callable[[list[Sse]], bool], bound: float = 60.0) -> None:
+        with self.seen:
+            assert self.seen.wait_for(lambda: test(self.events), bound), "event never came"
+
+    def result(self) -> list[Sse]:
+        self.join(120)
+        assert not self.is_alive(), "the stream never ended"
+        if self.error is not None:
+            raise self.error
+        return self.events
+
+
+def _ids_increase(events: list[Sse]) -> None:
+    ids = [e.id for e in events]
+    assert all(i is not None for i in ids)
+    assert ids == sorted(set(ids)), "ids must increase without repeats"  # type: ignore[type-var]
+
+
+def test_a_client_on_a_follows_live_a_turn_run_by_b(
+    fake: FakeLLMServer, a: Served, b: Served, redis_server: redis_support.RedisServer
+) -> None:
+    fake.script(*tool_turn_script(1500, delay=0.002))
+    sid = _session(a)
+    on_a = Follower(a, sid)
+    on_b = Follower(b, sid)
+    on_a.start()
+    on_b.start()
+    _post(b, sid)
+    reference, received = on_b.result(), on_a.result()
+    _ids_increase(received)
+    assert [e.id for e in received] == [e.id for e in reference]
+    assert [e.data for e in received] == [e.data for e in reference]
+    assert sum(1 for e in received if e.event == "text_delta") > 100
+    assert _view(received).summary() == stored_summary(_snapshot(a, sid))
+    # The live events went through the session's Redis stream.
+    assert b":" in redis_server.command("XLEN", f"drover:events:{sid}")
+    assert int(redis_server.command("XLEN", f"drover:events:{sid}")[1:].split(b"\r")[0]) > 100
+
+
+def test_concurrent_posts_on_two_processes_make_one_turn_and_one_409(
+    fake: FakeLLMServer, a: Served, b: Served
+) -> None:
+    fake.script({"text": "slow " * 200, "delay": 0.005})
+    sid = _session(a)
+    barrier = threading.Barrier(2)
+    replies: list[tuple[int, dict[str, Any]]] = []
+
+    def post(server: Served) -> None:
+        with server.client() as client:
+            barrier.wait(30)
+            reply = client.post(f"/v1/sessions/{sid}/messages", json={"content": "go"})
+            replies.append((reply.status_code, reply.json()))
+
+    posters = [threading.Thread(target=post, args=(s,)) for s in (a, b)]
+    for poster in posters:
+        poster.start()
+    for poster in posters:
+        poster.join(60)
+    assert sorted(code for code, _ in replies) == [202, 409], replies
+    started = next(body["turn_id"] for code, body in replies if code == 202)
+    refused = next(body for code, body in replies if code == 409)
+    assert refused["error"]["code"] == "session_busy"
+    assert refused["turn_id"] == started
+    with a.client() as client:
+        read_events(client, sid)
+    turns = _snapshot(b, sid)["turns"]
+    assert [(t["id"], t["status"]) for t in turns] == [(started, "completed")]
+
+
+def _turn_ended(turn_id: str) -> Callable[[Sse, list[Sse]], bool]:
+    """Until a terminal event of a turn other than ``turn_id`` (the continuation's)."""
+    return lambda ev, _: ev.event in TERMINAL and ev.data.get("turn_id") != turn_id
+
+
+def _check_final(events: list[Sse], snap: dict[str, Any]) -> None:
+    _ids_increase(events)
+    assert _view(events).summary() == stored_summary(snap)
+    for turn in snap["turns"]:
+        assert turn["status"] != "running"
+        for call in turn["tool_calls"]:
+            assert call["state"] in ("output-available", "output-error", "denied", "interrupted")
+
+
+def test_sigkill_mid_stream_another_process_takes_the_turn_over(
+    fake: FakeLLMServer, spawn: Callable[..., Served], a: Served, b: Served
+) -> None:
+    victim = spawn()
+    long_text = " ".join(f"w{i:04d}" for i in range(1500))
+    fake.script({"text": long_text, "delay": 0.004}, {"text": "Resumed after the cut."})
+    sid = _session(a)
+    first = _post(victim, sid)
+    on_a = Follower(a, sid, until=_turn_ended(first))
+    on_a.start()
+    on_a.wait_for(lambda got: sum(e.event == "text_delta" for e in got) >= 150)
+    victim.stop(9)
+    events = on_a.result()
+    snap = _snapshot(a, sid)
+    assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
+    # A continuation (the runner's "cut off" note), not a message of the user's.
+    assert "cut off" in snap["turns"][1]["user_message"]["content"][0]["text"]
+    # The flushed part of the cut answer is kept, as a partial message.
+    kept = snap["turns"][0]["messages"]
+    assert (
+        kept
+        and kept[0]["partial"]
+        and long_text.startswith(kept[0]["message"]["content"][0]["text"])
+    )
+    _check_final(events, snap)
+
+
+def test_sigkill_mid_tool_the_call_is_reported_unknown_never_rerun(
+    fake: FakeLLMServer, spawn: Callable[..., Served], a: Served, tmp_path: Any
+) -> None:
+    victim = spawn()
+    marker, pidfile = tmp_path / "ran", tmp_path / "pid"
+    command = f"echo $$ > {pidfile}; echo x >> {marker}; exec sleep 60"
+    fake.script(
+        {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+        {"text": "The command was cut off; not running it again."},
+    )
+    sid = _session(a)
+    first = _post(victim, sid)
+    on_a = Follower(a, sid, until=_turn_ended(first))
+    on_a.start()
+    on_a.wait_for(
+        lambda got: any(e.event == "tool_state" and e.data["state"] == "running" for e in got)
+    )
+    deadline = time.monotonic() + 30
+    while not (marker.exists() and pidfile.exists()):  # the command has started
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+    victim.stop(9)
+    with contextlib.suppress(ProcessLookupError, ValueError):
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the command the victim left
+    events = on_a.result()
+    snap = _snapshot(a, sid)
+    assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
+    (call,) = snap["turns"][0]["tool_calls"]
+    assert call["state"] == "interrupted"
+    assert call["outcome_unknown"] is True
+    _check_final(events, snap)
+    # The model was told, in the continuation's history, that the outcome is unknown.
+    results = [
+        block
+        for message in fake.requests[-1].body["messages"]
+        for block in (message["content"] if isinstance(message["content"], list) else [])
+        if block.get("type") == "tool_result"
+    ]
+    assert results and "interrupt" in str(results[-1]["content"]).lower()
+    assert marker.read_text() == "x\n"  # ran once, never again
