@@ -247,3 +247,88 @@ def test_sigkill_mid_tool_the_call_is_reported_unknown_never_rerun(
     ]
     assert results and "interrupt" in str(results[-1]["content"]).lower()
     assert marker.read_text() == "x\n"  # ran once, never again
+
+
+def test_redis_killed_and_restarted_mid_turn_the_client_ends_with_the_stored_transcript(
+    fake: FakeLLMServer, a: Served, b: Served, redis_server: redis_support.RedisServer
+) -> None:
+    fake.script(*tool_turn_script(2500, delay=0.003))
+    sid = _session(a)
+    on_a = Follower(a, sid)
+    on_a.start()
+    first = _post(b, sid)
+    on_a.wait_for(lambda got: sum(e.event == "text_delta" for e in got) >= 50)
+    redis_server.kill()
+    seen = len(on_a.events)
+    # Without Redis, A follows the journal's log: the turn keeps arriving.
+    on_a.wait_for(lambda got: len(got) > seen + 20)
+    redis_server.restart()
+    events = on_a.result()
+    snap = _snapshot(b, sid)
+    assert [t["status"] for t in snap["turns"]] == ["completed"]
+    _check_final(events, snap)
+    # Redis is followed again: the next turn is live through it.
+    fake.script({"text": "again " * 50})
+    on_a = Follower(a, sid, until=_turn_ended(first))
+    on_a.start()
+    _post(b, sid)
+    _check_final(on_a.result(), _snapshot(a, sid))
+    assert int(redis_server.command("XLEN", f"drover:events:{sid}")[1:].split(b"\r")[0]) > 10
+
+
+def test_postgresql_restarted_between_turns_the_pools_reconnect(
+    fake: FakeLLMServer, a: Served, b: Served, pg_cluster: Any
+) -> None:
+    fake.script({"text": "before"})
+    sid = _session(a)
+    _post(b, sid)
+    with a.client() as client:
+        read_events(client, sid)
+    for args in (("stop", "-m", "fast", "-w"), ("start", "-w", "-t", "30", "-l", "server.log")):
+        result = pg_cluster.pg_ctl(*args)  # -l: the server must not hold the captured pipes
+        assert result.returncode == 0, result.stderr
+    fake.script({"text": "after the restart"})
+    on_a = Follower(
+        a, sid, until=lambda ev, _: ev.event in TERMINAL and ev.data["text"] != "before"
+    )
+    on_a.start()
+    _post(b, sid)
+    events = on_a.result()
+    snap = _snapshot(a, sid)
+    assert [t["status"] for t in snap["turns"]] == ["completed", "completed"]
+    _check_final(events, snap)
+
+
+def test_without_redis_a_process_follows_the_log_and_interrupts_reach_the_turn(
+    fake: FakeLLMServer, b: Served, c: Served
+) -> None:
+    fake.script(*tool_turn_script(1500, delay=0.002))
+    sid = _session(c)
+    on_c = Follower(c, sid)
+    on_b = Follower(b, sid)
+    on_c.start()
+    on_b.start()
+    _post(b, sid)
+    received, reference = on_c.result(), on_b.result()
+    _ids_increase(received)
+    by_id = {e.id: e.data for e in reference}
+    assert all(by_id[e.id] == e.data for e in received)  # the same events, at the log's pace
+    assert {e.id for e in reference if e.event != "text_delta"} <= {e.id for e in received}
+    assert _view(received).summary() == stored_summary(_snapshot(c, sid))
+    # An interrupt posted to C (no Redis: PostgreSQL NOTIFY) stops the turn B runs.
+    fake.script({"text": "long " * 2000, "delay": 0.005})
+    on_c = Follower(c, sid, until=lambda ev, _: ev.event in TERMINAL and ev.id > received[-1].id)  # type: ignore[operator]
+    on_c.start()
+    turn = _post(b, sid)
+    on_c.wait_for(
+        lambda got: any(e.event == "text_delta" and e.data["turn_id"] == turn for e in got)
+    )
+    with c.client() as client:
+        reply = client.post(f"/v1/sessions/{sid}/interrupt")
+        assert reply.status_code == 202, reply.text
+        assert reply.json()["turn_id"] == turn
+    events = on_c.result()
+    assert events[-1].data["reason"] == "interrupted"
+    snap = _snapshot(c, sid)
+    assert snap["turns"][-1]["status"] == "interrupted"
+    fake.allow_unexpected = True
