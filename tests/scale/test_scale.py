@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -332,3 +333,22 @@ def test_without_redis_a_process_follows_the_log_and_interrupts_reach_the_turn(
     snap = _snapshot(c, sid)
     assert snap["turns"][-1]["status"] == "interrupted"
     fake.allow_unexpected = True
+
+
+def test_workers_start_n_processes_on_one_port_and_stop_cleanly(
+    fake: FakeLLMServer, spawn: Callable[..., Served]
+) -> None:
+    pool = spawn("--workers", "2")
+    pid = pool.proc.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 2
+    fake.script({"text": "served by a worker"})
+    sid = _session(pool)
+    _post(pool, sid)
+    with pool.client() as client:
+        events = read_events(client, sid)
+    assert events[-1].event == "done"
+    assert pool.stop() == 0
+    assert any("stopped" in line for line in pool.stderr)
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()

@@ -18,6 +18,7 @@ from types import FrameType
 
 import uvicorn
 
+from drover.cli import serve_pool
 from drover.cli.headless import run_options
 from drover.cli.runtime import Runtime, open_runtime, system_prompt
 from drover.convo import ConversationManager
@@ -165,6 +166,10 @@ def lease_from(args: argparse.Namespace) -> float:
 async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
     """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
     settings = settings_from(args)
+    if args.workers != 1 and provider is None:
+        serve_pool.check(args)
+        lease_from(args)
+        return await serve_pool.run_pool(args, sys.argv[1:])
     lease = lease_from(args)
     redis_url = args.redis or os.environ.get("DROVER_REDIS") or None
     hub = Hub()
