@@ -352,3 +352,27 @@ def test_workers_start_n_processes_on_one_port_and_stop_cleanly(
     assert any("stopped" in line for line in pool.stderr)
     for child in children:
         assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_a_permission_answer_posted_to_a_reaches_the_turn_on_another_process(
+    fake: FakeLLMServer, spawn: Callable[..., Served], a: Served
+) -> None:
+    asking = spawn("--permission-mode", "ask")
+    fake.script(
+        {"tool_calls": [{"name": "write_file", "input": {"path": "p.txt", "content": "ok"}}]},
+        {"text": "Written."},
+    )
+    sid = _session(a)
+    on_a = Follower(a, sid)
+    on_a.start()
+    _post(asking, sid)
+    on_a.wait_for(lambda got: any(e.event == "permission_request" for e in got))
+    request = next(e for e in on_a.events if e.event == "permission_request")
+    with a.client() as client:
+        url = f"/v1/sessions/{sid}/permissions/{request.data['request_id']}"
+        reply = client.post(url, json={"decision": "allow"})
+        assert reply.status_code == 200, reply.text
+    events = on_a.result()
+    assert events[-1].event == "done"
+    (call,) = _snapshot(a, sid)["turns"][0]["tool_calls"]
+    assert call["state"] == "output-available"
