@@ -4,6 +4,7 @@ processes on one journal (a schema of their own per module)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -66,5 +67,8 @@ def spawn(
         return served
 
     yield start
+    for served in started:  # all at once: each takes a moment to stop
+        if served.proc.poll() is None:
+            served.proc.send_signal(signal.SIGTERM)
     for served in started:
         served.close()

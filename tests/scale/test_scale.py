@@ -102,9 +102,10 @@ class Follower(threading.Thread):
         with self.seen:
             assert self.seen.wait_for(lambda: test(self.events), bound), "event never came"
 
-    def result(self) -> list[Sse]:
-        self.join(120)
-        assert not self.is_alive(), "the stream never ended"
+    def result(self, *servers: Served) -> list[Sse]:
+        self.join(60)
+        logs = [line for server in servers for line in server.stderr[-30:]]
+        assert not self.is_alive(), f"the stream never ended: {self.events[-3:]} {logs}"
         if self.error is not None:
             raise self.error
         return self.events
@@ -193,7 +194,7 @@ def test_sigkill_mid_stream_another_process_takes_the_turn_over(
     on_a.start()
     on_a.wait_for(lambda got: sum(e.event == "text_delta" for e in got) >= 150)
     victim.stop(9)
-    events = on_a.result()
+    events = on_a.result(a, b)
     snap = _snapshot(a, sid)
     assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
     # A continuation (the runner's "cut off" note), not a message of the user's.

@@ -120,7 +120,7 @@ async def run_pool(args: argparse.Namespace, argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, pool.stop)
     try:
-        started = [await pool.spawn() for _ in range(args.workers)]
+        started = await asyncio.gather(*(pool.spawn() for _ in range(args.workers)))
         if not all(line.startswith(PREFIX) for _, line in started):
             pool.stop()
             await asyncio.gather(*(p.wait() for p, _ in started))
