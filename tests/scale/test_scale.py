@@ -169,8 +169,16 @@ def test_concurrent_posts_on_two_processes_make_one_turn_and_one_409(
 
 
 def _turn_ended(turn_id: str) -> Callable[[Sse, list[Sse]], bool]:
-    """Until a terminal event of a turn other than ``turn_id`` (the continuation's)."""
-    return lambda ev, _: ev.event in TERMINAL and ev.data.get("turn_id") != turn_id
+    """Until a turn other than ``turn_id`` (the continuation) ended: its terminal event, or a
+    ``reset`` whose snapshot already holds its end."""
+
+    def until(ev: Sse, _: list[Sse]) -> bool:
+        if ev.event == "reset":
+            turns = ev.data["turns"]
+            return len(turns) > 1 and all(t["status"] != "running" for t in turns)
+        return ev.event in TERMINAL and ev.data.get("turn_id") != turn_id
+
+    return until
 
 
 def _check_final(events: list[Sse], snap: dict[str, Any]) -> None:
