@@ -258,6 +258,8 @@ class Relay:
             follow.covered = seq
 
     async def _log_has_between(self, session_id: str, low: int, high: int) -> bool:
+        if await self._store.last_event_seq(session_id) <= low:
+            return False  # the usual case, one cheap query
         rows = await self._store.events_after(session_id, low)
         return any(low < row.seq < high for row in rows)
 
@@ -281,6 +283,7 @@ class Relay:
                 self._degrade()
                 continue
             by_key: dict[str, _Follow] = dict(ready)
+            sessions = []
             for raw_key, entries in result or []:
                 key = raw_key.decode()
                 if key == control_key(self._owner):
@@ -289,14 +292,18 @@ class Relay:
                 sid = key[len("drover:events:") :]
                 known = by_key.get(sid)
                 if known is not None and self._follows.get(sid) is known:
-                    follow = known
-                    try:
-                        await self._take(sid, follow, entries)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as exc:
-                        log.warning("relay: session %s resynchronised (%s)", sid, exc)
-                        self._hub.feed(sid).resync()
+                    sessions.append(self._take_or_resync(sid, known, entries))
+            # Sessions side by side: one whose turn starts waits on the log, not the others.
+            await asyncio.gather(*sessions)
+
+    async def _take_or_resync(self, session_id: str, follow: _Follow, entries: list[Any]) -> None:
+        try:
+            await self._take(session_id, follow, entries)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("relay: session %s resynchronised (%s)", session_id, exc)
+            self._hub.feed(session_id).resync()
 
     def _degrade(self) -> None:
         self._up = False
