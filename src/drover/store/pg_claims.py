@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from drover.store.pg_conn import Conn
+from drover.store.dialect import rows
 from drover.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
@@ -35,40 +35,30 @@ async def turn_sessions(store: PostgresStore, turn_ids: list[str]) -> dict[str, 
     """``{turn_id: session_id}`` of the turns that exist."""
     if not turn_ids:
         return {}
-
-    async def fetch(conn: Conn) -> dict[str, str]:
-        cur = await conn.execute(
-            "SELECT id, session_id FROM turns WHERE id = ANY(%s)", (list(turn_ids),)
-        )
-        return {str(r["id"]): str(r["session_id"]) for r in await cur.fetchall()}
-
-    return await store._call(fetch)
+    found = await store._select(
+        "SELECT id, session_id FROM turns WHERE id = ANY(?)", list(turn_ids)
+    )
+    return {str(r["id"]): str(r["session_id"]) for r in found}
 
 
 async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str | None] | None:
     """``(turn_id, owner)`` of the session's running turn, or None."""
-
-    async def fetch(conn: Conn) -> tuple[str, str | None] | None:
-        cur = await conn.execute(
-            "SELECT id, owner FROM turns WHERE session_id = %s AND status = 'running' "
-            "ORDER BY seq DESC LIMIT 1",
-            (session_id,),
-        )
-        row = await cur.fetchone()
-        return None if row is None else (str(row["id"]), row["owner"])
-
-    return await store._call(fetch)
+    found = await store._select(
+        "SELECT id, owner FROM turns WHERE session_id = ? AND status = 'running' "
+        "ORDER BY seq DESC LIMIT 1",
+        session_id,
+    )
+    if not found:
+        return None
+    owner = found[0]["owner"]
+    return str(found[0]["id"]), None if owner is None else str(owner)
 
 
 async def notify(store: PostgresStore, message: dict[str, Any]) -> None:
     payload = json.dumps(message, separators=(",", ":"))
     if len(payload.encode()) > MAX_PAYLOAD:
         raise ValueError("control message too large for NOTIFY")
-
-    async def send(conn: Conn) -> None:
-        await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-
-    await store._write(send)
+    await store._perform(rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload), "write")
 
 
 async def listen(
