@@ -14,6 +14,7 @@ import contextlib
 import functools
 from dataclasses import dataclass, field
 
+from drover.errors import ConfigError
 from drover.server.hub import Hub
 from drover.server.relay import Relay
 from drover.server.service import Service
@@ -43,6 +44,8 @@ class Shared:
     @classmethod
     def open(cls, store: Store, owner: str, hub: Hub, redis_url: str | None) -> Shared:
         assert isinstance(store, PostgresStore)
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"not a Redis URL (redis://, rediss:// or unix://): {redis_url}")
         notify = functools.partial(pg_claims.notify, store)
         relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=notify)
         return cls(store=store, relay=relay, redis_url=redis_url)
