@@ -132,6 +132,14 @@ class Service:
         running = self._running.get(session_id)
         return None if running is None else running.turn_id
 
+    async def any_running_turn_id(self, session_id: str) -> str | None:
+        """The running turn's id, whichever process runs it."""
+        local = self.running_turn_id(session_id)
+        if local is not None or self._elsewhere is None:
+            return local
+        found = await self._elsewhere(session_id)
+        return None if found is None else found[0]
+
     def pending_permissions(self, session_id: str) -> list[dict[str, Any]]:
         running = self._running.get(session_id)
         if running is None:

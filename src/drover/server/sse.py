@@ -81,7 +81,7 @@ async def event_stream(
         status = {
             "type": "status",
             "transient": True,
-            "running_turn_id": service.running_turn_id(record.id),
+            "running_turn_id": await service.any_running_turn_id(record.id),
             "last_event_id": max(feed.last_seq, await service.store.last_event_seq(record.id)),
         }
         yield b"retry: %d\n\n" % RETRY_MS + _frame("status", status)
