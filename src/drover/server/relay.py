@@ -49,6 +49,8 @@ STREAM_LEN = 4096
 STREAM_TTL = 3600
 #: Seconds between looks at the log when following it instead of Redis.
 POLL = 0.25
+#: Entries read per page when a process starts following a session.
+PRIME_PAGE = 256
 #: Milliseconds one XREAD waits for entries.
 BLOCK_MS = 200
 #: Events waiting to be written to Redis before the oldest are dropped (readers see the gap).
@@ -227,8 +229,20 @@ class Relay:
             del self._follows[session_id]
 
     async def _prime(self, session_id: str, follow: _Follow) -> None:
-        entries = await self._redis.xrange(events_key(session_id))
+        """Take what the stream holds after what the log covers, newest pages first (a
+        client connecting to a long session reads its unflushed tail, not the whole stream)."""
+        key, top, entries = events_key(session_id), "+", []
+        while True:
+            page = await self._redis.xrevrange(key, max=top, min="-", count=PRIME_PAGE)
+            entries += page
+            if len(page) < PRIME_PAGE:
+                break
+            oldest_id, oldest = page[-1]
+            if b"seq" in oldest and int(oldest[b"seq"]) <= follow.covered:
+                break
+            top = "(" + (oldest_id.decode() if isinstance(oldest_id, bytes) else oldest_id)
         follow.pos = "0-0"
+        entries.reverse()
         await self._take(session_id, follow, entries)
 
     async def _take(self, session_id: str, follow: _Follow, entries: list[Any]) -> None:
