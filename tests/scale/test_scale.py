@@ -23,6 +23,7 @@ from server.support import (
     Sse,
     View,
     check_stream,
+    parse_sse,
     read_events,
     stored_summary,
     tool_turn_script,
@@ -380,10 +381,19 @@ def test_a_permission_answer_posted_to_a_reaches_the_turn_on_another_process(
     sid = _session(a)
     on_a = Follower(a, sid)
     on_a.start()
-    _post(asking, sid)
+    turn = _post(asking, sid)
     on_a.wait_for(lambda got: any(e.event == "permission_request" for e in got))
     request = next(e for e in on_a.events if e.event == "permission_request")
     with a.client() as client:
+        # A knows the turn another process runs (it waits for the answer meanwhile).
+        listed = {
+            s["id"]: s["running_turn_id"] for s in client.get("/v1/sessions").json()["sessions"]
+        }
+        assert listed[sid] == turn
+        assert _snapshot(a, sid)["running_turn_id"] == turn
+        with client.stream("GET", f"/v1/sessions/{sid}/events") as response:
+            status = next(parse_sse(response.iter_lines()))
+        assert status.event == "status" and status.data["running_turn_id"] == turn
         url = f"/v1/sessions/{sid}/permissions/{request.data['request_id']}"
         reply = client.post(url, json={"decision": "allow"})
         assert reply.status_code == 200, reply.text

@@ -123,9 +123,8 @@ async def list_sessions(request: Request) -> Response:
             raise ApiError(400, "invalid_request", f"limit must be between 1 and {MAX_LIST}")
     service = _service(request)
     records = await service.list_sessions(owner, limit)
-    return JSONResponse(
-        {"sessions": [session_summary(r, service.running_turn_id(r.id)) for r in records]}
-    )
+    running = await service.running_turn_ids([r.id for r in records])
+    return JSONResponse({"sessions": [session_summary(r, running.get(r.id)) for r in records]})
 
 
 async def get_session(request: Request) -> Response:

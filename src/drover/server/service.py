@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 SessionFactory = Callable[[SessionRecord, PermissionPolicy], Awaitable[AgentSession]]
 #: ``(session_id) -> (turn_id, owner)`` of a turn running in any process, or None.
 RunningElsewhere = Callable[[str], Awaitable[tuple[str, str | None] | None]]
+#: ``(session_ids) -> {session_id: turn_id}`` of those with a turn running in any process.
+RunningAnywhere = Callable[[list[str]], Awaitable[dict[str, str]]]
 #: Sends a control message to the process ``owner``; False when it cannot be sent.
 SendControl = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
@@ -92,6 +94,7 @@ class Service:
         running_elsewhere: RunningElsewhere | None = None,
         send_control: SendControl | None = None,
         relay: Relay | None = None,
+        running_anywhere: RunningAnywhere | None = None,
     ) -> None:
         """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
         the process running a session's turn when it is not this one."""
@@ -108,6 +111,7 @@ class Service:
         self._closing = False
         self._elsewhere = running_elsewhere
         self._send_control = send_control
+        self._anywhere = running_anywhere
         #: Carries other processes' live events to this one's clients (None: one process).
         self.relay = relay
 
@@ -131,6 +135,15 @@ class Service:
     def running_turn_id(self, session_id: str) -> str | None:
         running = self._running.get(session_id)
         return None if running is None else running.turn_id
+
+    async def running_turn_ids(self, session_ids: list[str]) -> dict[str, str]:
+        """``{session_id: turn_id}`` of the sessions with a running turn, in any process."""
+        found = {} if self._anywhere is None else await self._anywhere(session_ids)
+        for session_id in session_ids:
+            local = self.running_turn_id(session_id)
+            if local is not None:
+                found[session_id] = local
+        return found
 
     async def any_running_turn_id(self, session_id: str) -> str | None:
         """The running turn's id, whichever process runs it."""

@@ -53,6 +53,9 @@ class Shared:
     async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:
         return await pg_claims.running_turn(self.store, session_id)
 
+    async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
+        return await pg_claims.running_turns(self.store, session_ids)
+
     async def start(self, service: Service, *, resume: bool, lease: float) -> None:
         self.relay.on_control = service.on_control
         await self.relay.start()

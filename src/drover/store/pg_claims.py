@@ -54,6 +54,17 @@ async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str 
     return str(found[0]["id"]), None if owner is None else str(owner)
 
 
+async def running_turns(store: PostgresStore, session_ids: list[str]) -> dict[str, str]:
+    """``{session_id: turn_id}`` of the sessions among these with a running turn."""
+    if not session_ids:
+        return {}
+    found = await store._select(
+        "SELECT session_id, id FROM turns WHERE status = 'running' AND session_id = ANY(?)",
+        list(session_ids),
+    )
+    return {str(r["session_id"]): str(r["id"]) for r in found}
+
+
 async def notify(store: PostgresStore, message: dict[str, Any]) -> None:
     payload = json.dumps(message, separators=(",", ":"))
     if len(payload.encode()) > MAX_PAYLOAD:
