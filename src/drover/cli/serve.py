@@ -197,6 +197,7 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
             running_elsewhere=None if shared is None else shared.running_turn,
             send_control=None if shared is None else shared.relay.control,
             relay=None if shared is None else shared.relay,
+            running_anywhere=None if shared is None else shared.running_turns,
         )
         app = create_app(service, settings)
         config = uvicorn.Config(
