@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from drover.agent import default_system_prompt, resolve_workdir
 from drover.config import Config, load_config
 from drover.convo import ConversationManager
-from drover.errors import ConfigError, DroverError
+from drover.errors import DroverError
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
@@ -130,18 +131,6 @@ class Runtime:
         await old.aclose()
 
 
-def resolve_workdir(path: Path | None) -> Path:
-    workdir = (path or Path.cwd()).expanduser()
-    if not workdir.is_dir():
-        raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
-    try:
-        str(workdir).encode("utf-8")
-    except UnicodeEncodeError:
-        # The journal and the model see the path as text: it must be valid UTF-8.
-        raise ConfigError(f"working directory path is not valid UTF-8: {workdir}") from None
-    return workdir.resolve()
-
-
 def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path) -> SandboxSettings:
     """The sandbox from flags over the config file; the journal's SQLite file is hidden too.
 
@@ -161,13 +150,8 @@ def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path)
     )
 
 
-def system_prompt(workdir: Path) -> str:
-    return (
-        "You are drover, a coding agent working in the directory "
-        f"{workdir}. Use the tools to read, search, edit files and run commands there; paths "
-        "are relative to that directory. Be concise. When a tool result says a call was "
-        "interrupted, check the current state before repeating anything with side effects."
-    )
+#: The coding agent's system prompt; one text for the library and every front door.
+system_prompt = default_system_prompt
 
 
 @contextlib.asynccontextmanager
