@@ -62,10 +62,10 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, assert_never, cast
+from typing import Any, assert_never, cast
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import (
@@ -83,17 +83,15 @@ from drover.events import (
     ToolDone,
     ToolResults,
     ToolStart,
-    ToolState,
     ToolStateChanged,
     TurnStarted,
-    TurnStatus,
     UsageReport,
     WorkerEvent,
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message, Usage
-from drover.store.base import EventRecord, Store
+from drover.messages import Message
+from drover.store.base import EventLog, TurnJournal
 from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 from drover.store.worker_log import WorkerLog, worker_event
@@ -101,67 +99,6 @@ from drover.store.worker_log import WorkerLog, worker_event
 log = logging.getLogger(__name__)
 
 FinishedContentHook = Callable[[Message], Awaitable[None] | None]
-
-
-class JournalStore(Protocol):
-    """The part of :class:`~drover.store.base.Store` a journal writes through."""
-
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int: ...
-
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int: ...
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None: ...
-
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int: ...
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]: ...
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None: ...
 
 
 @dataclass(slots=True)
@@ -176,7 +113,7 @@ class _Write:
 class Journal:
     def __init__(
         self,
-        store: Store | JournalStore,
+        store: TurnJournal,
         session_id: str,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -226,7 +163,7 @@ class Journal:
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
-        self._numbers = numbering or Numbering(cast(Store, store), session_id, publish=publish)
+        self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
         self._wrap = wrap
         # The first number of superseded deltas no row holds yet (the next row covers it).
         self._absorb: int | None = None
@@ -282,10 +219,9 @@ class Journal:
         if journal is None:
             if isinstance(self.store, WorkerLog):
                 raise TypeError("workers do not run workers of their own")
-            store = cast(Store, self.store)
             what = f"record worker {event.worker} of call {event.call_id}"
             journal = self._workers[key] = Journal(
-                WorkerLog(store, self.session_id, event.call_id, event.worker),
+                WorkerLog(self.store, self.session_id, event.call_id, event.worker),
                 self.session_id,
                 clock=self._clock,
                 sleep=self._sleep,
