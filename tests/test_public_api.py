@@ -220,3 +220,17 @@ async def test_the_default_store_and_tools(tmp_path: Path, monkeypatch: pytest.M
     names = {t.name for t in provider.requests[0].tools}
     assert {"read_file", "write_file", "edit_file", "bash", "glob", "grep", "task"} <= names
     assert str(tmp_path) in provider.requests[0].system
+
+
+async def test_closing_the_agent_ends_a_stream_its_reader_abandoned(tmp_path: Path) -> None:
+    db = str(tmp_path / "journal.db")
+    provider = ScriptedProvider([Reply(text="Stalling here", chunk=4, stall_after=3)])
+    agent = Agent(provider, tools=[], store=db, workdir=tmp_path, config=Config())
+    async for event in agent.run_stream("talk"):
+        if isinstance(event, TextDelta):
+            break  # the generator is left suspended, not closed
+    await agent.aclose()
+    async with Agent(provider, tools=[], store=db, workdir=tmp_path, config=Config()) as again:
+        (record,) = await again.store.list_sessions()
+        (turn,) = await again.store.turns(record.id)
+    assert turn.status == "interrupted"

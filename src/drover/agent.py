@@ -196,6 +196,8 @@ class _Open:
     workdir: Path
     loop: asyncio.AbstractEventLoop
     sessions: dict[str, AgentSession]
+    #: Turns of ``run_stream`` still running, and whether their terminal event was emitted.
+    streams: dict[asyncio.Task[None], bool]
 
 
 class Agent:
@@ -254,6 +256,13 @@ class Agent:
         opened, self._open = self._open, None
         if opened is None:
             return
+        # A stream its reader left without closing it (``break``, ``return``) is finished
+        # first: a turn past its end records it, one before its end is interrupted.
+        for task, ended in tuple(opened.streams.items()):
+            if not ended:
+                task.cancel()
+        if opened.streams:
+            await asyncio.wait(tuple(opened.streams))
         try:
             if opened.owns_provider:
                 await opened.provider.aclose()
@@ -328,6 +337,7 @@ class Agent:
             workdir=workdir,
             loop=asyncio.get_running_loop(),
             sessions={},
+            streams={},
         )
 
     async def session(self, session: str | None = None) -> AgentSession:
@@ -407,10 +417,15 @@ class Agent:
                 channel.close()
 
         turn = asyncio.get_running_loop().create_task(drive())
+        opened.streams[turn] = False
+        turn.add_done_callback(lambda task: opened.streams.pop(task, None))
         ended = False
         try:
             async for event in channel:
-                ended = ended or is_terminal(event)
+                if is_terminal(event):
+                    ended = True
+                    if turn in opened.streams:
+                        opened.streams[turn] = True
                 yield event
             await turn
         finally:
