@@ -3,6 +3,7 @@ with the scripted provider, a real journal and (once) the fake server through th
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
 
@@ -187,25 +188,36 @@ def test_run_sync_continues_a_session_across_event_loops(tmp_path: Path) -> None
     assert db.exists()
 
 
+def _system_of(body: dict[str, object]) -> object:
+    if "instructions" in body:  # Responses
+        return body["instructions"]
+    if "system" in body:  # Anthropic Messages
+        return body["system"]
+    first = body["messages"][0]  # type: ignore[index]
+    return first["content"] if first["role"] == "system" else None
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "openai-responses"])
 async def test_a_model_string_reaches_the_real_sdk_with_the_system_prompt(
-    tmp_path: Path, fake_llm: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer, provider: str
 ) -> None:
     fake_llm.script({"text": "hello"})
+    base_url = fake_llm.base_url if provider == "anthropic" else fake_llm.openai_base_url
     agent = Agent(
-        "anthropic:claude-test",
+        f"{provider}:model-test",
         tools=[note],
         system_prompt=SYSTEM,
         store=str(tmp_path / "j.db"),
         workdir=tmp_path,
-        base_url=fake_llm.base_url,
+        base_url=base_url,
         config=Config(),
     )
     async with agent:
         result = await agent.run("hi")
     assert (result.status, result.text) == ("completed", "hello")
     (request,) = fake_llm.requests
-    assert request.body["system"] in (SYSTEM, [{"type": "text", "text": SYSTEM}])
-    assert request.body["tools"][0]["name"] == "note"
+    assert _system_of(request.body) in (SYSTEM, [{"type": "text", "text": SYSTEM}])
+    assert "note" in json.dumps(request.body["tools"])
 
 
 async def test_the_default_store_and_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
