@@ -51,7 +51,7 @@ from drover.providers.factory import create_provider
 from drover.runner import Runner
 from drover.session import AgentSession
 from drover.store import open_store
-from drover.store.base import Store
+from drover.store.base import SessionRecord, Store
 from drover.store.redact import Redactor
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
@@ -85,6 +85,49 @@ def default_system_prompt(workdir: Path) -> str:
         "are relative to that directory. Be concise. When a tool result says a call was "
         "interrupted, check the current state before repeating anything with side effects."
     )
+
+
+def journal_files(db: str | None) -> list[str]:
+    """The files of a SQLite journal given as a path (none for a URL or ``:memory:``): the
+    sandbox hides them from ``bash``. The default journal lies in drover's data directory,
+    which the sandbox hides anyway."""
+    if not db or "://" in db or db.strip() == ":memory:":
+        return []
+    path = Path(db).expanduser().resolve()
+    return [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
+
+
+async def open_agent_session(
+    runner: Runner,
+    record: SessionRecord,
+    *,
+    provider: Provider,
+    tools: ToolRegistry,
+    workdir: Path,
+    policy: PermissionPolicy,
+    settings: LoopSettings,
+    config: Config,
+    system_prompt: str,
+    coordinator: Coordinator | None,
+) -> AgentSession:
+    """A stored session made ready to run turns: its history loaded, its conversation manager
+    set up from the config, and the ``task`` tool's workers resumed at each turn's start."""
+    session = await runner.agent_session(
+        record,
+        provider=provider,
+        tools=tools,
+        workdir=workdir,
+        policy=policy,
+        settings=settings,
+        convo=ConversationManager(
+            context_limit=config.context_limit,
+            chars_per_token=config.chars_per_token,
+            system_prompt=system_prompt,
+        ),
+    )
+    if coordinator is not None:
+        session.prelude = coordinator.resume
+    return session
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,8 +336,10 @@ class Agent:
         config = self._config or load_config()
         workdir = resolve_workdir(self._workdir_arg)
         async with contextlib.AsyncExitStack() as stack:
+            db: str | None = None
             if isinstance(self._store, str | None):
-                store = open_store(self._store or os.environ.get("DROVER_DB"))
+                db = self._store or os.environ.get("DROVER_DB")
+                store = open_store(db)
                 stack.push_async_callback(store.close)
                 await store.open()
                 owns_store = True
@@ -315,7 +360,7 @@ class Agent:
                     mode=config.sandbox_mode,
                     network=config.sandbox_network,
                     writable=config.sandbox_writable,
-                    hidden=config.sandbox_hidden,
+                    hidden=[*config.sandbox_hidden, *journal_files(db)],
                     base=workdir,
                 )
                 sandbox = await asyncio.to_thread(probe_sandbox, settings)
@@ -351,21 +396,18 @@ class Agent:
             workdir=workdir, model=model or config.default_model, session_id=session
         )
         prompt = self._system_prompt
-        agent_session = await opened.runner.agent_session(
+        agent_session = await open_agent_session(
+            opened.runner,
             record,
             provider=opened.provider,
             tools=opened.tools,
             workdir=workdir,
             policy=self.policy,
             settings=LoopSettings(max_turns=self._max_turns or config.max_turns),
-            convo=ConversationManager(
-                context_limit=config.context_limit,
-                chars_per_token=config.chars_per_token,
-                system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
-            ),
+            config=config,
+            system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
+            coordinator=opened.coordinator,
         )
-        if opened.coordinator is not None:
-            agent_session.prelude = opened.coordinator.resume
         opened.sessions[record.id] = agent_session
         return agent_session
 

@@ -15,9 +15,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from drover.agent import default_system_prompt, resolve_workdir
+from drover.agent import (
+    default_system_prompt,
+    journal_files,
+    open_agent_session,
+    resolve_workdir,
+)
 from drover.config import Config, load_config
-from drover.convo import ConversationManager
 from drover.errors import DroverError
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
@@ -101,21 +105,18 @@ class Runtime:
             session_id=session_id,
             continue_latest=continue_latest,
         )
-        session = await self.runner.agent_session(
+        session = await open_agent_session(
+            self.runner,
             record,
             provider=self.provider,
             tools=self.tools,
             workdir=self.workdir,
             policy=self.policy,
             settings=self.settings,
-            convo=ConversationManager(
-                context_limit=self.config.context_limit,
-                chars_per_token=self.config.chars_per_token,
-                system_prompt=system_prompt(self.workdir),
-            ),
+            config=self.config,
+            system_prompt=system_prompt(self.workdir),
+            coordinator=self.coordinator,
         )
-        if self.coordinator is not None:
-            session.prelude = self.coordinator.resume
         return OpenedSession(record, session, created)
 
     async def switch_model(self, session: AgentSession, model: str) -> None:
@@ -136,11 +137,7 @@ def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path)
 
     Relative paths in the config file are taken from the working directory.
     """
-    hidden = list(config.sandbox_hidden)
-    db = options.db or os.environ.get("DROVER_DB")
-    if db and "://" not in db:
-        path = Path(db).expanduser().resolve()
-        hidden += [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
+    hidden = [*config.sandbox_hidden, *journal_files(options.db or os.environ.get("DROVER_DB"))]
     return sandbox_settings(
         mode=options.sandbox or config.sandbox_mode,
         network=options.sandbox_network or config.sandbox_network,
