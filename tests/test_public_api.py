@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import drover
-from drover import Agent, PermissionRequest, TextDelta, ToolContext, tool
+from drover import Agent, DroverError, PermissionRequest, TextDelta, ToolContext, tool
 from drover.config import Config
 from drover.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call
@@ -246,3 +246,9 @@ async def test_closing_the_agent_ends_a_stream_its_reader_abandoned(tmp_path: Pa
         (record,) = await again.store.list_sessions()
         (turn,) = await again.store.turns(record.id)
     assert turn.status == "interrupted"
+
+
+async def test_run_sync_inside_an_event_loop_says_to_await(tmp_path: Path) -> None:
+    agent = Agent(ScriptedProvider([]), tools=[], store=":memory:", workdir=tmp_path)
+    with pytest.raises(DroverError, match=r"await agent\.run"):
+        agent.run_sync("hi")

@@ -482,6 +482,13 @@ class Agent:
         """:meth:`run` for scripts: opens the agent, runs the turn and closes it again, in an
         event loop of its own (not from inside a running loop)."""
 
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise DroverError("run_sync cannot run inside an event loop: await agent.run(...)")
+
         async def once() -> RunResult:
             try:
                 return await self.run(prompt, session=session)
