@@ -4,6 +4,8 @@ with the scripted provider, a real journal and (once) the fake server through th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -51,14 +53,26 @@ EXPORTS = [
 
 def test_the_export_list_is_exact() -> None:
     assert drover.__all__ == EXPORTS
-    public = {
-        name
-        for name, value in vars(drover).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
-    }
-    assert public == set(EXPORTS)
     for name in EXPORTS:
         assert getattr(drover, name) is not None
+    public = {
+        name
+        for name in dir(drover)
+        if not name.startswith("_") and not isinstance(getattr(drover, name), types.ModuleType)
+    }
+    assert public == set(EXPORTS)
+    with pytest.raises(AttributeError):
+        _ = drover.NotExported  # type: ignore[attr-defined]
+
+
+def test_import_drover_loads_nothing_until_used() -> None:
+    """Every command imports the package: it must not pay for the library (or pydantic)."""
+    code = (
+        "import sys, drover\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('drover.', 'pydantic'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @tool
