@@ -5,8 +5,11 @@ the row that records it, so two processes opening the same file at once cannot b
 and a failure leaves no half-applied step. Opening an up-to-date database applies nothing.
 Migrations are append-only: a released one is never edited, a change is a new entry.
 
-The names are the schema's version vocabulary; a PostgreSQL backend keeps its own statements
-under the same names so both stores describe the same schema version.
+One list, :data:`MIGRATIONS`, serves both backends: a statement names the column types that
+differ (``{json}``, ``{time}``, ``{flag}``…, see :data:`TYPES`), and a :class:`PerBackend`
+step holds each backend's SQL where more than the types differ. The names are the schema's
+version vocabulary, recorded alike by both backends (:mod:`drover.store.pg_migrations` runs
+PostgreSQL's).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,14 +26,47 @@ class Migration:
     statements: tuple[str, ...]
 
 
-SQLITE_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
+@dataclass(frozen=True, slots=True)
+class PerBackend:
+    """A step whose SQL differs between the backends beyond the column types."""
+
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+
+Step = str | PerBackend
+
+#: The column types and clauses a shared statement names by ``{field}``.
+TYPES: dict[str, dict[str, str]] = {
+    "sqlite": {
+        "json": "TEXT",
+        "time": "REAL",
+        "flag": "INTEGER",
+        "false": "0",
+        "created": "",
+        "no_rowid": " WITHOUT ROWID",
+    },
+    "postgres": {
+        "json": "JSONB",
+        "time": "DOUBLE PRECISION",
+        "flag": "BOOLEAN",
+        "false": "FALSE",
+        # Creation order (SQLite's ``rowid``).
+        "created": "n BIGINT GENERATED ALWAYS AS IDENTITY,",
+        "no_rowid": "",
+    },
+}
+
+#: The schema's history, one list for both backends; the names are its version vocabulary.
+MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
+    (
         "0001_sessions_and_turns",
         (
             """CREATE TABLE sessions (
                 id TEXT PRIMARY KEY,
-                created_at REAL NOT NULL,
-                updated_at REAL NOT NULL,
+                {created}
+                created_at {time} NOT NULL,
+                updated_at {time} NOT NULL,
                 workdir TEXT NOT NULL,
                 model TEXT NOT NULL,
                 title TEXT
@@ -38,37 +75,38 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX sessions_by_update ON sessions (updated_at)",
             """CREATE TABLE turns (
                 id TEXT PRIMARY KEY,
+                {created}
                 session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
                 seq INTEGER NOT NULL,
                 status TEXT NOT NULL CHECK (status IN
                     ('running', 'completed', 'incomplete', 'failed', 'interrupted')),
-                user_message TEXT,
+                user_message {json},
                 reason TEXT,
                 error TEXT,
-                usage TEXT,
+                usage {json},
                 owner TEXT,
-                lease_expires_at REAL,
-                discarded INTEGER NOT NULL DEFAULT 0,
-                created_at REAL NOT NULL,
-                updated_at REAL NOT NULL,
-                ended_at REAL,
+                lease_expires_at {time},
+                discarded {flag} NOT NULL DEFAULT {false},
+                created_at {time} NOT NULL,
+                updated_at {time} NOT NULL,
+                ended_at {time},
                 UNIQUE (session_id, seq)
             )""",
             "CREATE INDEX turns_running ON turns (status) WHERE status = 'running'",
         ),
     ),
-    Migration(
+    (
         "0002_turn_work",
         (
             """CREATE TABLE messages (
                 turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
                 seq INTEGER NOT NULL,
                 role TEXT NOT NULL,
-                body TEXT NOT NULL,
-                partial INTEGER NOT NULL DEFAULT 0,
-                created_at REAL NOT NULL,
+                body {json} NOT NULL,
+                partial {flag} NOT NULL DEFAULT {false},
+                created_at {time} NOT NULL,
                 PRIMARY KEY (turn_id, seq)
-            ) WITHOUT ROWID""",
+            ){no_rowid}""",
             """CREATE TABLE partial_text (
                 turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
                 step INTEGER NOT NULL,
@@ -76,7 +114,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
                 seq INTEGER NOT NULL,
                 text TEXT NOT NULL,
                 PRIMARY KEY (turn_id, step, block_index, seq)
-            ) WITHOUT ROWID""",
+            ){no_rowid}""",
             """CREATE TABLE tool_calls (
                 turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
                 call_id TEXT NOT NULL,
@@ -84,18 +122,18 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
                 call_index INTEGER NOT NULL,
                 name TEXT NOT NULL,
                 state TEXT NOT NULL,
-                input TEXT,
+                input {json},
                 output TEXT,
-                is_error INTEGER NOT NULL DEFAULT 0,
-                outcome_unknown INTEGER NOT NULL DEFAULT 0,
-                read_only INTEGER NOT NULL DEFAULT 0,
-                created_at REAL NOT NULL,
-                updated_at REAL NOT NULL,
+                is_error {flag} NOT NULL DEFAULT {false},
+                outcome_unknown {flag} NOT NULL DEFAULT {false},
+                read_only {flag} NOT NULL DEFAULT {false},
+                created_at {time} NOT NULL,
+                updated_at {time} NOT NULL,
                 PRIMARY KEY (turn_id, call_id)
-            ) WITHOUT ROWID""",
+            ){no_rowid}""",
         ),
     ),
-    Migration(
+    (
         "0003_event_log",
         (
             """CREATE TABLE events (
@@ -103,41 +141,77 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
                 seq INTEGER NOT NULL,
                 turn_id TEXT,
                 type TEXT NOT NULL,
-                payload TEXT NOT NULL,
-                created_at REAL NOT NULL,
+                payload {json} NOT NULL,
+                created_at {time} NOT NULL,
                 PRIMARY KEY (session_id, seq)
-            ) WITHOUT ROWID""",
+            ){no_rowid}""",
         ),
     ),
-    Migration(
+    (
         "0004_event_seq_ranges",
         (
             # A coalesced text row covers the numbers of the live deltas it holds (seq to
             # last_seq); a delta cut by flushes lies in several rows, told apart by ``part``.
-            """CREATE TABLE events_ranged (
-                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-                seq INTEGER NOT NULL,
-                part INTEGER NOT NULL DEFAULT 0,
-                last_seq INTEGER NOT NULL,
-                turn_id TEXT,
-                type TEXT NOT NULL,
-                payload TEXT NOT NULL,
-                marks TEXT,
-                created_at REAL NOT NULL,
-                PRIMARY KEY (session_id, seq, part)
-            ) WITHOUT ROWID""",
-            "INSERT INTO events_ranged (session_id, seq, part, last_seq, turn_id, type, payload, "
-            "created_at) SELECT session_id, seq, 0, seq, turn_id, type, payload, created_at "
-            "FROM events",
-            "DROP TABLE events",
-            "ALTER TABLE events_ranged RENAME TO events",
+            # SQLite cannot change a primary key in place: it copies the table.
+            PerBackend(
+                sqlite=(
+                    """CREATE TABLE events_ranged (
+                        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                        seq INTEGER NOT NULL,
+                        part INTEGER NOT NULL DEFAULT 0,
+                        last_seq INTEGER NOT NULL,
+                        turn_id TEXT,
+                        type TEXT NOT NULL,
+                        payload TEXT NOT NULL,
+                        marks TEXT,
+                        created_at REAL NOT NULL,
+                        PRIMARY KEY (session_id, seq, part)
+                    ) WITHOUT ROWID""",
+                    "INSERT INTO events_ranged (session_id, seq, part, last_seq, turn_id, type, "
+                    "payload, created_at) SELECT session_id, seq, 0, seq, turn_id, type, payload, "
+                    "created_at FROM events",
+                    "DROP TABLE events",
+                    "ALTER TABLE events_ranged RENAME TO events",
+                ),
+                postgres=(
+                    "ALTER TABLE events ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+                    "UPDATE events SET last_seq = seq",
+                    "ALTER TABLE events ADD COLUMN marks TEXT",
+                    "ALTER TABLE events ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
+                    "ALTER TABLE events DROP CONSTRAINT events_pkey",
+                    "ALTER TABLE events ADD PRIMARY KEY (session_id, seq, part)",
+                ),
+            ),
             "CREATE INDEX events_by_last_seq ON events (session_id, last_seq)",
             # Numbers handed out up to here may exist only in a client's memory.
-            "ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0",
+            PerBackend(
+                sqlite=("ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0",),
+                postgres=(
+                    "ALTER TABLE sessions ADD COLUMN seq_reserved BIGINT NOT NULL DEFAULT 0",
+                ),
+            ),
             "ALTER TABLE sessions ADD COLUMN owner TEXT",
         ),
     ),
 )
+
+
+def for_backend(backend: Literal["sqlite", "postgres"]) -> tuple[Migration, ...]:
+    """The migrations as one backend runs them."""
+    types = TYPES[backend]
+    out: list[Migration] = []
+    for name, steps in MIGRATIONS:
+        statements: list[str] = []
+        for step in steps:
+            if isinstance(step, PerBackend):
+                statements += getattr(step, backend)
+            else:
+                statements.append(step.format(**types))
+        out.append(Migration(name, tuple(statements)))
+    return tuple(out)
+
+
+SQLITE_MIGRATIONS = for_backend("sqlite")
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
     name TEXT PRIMARY KEY,

@@ -1,8 +1,7 @@
-"""The PostgreSQL schema: ordered, named migrations recorded in ``schema_migrations``.
+"""Running the schema's migrations on PostgreSQL, recorded in ``schema_migrations``.
 
-The names are those of :data:`drover.store.migrations.SQLITE_MIGRATIONS` (a test keeps them
-equal), so both backends describe the same schema version; the statements are PostgreSQL's own
-(``jsonb`` for JSON, ``boolean`` flags, ``double precision`` wall-clock times, and identity
+The list is :data:`drover.store.migrations.MIGRATIONS`, shared with SQLite, as PostgreSQL spells
+it (``jsonb`` for JSON, ``boolean`` flags, ``double precision`` wall-clock times, and identity
 columns ``n`` on ``sessions`` and ``turns`` standing in for SQLite's ``rowid``: creation order).
 
 Every step takes a transaction-level advisory lock first and re-reads the ledger under it, so
@@ -18,115 +17,12 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from drover.store.migrations import Migration
+from drover.store.migrations import Migration, for_backend
 
 #: Key of the advisory lock migrations run under (any constant; "drover" in ASCII).
 LOCK_KEY = 0x64726F766572
 
-PG_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        "0001_sessions_and_turns",
-        (
-            """CREATE TABLE sessions (
-                id TEXT PRIMARY KEY,
-                n BIGINT GENERATED ALWAYS AS IDENTITY,
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL,
-                workdir TEXT NOT NULL,
-                model TEXT NOT NULL,
-                title TEXT
-            )""",
-            "CREATE INDEX sessions_by_workdir ON sessions (workdir, updated_at)",
-            "CREATE INDEX sessions_by_update ON sessions (updated_at)",
-            """CREATE TABLE turns (
-                id TEXT PRIMARY KEY,
-                n BIGINT GENERATED ALWAYS AS IDENTITY,
-                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-                seq INTEGER NOT NULL,
-                status TEXT NOT NULL CHECK (status IN
-                    ('running', 'completed', 'incomplete', 'failed', 'interrupted')),
-                user_message JSONB,
-                reason TEXT,
-                error TEXT,
-                usage JSONB,
-                owner TEXT,
-                lease_expires_at DOUBLE PRECISION,
-                discarded BOOLEAN NOT NULL DEFAULT FALSE,
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL,
-                ended_at DOUBLE PRECISION,
-                UNIQUE (session_id, seq)
-            )""",
-            "CREATE INDEX turns_running ON turns (status) WHERE status = 'running'",
-        ),
-    ),
-    Migration(
-        "0002_turn_work",
-        (
-            """CREATE TABLE messages (
-                turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
-                seq INTEGER NOT NULL,
-                role TEXT NOT NULL,
-                body JSONB NOT NULL,
-                partial BOOLEAN NOT NULL DEFAULT FALSE,
-                created_at DOUBLE PRECISION NOT NULL,
-                PRIMARY KEY (turn_id, seq)
-            )""",
-            """CREATE TABLE partial_text (
-                turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
-                step INTEGER NOT NULL,
-                block_index INTEGER NOT NULL,
-                seq INTEGER NOT NULL,
-                text TEXT NOT NULL,
-                PRIMARY KEY (turn_id, step, block_index, seq)
-            )""",
-            """CREATE TABLE tool_calls (
-                turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
-                call_id TEXT NOT NULL,
-                step INTEGER NOT NULL DEFAULT 0,
-                call_index INTEGER NOT NULL,
-                name TEXT NOT NULL,
-                state TEXT NOT NULL,
-                input JSONB,
-                output TEXT,
-                is_error BOOLEAN NOT NULL DEFAULT FALSE,
-                outcome_unknown BOOLEAN NOT NULL DEFAULT FALSE,
-                read_only BOOLEAN NOT NULL DEFAULT FALSE,
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL,
-                PRIMARY KEY (turn_id, call_id)
-            )""",
-        ),
-    ),
-    Migration(
-        "0003_event_log",
-        (
-            """CREATE TABLE events (
-                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-                seq INTEGER NOT NULL,
-                turn_id TEXT,
-                type TEXT NOT NULL,
-                payload JSONB NOT NULL,
-                created_at DOUBLE PRECISION NOT NULL,
-                PRIMARY KEY (session_id, seq)
-            )""",
-        ),
-    ),
-    Migration(
-        "0004_event_seq_ranges",
-        (
-            "ALTER TABLE events ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
-            "UPDATE events SET last_seq = seq",
-            "ALTER TABLE events ADD COLUMN marks TEXT",
-            "ALTER TABLE events ADD COLUMN part INTEGER NOT NULL DEFAULT 0",
-            "ALTER TABLE events DROP CONSTRAINT events_pkey",
-            "ALTER TABLE events ADD PRIMARY KEY (session_id, seq, part)",
-            "CREATE INDEX events_by_last_seq ON events (session_id, last_seq)",
-            "ALTER TABLE sessions ADD COLUMN seq_reserved BIGINT NOT NULL DEFAULT 0",
-            "ALTER TABLE sessions ADD COLUMN owner TEXT",
-        ),
-    ),
-)
+PG_MIGRATIONS = for_backend("postgres")
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
     name TEXT PRIMARY KEY,

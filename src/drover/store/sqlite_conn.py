@@ -160,9 +160,3 @@ class SqliteConnection:
                 conn.execute("ROLLBACK")
             raise
         return result
-
-    async def _write(self, fn: Callable[[Conn], T]) -> T:
-        return await self._call(lambda conn: self._tx(conn, fn, WRITE))
-
-    async def _query(self, sql: str, *params: Any) -> list[sqlite3.Row]:
-        return await self._call(lambda conn: conn.execute(sql, params).fetchall())

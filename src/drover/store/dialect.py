@@ -1,0 +1,128 @@
+"""What the SQL backends do not share: placeholders, JSON and text columns, locks, a few words.
+
+The store's logic (:mod:`drover.store.sql_store`) is written once as *plans*: generators that
+yield the statements they need (:class:`Query` for rows, :class:`Exec` for a row count,
+:class:`Atomic` for a sub-plan in a write transaction of its own) and receive each result
+back. A backend drives a plan on its connection — SQLite synchronously in its worker thread,
+PostgreSQL with ``await`` — so neither the sync/async split nor the driver leaks into the logic.
+
+Statements are written in one neutral form: ``?`` placeholders, and PostgreSQL's casts on the
+parameters that need them (``?::jsonb``, ``?::text``, ``?::double precision``), which
+:meth:`Dialect.sql` keeps for PostgreSQL and drops for SQLite. What cannot be said in one form
+is a field of :class:`Dialect`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, TypeVar
+
+T = TypeVar("T")
+
+
+class Row(Protocol):
+    """A result row: anything indexable by column name (``sqlite3.Row``, psycopg's dict row)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A statement whose rows the plan receives (a list of :class:`Row`)."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Exec:
+    """A statement whose row count the plan receives."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Atomic:
+    """A sub-plan run in a write transaction of its own; the plan receives its result."""
+
+    plan: Plan[Any]
+
+
+Op: TypeAlias = "Query | Exec | Atomic"
+Plan: TypeAlias = Generator[Op, Any, T]
+
+
+def rows(sql: str, *params: Any) -> Plan[list[Row]]:
+    result: list[Row] = yield Query(sql, params)
+    return result
+
+
+def execute(sql: str, *params: Any) -> Plan[int]:
+    count: int = yield Exec(sql, params)
+    return count
+
+
+def atomic(plan: Plan[T]) -> Plan[T]:
+    result: T = yield Atomic(plan)
+    return result
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, non-ASCII kept as is."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+_CAST = re.compile(r"::(?:jsonb|text|double precision)\b")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dialect:
+    name: str
+    #: Whether ``?`` becomes ``%s`` (psycopg) and the parameter casts stay.
+    casts: bool
+    #: A JSON value as the driver takes it for a JSON column.
+    json: Callable[[Any], Any]
+    #: Free text as the column can hold it (PostgreSQL cannot hold U+0000).
+    text: Callable[[str], str]
+    #: The column that orders rows of ``sessions`` and ``turns`` by creation.
+    creation_order: str
+    #: The scalar function of the largest of its arguments.
+    greatest: str
+    #: ``a <same> b`` holds when both are equal or both NULL.
+    same: str
+    #: Appended to a read that locks the rows it reads until the transaction ends (SQLite
+    #: needs none: a write transaction holds the whole file).
+    lock: str
+    #: Appended to the re-check of a turn to recover: locks it, skipping one being renewed.
+    lock_skip: str
+    #: ``INSERT … RETURNING`` is available (SQLite has it only from 3.35).
+    returning: bool
+    #: The ``LIMIT`` value that means no limit.
+    no_limit: int | None
+
+    def sql(self, neutral: str) -> str:
+        if self.casts:
+            return neutral.replace("?", "%s")
+        return _CAST.sub("", neutral)
+
+    def clean(self, value: str | None) -> str | None:
+        return None if value is None else self.text(value)
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    casts=False,
+    json=dumps,
+    text=str,
+    creation_order="rowid",
+    greatest="MAX",
+    same="IS",
+    lock="",
+    lock_skip="",
+    returning=False,
+    no_limit=-1,
+)

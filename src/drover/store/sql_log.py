@@ -1,0 +1,162 @@
+"""The SQL event log, and the plumbing every SQL plan of the store runs on.
+
+:class:`SqlLog` holds what the rest of :class:`~drover.store.sql_store.SqlStore` builds on: the
+backend's :meth:`SqlLog._perform` (which drives a plan of :mod:`drover.store.dialect` in one of
+three modes: ``read``, no transaction; ``write``, one short write transaction; ``snapshot``, one
+consistent read), the session lock every write takes first, and the event log.
+
+A session's log numbers its events 1, 2, 3… without gaps; a coalesced text row covers the
+numbers of the live deltas it holds. A number the journal handed out is kept; a row the store
+logs on its own (settling, recovery) is numbered after every number used *or reserved*, so it
+never takes a number a client may already hold (see :mod:`drover.store.numbering`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from drover.errors import StoreError
+from drover.store.base import EventRecord, event_from_row
+from drover.store.dialect import Dialect, Plan, Row, execute, rows
+
+T = TypeVar("T")
+Mode: TypeAlias = Literal["read", "write", "snapshot"]
+
+
+def first_value(found: list[Row], column: str) -> Any:
+    return found[0][column]
+
+
+class SqlLog:
+    dialect: Dialect
+    _clock: Callable[[], float]
+
+    async def _perform(self, plan: Plan[T], mode: Mode) -> T:
+        raise NotImplementedError
+
+    async def _select(self, sql: str, *params: Any) -> list[Row]:
+        return await self._perform(rows(sql, *params), "read")
+
+    # -- locks ---------------------------------------------------------------------------------
+
+    def _lock_session(self, session_id: str) -> Plan[bool]:
+        found = yield from rows(
+            f"SELECT 1 AS one FROM sessions s WHERE s.id = ?{self.dialect.lock}", session_id
+        )
+        return bool(found)
+
+    def _need_session(self, session_id: str) -> Plan[None]:
+        if not (yield from self._lock_session(session_id)):
+            raise StoreError(f"no session {session_id}")
+
+    # -- the event log's writes ----------------------------------------------------------------
+
+    def _next_event_seq(self, session_id: str) -> Plan[int]:
+        found = yield from rows(
+            f"SELECT {self.dialect.greatest}(COALESCE((SELECT MAX(last_seq) FROM events "
+            "WHERE session_id = ?), 0), COALESCE((SELECT seq_reserved FROM sessions "
+            "WHERE id = ?), 0)) + 1 AS n",
+            session_id,
+            session_id,
+        )
+        return int(first_value(found, "n"))
+
+    def _log(
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        now: float,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: str | None = None,
+        part: int = 0,
+    ) -> Plan[int]:
+        """Log one row; numbered after every number used or reserved unless ``seq`` is given."""
+        if seq is None:
+            seq = yield from self._next_event_seq(session_id)
+        yield from execute(
+            "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
+            "last_seq, marks) VALUES (?, ?, ?, ?::text, ?, ?::jsonb, ?, ?, ?)",
+            session_id,
+            seq,
+            part,
+            turn_id,
+            str(event["type"]),
+            self.dialect.json(dict(event)),
+            now,
+            max(seq, last_seq or seq),
+            marks,
+        )
+        return seq
+
+    def _log_text(
+        self,
+        session_id: str,
+        turn_id: str,
+        event: Mapping[str, Any],
+        now: float,
+        first: int | None,
+        last_seq: int | None,
+        marks: str | None,
+    ) -> Plan[int]:
+        """A coalesced text row; one that starts inside a delta an earlier row began shares that
+        row's first number and takes the next ``part``."""
+        part = 0
+        if first is not None:
+            found = yield from rows(
+                "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq = ?",
+                session_id,
+                first,
+            )
+            part = int(first_value(found, "n"))
+        return (yield from self._log(session_id, turn_id, event, now, first, last_seq, marks, part))
+
+    # -- the event log -------------------------------------------------------------------------
+
+    async def append_event(
+        self,
+        session_id: str,
+        turn_id: str | None,
+        event: Mapping[str, Any],
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+    ) -> int:
+        now = self._clock()
+        if "type" not in event:
+            raise ValueError("an event needs a type")
+
+        def insert() -> Plan[int]:
+            yield from self._need_session(session_id)
+            return (yield from self._log(session_id, turn_id, event, now, seq, last_seq))
+
+        return await self._perform(insert(), "write")
+
+    async def last_event_seq(self, session_id: str) -> int:
+        found = await self._select(
+            "SELECT COALESCE(MAX(last_seq), 0) AS seq FROM events WHERE session_id = ?",
+            session_id,
+        )
+        return int(first_value(found, "seq"))
+
+    async def next_event_seq(self, session_id: str) -> int:
+        return await self._perform(self._next_event_seq(session_id), "read")
+
+    async def reserve_seqs(self, session_id: str, upto: int) -> None:
+        await self._perform(
+            execute("UPDATE sessions SET seq_reserved = ? WHERE id = ?", upto, session_id),
+            "write",
+        )
+
+    async def events_after(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        found = await self._select(
+            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
+            session_id,
+            after_seq,
+            self.dialect.no_limit if limit is None else limit,
+        )
+        return [event_from_row(r) for r in found]

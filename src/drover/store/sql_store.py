@@ -1,0 +1,564 @@
+"""The SQL journal's logic, written once for every SQL backend.
+
+:class:`SqlStore` implements :class:`~drover.store.base.Store` as plans over a
+:class:`~drover.store.dialect.Dialect` (see that module), on the plumbing and event log of
+:class:`~drover.store.sql_log.SqlLog`: sessions, numbering, the running-turn and lease rules,
+settling a turn that ends (open tool calls closed, left-over text folded into partial messages,
+both logged) and recovering orphans.
+
+Every write that touches a session's content first locks that session (SQLite: the write
+transaction holds the file; PostgreSQL: ``SELECT … FOR UPDATE`` of its row), then reads
+``max(seq) + 1`` and inserts under that lock, so event, turn and message numbers stay contiguous
+whatever the number of writers. Locks are taken in the order session → turn, so writers cannot
+deadlock. Recovery reads the candidates without locks, then per turn locks the session and
+re-checks that the turn's owner and lease are unchanged (PostgreSQL also skips a turn locked by
+a renewal in flight): processes recovering at once recover each orphan exactly once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from drover.errors import SessionBusyError, StoreError
+from drover.events import (
+    TERMINAL_TOOL_STATES,
+    AssistantMessage,
+    Error,
+    Incomplete,
+    TextDelta,
+    ToolState,
+    ToolStateChanged,
+    TurnStatus,
+    event_to_dict,
+)
+from drover.messages import Message, Usage, message_to_dict
+from drover.store.base import (
+    ORPHAN_ERROR,
+    EventRecord,
+    SessionRecord,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+    check_writable,
+    encode_marks,
+    interrupted_call,
+    logged_event,
+    owner_alive,
+    partial_messages,
+    session_from_row,
+    session_title,
+    stored_message_from_row,
+    tool_call_from_row,
+    turn_from_row,
+)
+from drover.store.dialect import Plan, Row, atomic, execute, rows
+from drover.store.sql_log import SqlLog, first_value
+
+_TERMINAL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
+# A call in a terminal state keeps it: a late write cannot reopen it.
+_UPSERT_CALL = (
+    "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
+    "is_error, outcome_unknown, read_only, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (turn_id, call_id) DO UPDATE SET "
+    "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
+    "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
+    "input = COALESCE(excluded.input, tool_calls.input), "
+    "output = COALESCE(excluded.output, tool_calls.output), "
+    "is_error = excluded.is_error, outcome_unknown = excluded.outcome_unknown, "
+    "read_only = excluded.read_only OR tool_calls.read_only, "
+    f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({_TERMINAL})"
+)
+
+
+class SqlStore(SqlLog):
+    """The shared logic; a backend sets :attr:`dialect` and ``_clock`` and supplies
+    :meth:`~drover.store.sql_log.SqlLog._perform`."""
+
+    # -- plans every write builds on -----------------------------------------------------------
+
+    def _turn_session(self, turn_id: str, owner: str | None = None) -> Plan[str]:
+        """Lock the session of a turn that is still running (under ``owner``, when given): the
+        only kind of turn whose work may still be written. Returns the session's id."""
+        found = yield from rows(
+            "SELECT s.id, t.status, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
+            f"WHERE t.id = ?{self.dialect.lock}",
+            turn_id,
+        )
+        if not found:
+            raise StoreError(f"no turn {turn_id}")
+        row = found[0]
+        check_writable(turn_id, str(row["status"]), row["owner"], owner)
+        return str(row["id"])
+
+    def _numbered(
+        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: str
+    ) -> Plan[int]:
+        """Insert a row numbered ``max(seq) + 1`` among those matching ``scope`` (whose
+        parameters end ``params``); its number."""
+        where = " AND ".join(f"{column} = ?" for column in scope.split(", "))
+        scoped = params[-len(scope.split(", ")) :]
+        if self.dialect.returning:
+            found = yield from rows(
+                f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
+                f"FROM {table} WHERE {where} RETURNING seq",
+                *params,
+                *scoped,
+            )
+            return int(first_value(found, "seq"))
+        found = yield from rows(
+            f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}", *scoped
+        )
+        seq = int(first_value(found, "seq"))
+        yield from execute(
+            f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)", *params, seq
+        )
+        return seq
+
+    def _add_message(self, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
+        return self._numbered(
+            "messages",
+            "role, body, partial, created_at, turn_id",
+            "?, ?::jsonb, ?, ?, ?",
+            (message.role, self.dialect.json(message_to_dict(message)), partial, now, turn_id),
+            "turn_id",
+        )
+
+    def _deltas(self, turn_id: str) -> Plan[list[tuple[int, int, str]]]:
+        found = yield from rows(
+            "SELECT step, block_index, text FROM partial_text WHERE turn_id = ? "
+            "ORDER BY step, block_index, seq",
+            turn_id,
+        )
+        return [(int(r["step"]), int(r["block_index"]), str(r["text"])) for r in found]
+
+    # -- settling a turn that ends -------------------------------------------------------------
+
+    def _settle(
+        self,
+        session_id: str,
+        turn_id: str,
+        now: float,
+        logged: list[EventRecord] | None = None,
+        first_seq: int | None = None,
+    ) -> Plan[bool]:
+        """Close the turn's open tool calls and fold its left-over text deltas into partial
+        messages, logging both (into ``logged``, numbered from ``first_seq`` if given);
+        returns whether the turn holds any message. The caller holds the session's lock."""
+        out = [] if logged is None else logged
+
+        def log(event: dict[str, Any]) -> Plan[None]:
+            seq = None if first_seq is None else first_seq + len(out)
+            seq = yield from self._log(session_id, turn_id, event, now, seq)
+            out.append(logged_event(session_id, seq, turn_id, event, now))
+
+        calls = yield from rows(
+            "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
+            f"WHERE turn_id = ? AND state NOT IN ({_TERMINAL}) ORDER BY step, call_index",
+            turn_id,
+        )
+        for call in calls:
+            text, unknown = interrupted_call(call["state"], bool(call["read_only"]))
+            output = call["output"] or text
+            yield from execute(
+                "UPDATE tool_calls SET state = 'interrupted', output = ?, is_error = TRUE, "
+                "outcome_unknown = ?, updated_at = ? WHERE turn_id = ? AND call_id = ?",
+                output,
+                unknown,
+                now,
+                turn_id,
+                call["call_id"],
+            )
+            closed = ToolStateChanged(
+                call_id=call["call_id"],
+                call_index=call["call_index"],
+                name=call["name"],
+                state="interrupted",
+                output=output,
+                is_error=True,
+                outcome_unknown=unknown,
+            )
+            yield from log(event_to_dict(closed))
+        for message in partial_messages((yield from self._deltas(turn_id))):
+            yield from self._add_message(turn_id, message, True, now)
+            yield from log(event_to_dict(AssistantMessage(message=message, partial=True)))
+        yield from execute("DELETE FROM partial_text WHERE turn_id = ?", turn_id)
+        held = yield from rows(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE turn_id = ?) AS held", turn_id
+        )
+        return bool(first_value(held, "held"))
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
+    ) -> SessionRecord:
+        now = self._clock()
+        record = SessionRecord(
+            id=session_id or uuid.uuid4().hex,
+            created_at=now,
+            updated_at=now,
+            workdir=workdir,
+            model=model,
+            title=None,
+            owner=owner,
+        )
+
+        def insert() -> Plan[SessionRecord]:
+            count = yield from execute(
+                "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title, owner) "
+                "VALUES (?, ?, ?, ?, ?, NULL, ?) ON CONFLICT (id) DO NOTHING",
+                record.id,
+                now,
+                now,
+                workdir,
+                model,
+                owner,
+            )
+            if count == 0:
+                raise StoreError(f"session {record.id} already exists")
+            return record
+
+        return await self._perform(insert(), "write")
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        found = await self._select("SELECT * FROM sessions WHERE id = ?", session_id)
+        return session_from_row(found[0]) if found else None
+
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
+        found = await self._select(
+            "SELECT * FROM sessions WHERE ?::text IS NULL OR owner = ?::text "
+            f"ORDER BY updated_at DESC, {self.dialect.creation_order} DESC LIMIT ?",
+            owner,
+            owner,
+            limit,
+        )
+        return [session_from_row(r) for r in found]
+
+    async def latest_session(self, workdir: str) -> SessionRecord | None:
+        found = await self._select(
+            "SELECT * FROM sessions WHERE workdir = ? "
+            f"ORDER BY updated_at DESC, {self.dialect.creation_order} DESC LIMIT 1",
+            workdir,
+        )
+        return session_from_row(found[0]) if found else None
+
+    async def set_session_model(self, session_id: str, model: str) -> None:
+        now = self._clock()
+
+        def update() -> Plan[None]:
+            count = yield from execute(
+                "UPDATE sessions SET model = ?, updated_at = ? WHERE id = ?",
+                model,
+                now,
+                session_id,
+            )
+            if count == 0:
+                raise StoreError(f"no session {session_id}")
+
+        await self._perform(update(), "write")
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    async def begin_turn(
+        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+    ) -> TurnRecord:
+        now = self._clock()
+        turn_id = uuid.uuid4().hex
+        d = self.dialect
+        body = None if user_message is None else d.json(message_to_dict(user_message))
+
+        def insert() -> Plan[TurnRecord]:
+            yield from self._need_session(session_id)
+            running = yield from rows(
+                "SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                session_id,
+            )
+            if running:
+                raise SessionBusyError(session_id, str(first_value(running, "id")))
+            yield from self._numbered(
+                "turns",
+                "id, status, user_message, owner, lease_expires_at, created_at, updated_at, "
+                "session_id",
+                "?, ?, ?::jsonb, ?, ?, ?, ?, ?",
+                (turn_id, "running", body, owner, now + lease_seconds, now, now, session_id),
+                "session_id",
+            )
+            yield from execute(
+                "UPDATE sessions SET updated_at = ?, title = COALESCE(title, ?) WHERE id = ?",
+                now,
+                d.clean(session_title(user_message)),
+                session_id,
+            )
+            found = yield from rows("SELECT * FROM turns WHERE id = ?", turn_id)
+            return turn_from_row(found[0])
+
+        return await self._perform(insert(), "write")
+
+    async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
+        now = self._clock()
+        return (
+            await self._perform(
+                execute(
+                    "UPDATE turns SET lease_expires_at = ?, updated_at = ? "
+                    "WHERE id = ? AND owner = ? AND status = 'running'",
+                    now + lease_seconds,
+                    now,
+                    turn_id,
+                    owner,
+                ),
+                "write",
+            )
+            > 0
+        )
+
+    async def end_turn(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        usage: Usage | None = None,
+        owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
+        if status == "running":
+            raise StoreError("a turn cannot end as running")
+        now = self._clock()
+        d = self.dialect
+        usage_json = None if usage is None else d.json(usage.to_dict())
+
+        def update() -> Plan[list[EventRecord]]:
+            session_id = yield from self._turn_session(turn_id, owner)
+            logged: list[EventRecord] = []
+            yield from self._settle(session_id, turn_id, now, logged, first_seq)
+            yield from execute(
+                "UPDATE turns SET status = ?, reason = ?, error = ?, usage = ?::jsonb, "
+                "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+                status,
+                d.clean(reason),
+                d.clean(error),
+                usage_json,
+                now,
+                now,
+                turn_id,
+            )
+            yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
+            if event is not None:
+                seq = None if first_seq is None else first_seq + len(logged)
+                seq = yield from self._log(session_id, turn_id, event, now, seq)
+                logged.append(logged_event(session_id, seq, turn_id, event, now))
+            return logged
+
+        return await self._perform(update(), "write")
+
+    async def turns(self, session_id: str) -> list[TurnRecord]:
+        found = await self._select(
+            "SELECT * FROM turns WHERE session_id = ? ORDER BY seq", session_id
+        )
+        return [turn_from_row(r) for r in found]
+
+    async def discard_pending(self, session_id: str) -> list[str]:
+        now = self._clock()
+        pending = (
+            "session_id = ? AND NOT discarded "
+            "AND status IN ('incomplete', 'failed', 'interrupted') AND seq > (SELECT "
+            "COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ? AND status = 'completed')"
+        )
+
+        def update() -> Plan[list[str]]:
+            if not (yield from self._lock_session(session_id)):
+                return []
+            found = yield from rows(
+                f"SELECT id FROM turns WHERE {pending} ORDER BY seq", session_id, session_id
+            )
+            if found:
+                yield from execute(
+                    f"UPDATE turns SET discarded = TRUE, updated_at = ? WHERE {pending}",
+                    now,
+                    session_id,
+                    session_id,
+                )
+            return [str(r["id"]) for r in found]
+
+        return await self._perform(update(), "write")
+
+    async def recover_orphans(self, is_alive: Callable[[str], bool] | None = None) -> list[str]:
+        alive = is_alive or owner_alive
+
+        def recover() -> Plan[list[str]]:
+            now = self._clock()
+            running = yield from rows(
+                "SELECT id, session_id, owner, lease_expires_at FROM turns "
+                f"WHERE status = 'running' ORDER BY {self.dialect.creation_order}"
+            )
+            recovered: list[str] = []
+            for row in running:
+                owner, lease = row["owner"], row["lease_expires_at"]
+                if lease is not None and lease > now and owner is not None and alive(owner):
+                    continue
+                if (yield from atomic(self._recover_one(row, now))):
+                    recovered.append(str(row["id"]))
+            return recovered
+
+        return await self._perform(recover(), "read")
+
+    def _recover_one(self, seen: Row, now: float) -> Plan[bool]:
+        turn_id, session_id = str(seen["id"]), str(seen["session_id"])
+        d = self.dialect
+        yield from self._lock_session(session_id)
+        # Renewed or finished (or recovered by another process) since it was read, or being
+        # renewed right now (locked): leave it.
+        still = yield from rows(
+            "SELECT 1 AS one FROM turns WHERE id = ? AND status = 'running' "
+            f"AND owner {d.same} ?::text AND lease_expires_at {d.same} ?::double precision"
+            f"{d.lock_skip}",
+            turn_id,
+            seen["owner"],
+            seen["lease_expires_at"],
+        )
+        if not still:
+            return False
+        worked = yield from self._settle(session_id, turn_id, now)
+        yield from execute(
+            "UPDATE turns SET status = 'interrupted', reason = 'interrupted', error = ?, "
+            "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+            ORPHAN_ERROR,
+            now,
+            now,
+            turn_id,
+        )
+        end = Incomplete if worked else Error
+        ended = end(reason="interrupted", error=ORPHAN_ERROR, usage=Usage(partial=True))
+        yield from self._log(session_id, turn_id, event_to_dict(ended), now)
+        return True
+
+    # -- the turn's work -----------------------------------------------------------------------
+
+    async def append_message(
+        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
+    ) -> int:
+        now = self._clock()
+
+        def insert() -> Plan[int]:
+            yield from self._turn_session(turn_id)
+            seq = yield from self._add_message(turn_id, message, partial, now)
+            if step is not None:
+                yield from execute(
+                    "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", turn_id, step
+                )
+            return seq
+
+        return await self._perform(insert(), "write")
+
+    async def append_partial_text(
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
+    ) -> int:
+        now = self._clock()
+        first = seq
+        encoded = None if seq is None else encode_marks(seq, marks)
+        event = {**event_to_dict(TextDelta(text=text, index=block_index)), "step": step}
+
+        def insert() -> Plan[int]:
+            session_id = yield from self._turn_session(turn_id)
+            yield from self._numbered(
+                "partial_text",
+                "text, turn_id, step, block_index",
+                "?, ?, ?, ?",
+                (self.dialect.text(text), turn_id, step, block_index),
+                "turn_id, step, block_index",
+            )
+            return (
+                yield from self._log_text(session_id, turn_id, event, now, first, last_seq, encoded)
+            )
+
+        return await self._perform(insert(), "write")
+
+    async def discard_partial_text(self, turn_id: str, step: int) -> None:
+        def delete() -> Plan[None]:
+            yield from self._turn_session(turn_id)
+            yield from execute(
+                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", turn_id, step
+            )
+
+        await self._perform(delete(), "write")
+
+    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
+        now = self._clock()
+
+        def load() -> Plan[list[StoredMessage]]:
+            # One snapshot for both reads: a fold committing in between cannot show twice.
+            found = yield from rows(
+                "SELECT * FROM messages WHERE turn_id = ? ORDER BY seq", turn_id
+            )
+            deltas = yield from self._deltas(turn_id)
+            out = [stored_message_from_row(r) for r in found]
+            first = out[-1].seq + 1 if out else 1
+            for seq, message in enumerate(partial_messages(deltas), first):
+                out.append(
+                    StoredMessage(
+                        turn_id=turn_id, seq=seq, message=message, partial=True, created_at=now
+                    )
+                )
+            return out
+
+        return await self._perform(load(), "snapshot")
+
+    async def upsert_tool_call(
+        self,
+        turn_id: str,
+        call_id: str,
+        *,
+        call_index: int,
+        name: str,
+        state: ToolState,
+        input: Mapping[str, Any] | None = None,
+        output: str | None = None,
+        is_error: bool = False,
+        outcome_unknown: bool = False,
+        read_only: bool = False,
+        step: int = 0,
+    ) -> None:
+        now = self._clock()
+        d = self.dialect
+        input_json = None if input is None else d.json(dict(input))
+        values = (turn_id, call_id, step, call_index, name, state, input_json, d.clean(output))
+        flags = (is_error, outcome_unknown, read_only, now, now)
+
+        def upsert() -> Plan[None]:
+            yield from self._turn_session(turn_id)
+            yield from execute(_UPSERT_CALL, *values, *flags)
+
+        await self._perform(upsert(), "write")
+
+    async def tool_calls(
+        self, turn_id: str | None = None, *, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        if (turn_id is None) == (session_id is None):
+            raise ValueError("pass exactly one of turn_id and session_id")
+        column, key = ("t.id", turn_id) if turn_id is not None else ("t.session_id", session_id)
+        found = await self._select(
+            "SELECT tc.* FROM tool_calls tc JOIN turns t ON t.id = tc.turn_id "
+            f"WHERE {column} = ? ORDER BY t.seq, tc.step, tc.call_index, tc.created_at",
+            key,
+        )
+        return [tool_call_from_row(r) for r in found]
