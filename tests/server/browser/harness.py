@@ -346,7 +346,12 @@ def api_transcript(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
                 elif block["type"] == "tool_use":
                     named.add(block["id"])
                     blocks.append(card(calls[block["id"]]))
-        blocks += [card(c) for c in turn["tool_calls"] if c["call_id"] not in named]
+        # A worker's calls (scoped ids "<task call>/<worker>/<id>") show under their task call.
+        blocks += [
+            card(c)
+            for c in turn["tool_calls"]
+            if c["call_id"] not in named and c["call_id"].rsplit("/", 2)[0] not in calls
+        ]
         user = turn["user_message"]
         turns.append(
             {

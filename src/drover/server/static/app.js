@@ -25,6 +25,7 @@ const EVENT_TYPES = [
   "permission_request",
   "usage",
   "compacted",
+  "worker",
   "done",
   "incomplete",
   "error",

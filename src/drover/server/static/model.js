@@ -5,10 +5,16 @@
 // blocks in stream order), its tool calls keyed by id, its usage and its status. A step is
 // "final" once its assistant message arrived; until then it is the live step that text deltas,
 // new tool calls and the closing assistant message go to. No DOM here: the view reads this.
+//
+// The workers of a `task` call hang under that call (`call.workers`, by worker index): their
+// tool calls are stored with the scoped id `<task call id>/<worker>/<call id>` (in snapshots,
+// and in permission requests), their other events arrive wrapped as `worker` events.
 
 export const TERMINAL_STATES = new Set(["output-available", "output-error", "denied", "interrupted"]);
 
 const STATUS_OF = { done: "completed", incomplete: "incomplete", error: "failed" };
+
+const SCOPED_ID = /^(.+)\/(\d+)\/([^/]+)$/;
 
 export class Transcript {
   constructor() {
@@ -99,6 +105,9 @@ export class Transcript {
       case "usage":
         turn.usage = { input: ev.total_input, output: ev.total_output, partial: false };
         break;
+      case "worker":
+        applyWorkerEvent(turn, ev);
+        break;
       case "compacted":
         turn.notices.push(
           `conversation compacted: ${ev.messages_before} → ${ev.messages_after} messages`,
@@ -124,7 +133,9 @@ export class Transcript {
   static pendingSummary(turn) {
     const messages = turn.steps.filter((s) => s.blocks.some((b) => b.type !== "tool")).length;
     const partial = turn.steps.filter((s) => !s.final || s.partial).length;
-    const results = [...turn.calls.values()].filter((c) => TERMINAL_STATES.has(c.state)).length;
+    const results = [...turn.calls.values()].filter(
+      (c) => c.parentId === null && TERMINAL_STATES.has(c.state),
+    ).length;
     const parts = [];
     if (messages) parts.push(plural(messages, "assistant message") + (partial ? ` (${partial} partial)` : ""));
     if (results) parts.push(plural(results, "tool result"));
@@ -173,7 +184,70 @@ function newCall(id, name) {
     isError: false,
     outcomeUnknown: false,
     permission: null,
+    parentId: null, // set on a worker's call: the task call it runs under
+    workers: new Map(), // on a task call: worker index → its prompt, status, text, calls
   };
+}
+
+/** The worker `index` of a task call, created on first sight. */
+function workerOf(call, index) {
+  let worker = call.workers.get(index);
+  if (!worker) {
+    worker = { index, status: null, prompt: null, text: "", liveText: "", callIds: [] };
+    call.workers.set(index, worker);
+    call.workers = new Map([...call.workers].sort((a, b) => a[0] - b[0]));
+  }
+  return worker;
+}
+
+/** Put `call` under its task call when its id is a worker's scoped id of a known call. */
+function adoptWorkerCall(turn, call) {
+  const scoped = SCOPED_ID.exec(call.id);
+  const parent = scoped ? turn.calls.get(scoped[1]) : null;
+  if (!parent || parent === call) return false;
+  call.parentId = parent.id;
+  const worker = workerOf(parent, Number(scoped[2]));
+  if (!worker.callIds.includes(call.id)) worker.callIds.push(call.id);
+  return true;
+}
+
+function applyWorkerEvent(turn, ev) {
+  const parent = ensureCall(turn, ev.parent_call_id, "task");
+  const worker = workerOf(parent, Number(ev.worker));
+  const inner = ev.event || {};
+  switch (inner.type) {
+    case "turn_started":
+      if (inner.user_message) worker.prompt = messageText(inner.user_message);
+      worker.status = "running";
+      break;
+    case "step_started":
+      worker.liveText = "";
+      break;
+    case "text_delta":
+      worker.liveText += inner.text || "";
+      break;
+    case "retry":
+      if (inner.discard_partial) worker.liveText = "";
+      break;
+    case "assistant_message": {
+      const text = messageText(inner.message || {});
+      if (text) worker.text = text;
+      worker.liveText = "";
+      break;
+    }
+    case "tool_state":
+      updateCall(turn, { ...inner, call_id: `${parent.id}/${worker.index}/${inner.call_id}` });
+      break;
+    case "done":
+    case "incomplete":
+    case "error":
+      worker.status = inner.reason === "interrupted" ? "interrupted" : STATUS_OF[inner.type];
+      if (inner.type === "done" && inner.text) worker.text = inner.text;
+      worker.liveText = "";
+      break;
+    default:
+      break;
+  }
 }
 
 function ensureCall(turn, id, name) {
@@ -181,8 +255,7 @@ function ensureCall(turn, id, name) {
   if (!call) {
     call = newCall(id, name);
     turn.calls.set(id, call);
-    const step = liveStep(turn);
-    step.blocks.push({ type: "tool", callId: id });
+    if (!adoptWorkerCall(turn, call)) liveStep(turn).blocks.push({ type: "tool", callId: id });
   }
   return call;
 }
@@ -331,9 +404,9 @@ function turnFromSnapshot(raw) {
     }
   }
   // Calls that no message names (the stream broke after they were announced, or their
-  // message is still streaming) go to the step that made them.
+  // message is still streaming) go to the step that made them; a worker's, to its task call.
   for (const call of turn.calls.values()) {
-    if (placed.has(call.id)) continue;
+    if (placed.has(call.id) || adoptWorkerCall(turn, call)) continue;
     let step = turn.steps.find((s) => s.n === call.step);
     if (!step) {
       step = newStep(call.step || turn.steps.length + 1);

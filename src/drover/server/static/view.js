@@ -51,6 +51,7 @@ export class TranscriptView {
     this.cards = new Map();
     this.stepEls = new WeakMap();
     this.blockEls = new WeakMap();
+    this.workerEls = new Map();
   }
 
   /** Draw every turn of the model (after a snapshot). */
@@ -138,10 +139,11 @@ export class TranscriptView {
         input: el("pre", "tool-input"),
         permission: el("div", "permission"),
         output: el("pre", "tool-output"),
+        workers: el("div", "workers"),
       };
       const head = el("div", "tool-head");
       head.append(card.parts.name, card.parts.state, card.parts.unknown);
-      card.append(head, card.parts.input, card.parts.permission, card.parts.output);
+      card.append(head, card.parts.input, card.parts.permission, card.parts.output, card.parts.workers);
       this.cards.set(callId, card);
     }
     const p = card.parts;
@@ -160,7 +162,47 @@ export class TranscriptView {
     if (p.output.textContent !== output) p.output.textContent = output;
     p.output.hidden = call.output === null;
     this.renderPermission(turn, call, p.permission);
+    const workers = [...call.workers.values()].map((w) => this.renderWorker(turn, call, w));
+    reorder(p.workers, workers);
+    p.workers.hidden = workers.length === 0;
     return card;
+  }
+
+  /** A worker of a task call: its prompt, status, tool calls (as cards) and latest text. */
+  renderWorker(turn, call, worker) {
+    const key = `${call.id}/${worker.index}`;
+    let node = this.workerEls.get(key);
+    if (!node) {
+      node = el("div", "worker");
+      node.dataset.worker = String(worker.index);
+      node.parts = {
+        title: el("span", "worker-title", `worker ${worker.index}`),
+        status: el("span", "worker-status"),
+        prompt: el("p", "worker-prompt"),
+        calls: el("div", "worker-calls"),
+        text: el("div", "worker-text markdown"),
+      };
+      const head = el("div", "worker-head");
+      head.append(node.parts.title, node.parts.status);
+      node.append(head, node.parts.prompt, node.parts.calls, node.parts.text);
+      this.workerEls.set(key, node);
+    }
+    const p = node.parts;
+    node.dataset.status = worker.status || "";
+    p.status.textContent = worker.status ? STATUS_TEXT[worker.status] || worker.status : "";
+    p.prompt.textContent = worker.prompt || "";
+    p.prompt.hidden = !worker.prompt;
+    reorder(
+      p.calls,
+      worker.callIds.map((id) => this.renderCard(turn, turn.calls.get(id) || null, id)),
+    );
+    const text = worker.liveText || worker.text;
+    if (p.text.renderedSource !== text) {
+      p.text.renderedSource = text;
+      p.text.innerHTML = renderMarkdown(text); // escaped before any markup: see md.js
+    }
+    p.text.hidden = text === "";
+    return node;
   }
 
   renderPermission(turn, call, box) {
