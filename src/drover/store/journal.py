@@ -61,14 +61,13 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, assert_never, cast
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import (
+    TERMINAL_TOOL_STATES,
     AssistantMessage,
     Compacted,
     Done,
@@ -94,6 +93,16 @@ from drover.events import (
 )
 from drover.messages import Message, Usage
 from drover.store.base import EventRecord, Store
+from drover.store.batch import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    DiscardPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
+from drover.store.journal_queue import WriteQueue
 from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 from drover.store.worker_log import WorkerLog, worker_event
@@ -164,13 +173,12 @@ class JournalStore(Protocol):
     ) -> None: ...
 
 
-@dataclass(slots=True)
-class _Write:
-    what: str
-    run: Callable[[], Awaitable[Any]]
-    attempts: int = 0
-    #: The write that ends the turn.
-    ends_turn: bool = False
+#: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
+#: it is flushed with it), a call about to run (never recorded as not run once it may have
+#: started), and a call's end (its output is never lost once reported). The others
+#: (``input-available``, ``awaiting-permission``) go with the next write, at the latest the
+#: flush timer's.
+_MADE_AT_ONCE = frozenset({"input-streaming", "running", *TERMINAL_TOOL_STATES})
 
 
 class Journal:
@@ -218,11 +226,12 @@ class Journal:
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        self._writes = WriteQueue(
+            store, max_attempts=max_attempts, retry_delay=retry_delay, on_failure=self._fail
+        )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
         self.failure: StoreError | None = None
-        #: Whether the turn's end was recorded.
-        self.ended = False
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
@@ -233,8 +242,6 @@ class Journal:
         self._unflushed = 0
         self._last_flush = clock()
         self._timer: asyncio.Task[None] | None = None
-        self._queue: deque[_Write] = deque()
-        self._lock = asyncio.Lock()
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
 
@@ -246,8 +253,13 @@ class Journal:
 
     @property
     def backlog(self) -> int:
-        """Writes waiting to be retried."""
-        return len(self._queue)
+        """Writes not yet made (deferred, or waiting to be retried)."""
+        return len(self._writes)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the turn's end was recorded."""
+        return self._writes.ended
 
     @property
     def timer_pending(self) -> bool:
@@ -273,7 +285,7 @@ class Journal:
             await worker.aclose()
         if self.failure is None:
             self._take_text(final=True)
-            if await self._drain():
+            if await self._writes.drain():
                 await self._numbers.release()
 
     def _worker_journal(self, event: WorkerEvent) -> Journal:
@@ -320,32 +332,42 @@ class Journal:
             case ThinkingDelta():
                 return
             case TurnStarted():
+                # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0
             case StepStarted():
                 self._step = event.step
+                await self._log(event)
+                self._defer()
+                return
             case Retry():
                 if event.discard_partial:
                     self._drop_text(self._step)
                     step = self._step
-                    self._turn_write(
-                        "discard partial text", lambda t: self.store.discard_partial_text(t, step)
+                    await self._log(
+                        event,
+                        before=lambda: self._turn_write(
+                            "discard partial text", lambda t: DiscardPartialText(t, step)
+                        ),
                     )
+                    await self._drain()
+                    return
             case AssistantMessage():
                 self._cancel_timer()
                 self._drop_text(self._step)
                 message, step = self._redactor.redact_message(event.message), self._step
-                self._turn_write(
-                    "append assistant message",
-                    lambda t: self.store.append_message(
-                        t, message, partial=event.partial, step=step
+                await self._log(
+                    event,
+                    before=lambda: self._turn_write(
+                        "append assistant message",
+                        lambda t: AppendMessage(t, message, event.partial, step),
                     ),
                 )
-                await self._log(event)
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
                 return
             case ToolStateChanged():
+                urgent = False
                 if event.state == "input-streaming":
                     # A tool_use block begins: the text blocks before it are finished, so all
                     # their text is written now (nothing held back), before the tool's state
@@ -353,15 +375,23 @@ class Journal:
                     self._cancel_timer()
                     self._take_text(final=True)
                 elif event.state == "input-available":
+                    # Text that came after the call began (rare) is written with its input.
                     self._cancel_timer()
-                    self._take_text(final=False)
-                self._upsert(event)
+                    urgent = self._take_text(final=False)
+                await self._log(event, before=partial(self._upsert, event))
+                if urgent or event.state in _MADE_AT_ONCE:
+                    await self._drain()
+                else:
+                    self._defer()
+                return
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
-                self._turn_write(
-                    "append tool results", lambda t: self.store.append_message(t, message)
+                await self._log(
+                    event,
+                    before=lambda: self._turn_write(
+                        "append tool results", lambda t: AppendMessage(t, message)
+                    ),
                 )
-                await self._log(event)
                 await self._drain()
                 await self._finished(message)
                 return
@@ -379,24 +409,37 @@ class Journal:
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
                 # The terminal event is numbered when written, after those the store logs
                 # closing the turn (see _end_turn).
-                self._turn_write(
-                    "end the turn", lambda t: self._end_turn(t, event, reason, error), ends=True
-                )
+                self._end_turn(event, reason, error)
                 await self._drain()
                 return
             case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
-                pass
+                # Nothing waits on these: they go with the next write a guarantee needs.
+                await self._log(event)
+                self._defer()
+                return
             case _:
                 assert_never(event)
         await self._log(event)
         await self._drain()
 
-    async def _end_turn(
-        self, turn_id: str, event: Done | Incomplete | Error, reason: str | None, error: str | None
+    def _end_turn(
+        self, event: Done | Incomplete | Error, reason: str | None, error: str | None
     ) -> None:
-        logged = await self.store.end_turn(
-            turn_id,
-            turn_status(event),
+        turn_id = self._turn_id
+        if turn_id is None:
+            log.warning("journal: end the turn before the turn started; skipped")
+            return
+
+        def ended(logged: list[EventRecord]) -> None:
+            # Calls closed and text folded by the store, then the terminal event: written and
+            # numbered in one transaction, so published only now.
+            for record in logged:
+                self._numbers.advance_past(record.end_seq)
+                self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
+
+        write = EndTurn(
+            turn_id=turn_id,
+            status=turn_status(event),
             reason=reason,
             error=error,
             usage=event.usage,
@@ -404,12 +447,7 @@ class Journal:
             event=self._redactor.redact_obj(event_to_dict(event)),
             first_seq=self._numbers.next,
         )
-        self.ended = True
-        # Calls closed and text folded by the store, then the terminal event: written and
-        # numbered in one transaction, so published only now.
-        for record in logged:
-            self._numbers.advance_past(record.end_seq)
-            self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
+        self._writes.push("end the turn", write, done=ended, ends_turn=True)
 
     # -- text ----------------------------------------------------------------------------------
 
@@ -430,8 +468,10 @@ class Journal:
             or self._clock() - self._last_flush >= self._interval
         )
 
-    def _take_text(self, *, final: bool) -> None:
-        """Queue the buffered text that is safe to write (all of it when ``final``)."""
+    def _take_text(self, *, final: bool) -> bool:
+        """Queue the buffered text that is safe to write (all of it when ``final``); whether
+        there was any."""
+        took = False
         turn_id = self._turn_id
         for key, stream in sorted(self._texts.items()):
             text = stream.take(final=final)
@@ -441,16 +481,16 @@ class Journal:
                 span = marks.release(marks.unwritten() - stream.held_chars, len(text))
             if text and turn_id is not None:
                 step, index = key
-                write = partial(self.store.append_partial_text, turn_id, step, index, text)
-                if span is not None:
-                    first, last, cuts = span
-                    write = partial(write, seq=first, last_seq=last, marks=cuts)
-                self._queue.append(_Write("append partial text", write))
+                first, last, cuts = span if span is not None else (None, None, None)
+                write = AppendPartialText(turn_id, step, index, text, first, last, cuts)
+                self._writes.push("append partial text", write)
+                took = True
         if final:
             self._texts.clear()
             self._marks.clear()
         self._unflushed = 0
         self._last_flush = self._clock()
+        return took
 
     def _drop_text(self, step: int) -> None:
         for key in [k for k in self._texts if k[0] == step]:
@@ -466,6 +506,11 @@ class Journal:
         self._cancel_timer()
         self._take_text(final=False)
         await self._drain()
+
+    def _defer(self) -> None:
+        """Leave the queued writes for the next drain, at the latest the timer's."""
+        if len(self._writes):
+            self._start_timer()
 
     def _start_timer(self) -> None:
         if self._timer is None:
@@ -490,16 +535,16 @@ class Journal:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _turn_write(
-        self, what: str, run: Callable[[str], Awaitable[Any]], *, ends: bool = False
-    ) -> None:
+    def _turn_write(self, what: str, make: Callable[[str], JournalWrite]) -> None:
         turn_id = self._turn_id
         if turn_id is None:
             log.warning("journal: %s before the turn started; skipped", what)
             return
-        self._queue.append(_Write(what, lambda: run(turn_id), ends_turn=ends))
+        self._writes.push(what, make(turn_id))
 
     def _upsert(self, event: ToolStateChanged) -> None:
+        """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before
+        ``send`` returns)."""
         read_only = False
         if self._is_read_only is not None:
             try:
@@ -511,9 +556,9 @@ class Journal:
         step = self._step
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: self.store.upsert_tool_call(
-                t,
-                event.call_id,
+            lambda t: UpsertToolCall(
+                turn_id=t,
+                call_id=event.call_id,
                 call_index=event.call_index,
                 name=event.name,
                 state=event.state,
@@ -526,54 +571,32 @@ class Journal:
             ),
         )
 
-    async def _log(self, event: Event, **extra: Any) -> None:
+    async def _log(
+        self, event: Event, *, before: Callable[[], object] | None = None, **extra: Any
+    ) -> None:
+        """Number ``event`` and queue its log row; ``before`` queues the write the row goes
+        with, after the number is taken, so nothing can be made between the two."""
         payload = self._redactor.redact_obj({**event_to_dict(event), **extra})
         turn_id = self._turn_id
         seq = await self._numbers.take()
+        if before is not None:
+            before()
         first: int | None = None
         if seq is not None:
             first, self._absorb = self._absorb, None
             self._publish(seq, turn_id, payload)
-        self._queue.append(
-            _Write(
-                f"log the {event.type} event",
-                partial(
-                    self.store.append_event,
-                    self.session_id,
-                    turn_id,
-                    payload,
-                    seq=seq if first is None else first,
-                    last_seq=seq,
-                ),
-            )
-        )
+        write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
+        self._writes.push(f"log the {event.type} event", write)
 
     def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
         self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
 
     async def _drain(self) -> bool:
-        """Make the queued writes in order, retrying a failed one before the next; False when
-        the journal failed."""
-        async with self._lock:
-            while self._queue and self.failure is None:
-                write = self._queue[0]
-                write.attempts += 1
-                try:
-                    await write.run()
-                except asyncio.CancelledError:
-                    # The store completes a write it has started: it must not be made twice.
-                    self._queue.popleft()
-                    self.ended = self.ended or write.ends_turn
-                    raise
-                except Exception as exc:
-                    if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:
-                        self._fail(write.what, exc)
-                        break
-                    log.warning("journal: could not %s (%s); retrying", write.what, exc)
-                    await asyncio.sleep(min(1.0, self._retry_delay * 2 ** (write.attempts - 1)))
-                    continue
-                self._queue.popleft()
-        return self.failure is None
+        """Make the queued writes (see :mod:`~drover.store.journal_queue`); False when the
+        journal failed."""
+        if self.failure is not None:
+            return False
+        return await self._writes.drain()
 
     def _fail(self, what: str, exc: Exception) -> None:
         if self.failure is not None:
@@ -583,7 +606,8 @@ class Journal:
         failure.__cause__ = exc
         self.failure = failure
         log.error("journal: %s; nothing more of this turn is recorded", failure)
-        self._queue.clear()
+        self._writes.failed = True
+        self._writes.clear()
         self._texts.clear()
         self._marks.clear()
         self._cancel_timer()

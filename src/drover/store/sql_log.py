@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from drover.errors import StoreError
 from drover.store.base import EventRecord, event_from_row
+from drover.store.batch import AppendEvent
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
 
 T = TypeVar("T")
@@ -124,15 +125,16 @@ class SqlLog:
         seq: int | None = None,
         last_seq: int | None = None,
     ) -> int:
-        now = self._clock()
         if "type" not in event:
             raise ValueError("an event needs a type")
+        write = AppendEvent(session_id, turn_id, event, seq, last_seq)
+        return await self._perform(self._append_event(write, self._clock()), "write")
 
-        def insert() -> Plan[int]:
-            yield from self._need_session(session_id)
-            return (yield from self._log(session_id, turn_id, event, now, seq, last_seq))
-
-        return await self._perform(insert(), "write")
+    def _append_event(self, w: AppendEvent, now: float) -> Plan[int]:
+        if "type" not in w.event:
+            raise ValueError("an event needs a type")
+        yield from self._need_session(w.session_id)
+        return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:
         found = await self._select(
