@@ -10,10 +10,10 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             by a timer that fires ``flush_interval`` after the first unflushed
                             delta (so a stalled stream is still written)
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
-``tool_state``              the tool call is upserted before ``send`` returns; at
-                            ``input-streaming`` all buffered text is flushed first, the
-                            redaction's held tail included (the text blocks before a tool_use
-                            are finished), and at ``input-available`` what arrived since
+``tool_state``              the tool call is upserted; at ``input-streaming`` all buffered
+                            text is flushed first, the redaction's held tail included (the
+                            text blocks before a tool_use are finished), and at
+                            ``input-available`` what arrived since
 ``assistant_message``       authoritative: the timer is cancelled, the message appended and the
                             step's deltas deleted in the same write
 ``tool_results``            the results message is appended
@@ -45,13 +45,24 @@ those numbers. A coalesced text row covers its deltas' numbers and marks where e
 numbers of deltas a finished message or a discarding retry supersedes before they were written
 are covered by that message's or retry's row, so every number handed out lands in some row.
 
-Writes queue in order and are made before ``send`` returns (the text gates aside), so a tool
-call is durably ``running`` before its tool starts. A write that fails is retried at once, with a
-short backoff, up to ``max_attempts`` times while later writes wait behind it. One that still
-fails — or a write to a turn this process no longer holds (:class:`~drover.errors.LeaseLostError`)
-— fails the journal: :attr:`Journal.failure` says why (the original error as its cause), nothing
-more is written, so the durable record stays a consistent prefix of the turn, and
-``on_failure`` is called so the owner can stop the turn. ``send`` itself never raises but for
+Writes queue in order (:mod:`drover.store.journal_queue`). Those a guarantee waits on are made
+before ``send`` returns, together with every write queued before them, in one transaction when
+the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
+call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
+(an output is never lost once reported); the assistant message; the results message (durable
+before the next model request); a discarding retry; the turn's end. The rest — ``step_started``,
+``usage``, ``tool_start``/``tool_done``, ``permission_request``, ``compacted``, the
+``input-available`` and ``awaiting-permission`` states — are numbered and published at once and
+written with the next of those or by the flush timer, at most ``flush_interval`` later: a crash
+loses at most that much of them, at the tail of the log. A tool step thus costs five commits
+(the eager flush, the message, ``running``, the call's end, the results) instead of seventeen.
+
+A write that fails is retried at once, with a short backoff, up to ``max_attempts`` times while
+later writes wait behind it. One that still fails — or a write to a turn this process no longer
+holds (:class:`~drover.errors.LeaseLostError`) — fails the journal: :attr:`Journal.failure`
+says why (the original error as its cause), nothing more is written, so the durable record
+stays a consistent prefix of the turn, and ``on_failure`` is called so the owner can stop the
+turn. ``send`` itself never raises but for
 the cancellation that interrupts the turn.
 """
 
@@ -61,9 +72,9 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, assert_never, cast
+from typing import Any, assert_never, cast
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import (
@@ -82,16 +93,14 @@ from drover.events import (
     ToolDone,
     ToolResults,
     ToolStart,
-    ToolState,
     ToolStateChanged,
     TurnStarted,
-    TurnStatus,
     UsageReport,
     WorkerEvent,
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message, Usage
+from drover.messages import Message
 from drover.store.base import EventRecord, Store
 from drover.store.batch import (
     AppendEvent,
@@ -99,6 +108,7 @@ from drover.store.batch import (
     AppendPartialText,
     DiscardPartialText,
     EndTurn,
+    JournalStore,
     JournalWrite,
     UpsertToolCall,
 )
@@ -110,67 +120,6 @@ from drover.store.worker_log import WorkerLog, worker_event
 log = logging.getLogger(__name__)
 
 FinishedContentHook = Callable[[Message], Awaitable[None] | None]
-
-
-class JournalStore(Protocol):
-    """The part of :class:`~drover.store.base.Store` a journal writes through."""
-
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int: ...
-
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int: ...
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None: ...
-
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int: ...
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]: ...
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None: ...
 
 
 #: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
