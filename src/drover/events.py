@@ -48,6 +48,25 @@ TurnStatus: TypeAlias = Literal["running", "completed", "incomplete", "failed", 
 EndReason: TypeAlias = Literal["error", "empty_response", "max_turns", "interrupted"]
 Decision: TypeAlias = Literal["allow", "always", "deny"]
 
+#: Result text of a tool call cut off before its tool started.
+NOT_RUN_TEXT = "Interrupted before it ran: the tool call had no effect."
+#: Result text of a read-only tool call cut off while running.
+READ_ONLY_CUT_TEXT = "Interrupted while running (read-only tool, no side effects)."
+#: Result text of a side-effecting tool call cut off while running.
+MAY_HAVE_RUN_TEXT = (
+    "Interrupted while running: it may have had effects, and their outcome is unknown. "
+    "Check the current state before repeating it."
+)
+
+
+def interrupted_outcome(started: bool, read_only: bool) -> tuple[str, bool]:
+    """What a tool call cut off by the end of its turn (an interruption, a crash) becomes:
+    ``(result text, outcome unknown)``. Only a call whose tool was entered can have had effects,
+    and only a side-effecting one leaves them unknown."""
+    if not started:
+        return NOT_RUN_TEXT, False
+    return (READ_ONLY_CUT_TEXT, False) if read_only else (MAY_HAVE_RUN_TEXT, True)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStarted:

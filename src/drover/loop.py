@@ -51,6 +51,7 @@ from drover.compact import compact_history
 from drover.convo import ConversationManager
 from drover.errors import ContextOverflowError, EmptyResponseError, ProviderError, StreamError
 from drover.events import (
+    NOT_RUN_TEXT,
     AssistantMessage,
     Done,
     EndReason,
@@ -85,7 +86,7 @@ from drover.streaming import (
     StreamEvent,
 )
 from drover.streaming import RetryNotice as ProviderRetry
-from drover.toolrun import NOT_RUN_TEXT, ToolBatch
+from drover.toolrun import ToolBatch
 from drover.tools.registry import ToolRegistry
 
 

@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
-from drover.store.base import SessionRecord, Store
+from drover.store.base import SessionRecord, Store, owner_id
 from drover.store.history import CallsConsulted, build_history
 from drover.store.journal import Journal
 from drover.store.redact import Redactor
@@ -41,19 +39,6 @@ log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload)`` of each numbered event.
 SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
-
-
-def owner_id() -> str:
-    """Identifies this process: host, pid and start time (so a reused pid is not mistaken)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks()}"
-
-
-def _process_start_ticks() -> str:
-    try:
-        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return str(int(time.time()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +208,7 @@ class Runner:
             worked = bool(await self.store.turn_messages(turn_id))
             kind = Incomplete if worked else Error
             end = kind(reason="interrupted", error=error, usage=Usage(partial=True))
-            await self.store.end_turn(
+            logged = await self.store.end_turn(
                 turn_id,
                 "interrupted",
                 reason="interrupted",
@@ -233,6 +218,16 @@ class Runner:
             )
         except DroverError as exc:
             log.error("could not end turn %s: %s (recovery will)", turn_id, exc)
+            return
+        # Live followers (the server's streams) see the end as they see any other.
+        publish = self.on_event
+        if publish is None:
+            return
+        for record in logged:
+            try:
+                publish(session_id, record.end_seq, turn_id, dict(record.payload))
+            except Exception:
+                log.exception("runner: the event observer failed")
 
     async def _renew(self, turn_id: str, control: TurnControl) -> None:
         """Keep the lease; stop the turn when it is lost or cannot be renewed before expiry."""

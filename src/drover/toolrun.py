@@ -28,6 +28,7 @@ from drover.events import (
     ToolStart,
     ToolState,
     ToolStateChanged,
+    interrupted_outcome,
 )
 from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
@@ -37,12 +38,6 @@ from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import OutputBuffer
 
 DENIED_TEXT = "Tool execution denied by user."
-NOT_RUN_TEXT = "Interrupted before it ran: the tool call had no effect."
-CUT_OFF_READ_ONLY = "Interrupted while running (read-only tool, no side effects)."
-CUT_OFF_UNKNOWN = (
-    "Interrupted while running: it may have had effects, and their outcome is unknown. "
-    "Check the current state before repeating it."
-)
 
 
 @dataclass(slots=True)
@@ -74,9 +69,9 @@ def sandbox_label(tool: Tool) -> str | None:
 
 def interrupted_result(slot: CallSlot) -> ToolResultBlock:
     """The result recorded for a call the interruption caught."""
+    note, _ = interrupted_outcome(slot.started, slot.read_only)
     if not slot.started:
-        return ToolResultBlock(tool_use_id=slot.call.id, content=NOT_RUN_TEXT, is_error=True)
-    note = CUT_OFF_READ_ONLY if slot.read_only else CUT_OFF_UNKNOWN
+        return ToolResultBlock(tool_use_id=slot.call.id, content=note, is_error=True)
     output, _ = slot.output.text()
     if output:
         note = f"{note}\nOutput before it was cut off:\n{output}\n[output cut off: interrupted]"
@@ -128,7 +123,9 @@ class ToolBatch:
     async def _report_final(self, slot: CallSlot) -> None:
         result = slot.result
         assert result is not None
-        unknown = slot.state == "interrupted" and slot.started and not slot.read_only
+        unknown = (
+            slot.state == "interrupted" and interrupted_outcome(slot.started, slot.read_only)[1]
+        )
         await self._set_state(
             slot, slot.state, output=result.content, error=result.is_error, outcome_unknown=unknown
         )

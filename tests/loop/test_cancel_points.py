@@ -24,6 +24,7 @@ import pytest
 
 from drover.errors import StoreError
 from drover.events import Event
+from drover.loop import TurnControl
 from drover.runner import Runner
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, request_problems
@@ -207,10 +208,19 @@ async def test_a_store_call_failing_once_changes_nothing(tmp_path: Path, index: 
 
 @pytest.mark.parametrize("index", range(STORE_CALLS))
 async def test_a_store_failing_for_good_stops_the_turn_and_keeps_a_valid_prefix(
-    tmp_path: Path, index: int
+    tmp_path: Path, index: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = ProbeStore(tmp_path / "j.db")
     rig = await Rig.open(tmp_path / "j.db", store)
+    # How many tools had started when the journal's failure stopped the turn.
+    started_at_stop: list[int] = []
+    stop = TurnControl.stop
+
+    def spy(control: TurnControl, *args: Any, **kwargs: Any) -> None:
+        started_at_stop.append(len(rig.effects.started))
+        stop(control, *args, **kwargs)
+
+    monkeypatch.setattr(TurnControl, "stop", spy)
     store.at, store.action = index, "fail-forever"
     recorder = Recorder()
     failure: StoreError | None = None
@@ -237,9 +247,8 @@ async def test_a_store_failing_for_good_stops_the_turn_and_keeps_a_valid_prefix(
     else:
         assert outcome.event.reason == "error", outcome.event  # type: ignore[union-attr]
         assert "journal" in outcome.event.error  # type: ignore[union-attr]
-        # Nothing ran after the journal stopped recording.
-        started_after = len(rig.effects.started)
-        assert started_after <= 3
+        # Nothing started after the journal stopped recording.
+        assert started_at_stop and len(rig.effects.started) == started_at_stop[0]
     # The process that wrote it is gone; a later one recovers what it left.
     await rig.store.recover_orphans(is_alive=lambda owner: False)
     await check_record(rig, lossy=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from drover.events import Event, TextDelta
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner
 from drover.session import AgentSession
+from drover.store.base import TurnRecord
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider
 from drover.tools.registry import ToolRegistry
@@ -117,3 +119,46 @@ async def test_a_lost_lease_stops_the_turn_and_nothing_overwrites_the_recovery(
         assert after.status == "interrupted"  # the recovery's verdict stands
         ends = [e for e in await store.events_after(record.id) if e.type in ("error", "incomplete")]
         assert len(ends) == 1
+
+
+class GatedBegin(SqliteStore):
+    """A store whose ``begin_turn`` writes the turn, then waits for the test's gate."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.begun = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def begin_turn(self, *args: Any, **kwargs: Any) -> TurnRecord:
+        turn = await super().begin_turn(*args, **kwargs)
+        self.begun.set()
+        await self.gate.wait()
+        return turn
+
+
+async def test_a_turn_cancelled_while_it_begins_ends_interrupted_and_says_so_live(
+    tmp_path: Path,
+) -> None:
+    published: list[tuple[int, dict[str, Any]]] = []
+    async with GatedBegin(tmp_path / "j.db") as store:
+        record = await store.create_session(workdir=str(tmp_path), model="m")
+        runner = Runner(
+            store, on_event=lambda sid, seq, tid, payload: published.append((seq, payload))
+        )
+        session = await _session(
+            runner, record.id, ScriptedProvider([Reply(text="never")]), tmp_path
+        )
+        running = asyncio.create_task(runner.run(session, "go"))
+        await asyncio.wait_for(store.begun.wait(), timeout=10)
+        running.cancel()
+        store.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        (turn,) = await store.turns(record.id)
+        assert turn.status == "interrupted"
+        (end,) = [
+            e for e in await store.events_after(record.id) if e.type in ("error", "incomplete")
+        ]
+        # The one terminal event went to the live followers too, under its stored number.
+        assert published == [(end.seq, end.payload)]
+        assert end.payload["reason"] == "interrupted"

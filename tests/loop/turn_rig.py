@@ -19,24 +19,29 @@ from typing import Any
 from drover.channel import EventSink
 from drover.convo import ConversationManager
 from drover.errors import ProviderHTTPError
-from drover.events import Event, PermissionRequest, TerminalEvent
+from drover.events import (
+    MAY_HAVE_RUN_TEXT,
+    NOT_RUN_TEXT,
+    READ_ONLY_CUT_TEXT,
+    Event,
+    PermissionRequest,
+    TerminalEvent,
+)
 from drover.loop import LoopSettings
 from drover.messages import Message, ToolResultBlock, user_message
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner, load_history
 from drover.session import AgentSession, TurnOutcome
-from drover.store.base import MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT, Store
-from drover.store.base import NOT_RUN_TEXT as STORE_NOT_RUN_TEXT
+from drover.store.base import Store
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
-from drover.toolrun import CUT_OFF_READ_ONLY, CUT_OFF_UNKNOWN, NOT_RUN_TEXT
 from drover.tools.base import ToolContext
 from drover.tools.decorator import tool
 from drover.tools.registry import ToolRegistry
 
 SETTINGS = LoopSettings(stream_retry_delay=0.0, compaction=False)
 #: What a call cut off while running says (it may have had effects, or was read-only).
-CUT_TEXTS = (CUT_OFF_READ_ONLY, CUT_OFF_UNKNOWN, MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT)
+CUT_TEXTS = (MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT)
 
 
 @dataclass
@@ -203,7 +208,7 @@ async def check_record(
             # journal died before it could record it, and then never "it did not run".
             assert result.content == effects.finished[key], (key, result.content)
             assert not result.is_error
-        elif result.content in (NOT_RUN_TEXT, STORE_NOT_RUN_TEXT):
+        elif result.content == NOT_RUN_TEXT:
             assert key not in effects.started, f"{use.name}({key}) ran but is recorded as not"
         else:
             assert result.is_error and result.content.startswith(CUT_TEXTS), result

@@ -186,6 +186,16 @@ async def test_a_connection_dropped_before_any_event_is_retried(
     assert len(outcome.retries) == 1 and outcome.message.text == "ok"
 
 
+async def test_a_connection_dropped_after_an_empty_first_event_is_not_retried(
+    provider: Provider, fake_llm: FakeLLMServer
+) -> None:
+    # The first frame (a role chunk, ``response.created``…) may map to no neutral event: the
+    # stream has started all the same, so the drop is the loop's to handle, not a retry.
+    fake_llm.script({"text": "lost", "drop_after": 1}, {"text": "retried"})
+    outcome = await drain(provider, request())
+    assert isinstance(outcome.error, StreamError) and not outcome.retries
+
+
 async def test_an_unreachable_server_is_a_connection_error(protocol: str) -> None:
     with FakeLLMServer() as server:
         provider = make_provider(protocol, server, max_retries=1)

@@ -28,36 +28,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Unpack
 
 import anthropic
-import anyio
-import httpx2
 from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
 
-from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
 from drover.messages import Usage
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
-from drover.providers.retry import (
-    STARTED,
-    RetryPolicy,
-    Started,
-    context_overflow,
-    error_message,
-    foreign_error_text,
-    is_api_error_body,
-    parse_retry_after,
-    retrying,
-    stream_error,
-    where_to_look,
-)
-from drover.providers.sdk_stream import (
-    DEFAULT_STALL_TIMEOUT,
-    SdkStream,
-    stall_guard,
-    transport_timeout,
-)
+from drover.providers.retry import stream_error
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider
+from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
     BlockStart,
@@ -72,7 +52,6 @@ from drover.streaming import (
 
 PROVIDER = "anthropic"
 API = "the Anthropic API"
-URL_HINT = "The Anthropic SDK adds /v1/messages to it, so it usually has no path."
 #: The API's 400 for a request over the context window: "prompt is too long: N tokens > M maximum".
 _TOO_LONG = re.compile(r"prompt is too long", re.IGNORECASE)
 
@@ -241,44 +220,32 @@ class AnthropicEvents:
         return out
 
 
-def translate_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
-    """An SDK or transport exception as a drover error, with the server's retry-after."""
-    if isinstance(exc, anthropic.APIStatusError):
-        message, error_type, _code = error_message(exc.body, str(exc))
-        error_type = error_type or getattr(exc, "type", None)
-        if exc.status_code < 400:  # an ``error`` event inside a 200 stream
-            return stream_error(message, error_type), None
-        request = exc.response.request
-        if not is_api_error_body(exc.body):
-            text = foreign_error_text(exc.body, exc.response.reason_phrase)
-            message = f"{text} ({where_to_look(request.method, request.url, URL_HINT)})"
-        elif exc.status_code == 404:
-            message = f"{message} ({request.method} {request.url})"
-        elif exc.status_code == 401:
-            message = f"authentication failed: {message} (check ANTHROPIC_API_KEY)"
-        elif exc.status_code in (400, 413) and _TOO_LONG.search(message):
-            return context_overflow(message, status=exc.status_code, error_type=error_type), None
-        error = ProviderHTTPError(exc.status_code, message, error_type=error_type)
-        should_retry = exc.response.headers.get("x-should-retry")
-        if should_retry in ("true", "false"):
-            error.retryable = should_retry == "true"
-        return error, parse_retry_after(exc.response.headers)
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        return ProviderConnectionError(f"cannot reach {API}: {exc}{cause}"), None
-    if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
-        detail = str(exc) or type(exc).__name__
-        return ProviderConnectionError(f"connection to {API} failed: {detail}"), None
-    if isinstance(exc, json.JSONDecodeError):
-        return stream_error(f"{API} sent malformed data: {exc}", "malformed"), None
-    if isinstance(exc, anthropic.AnthropicError):
-        return StreamError(f"Anthropic SDK error: {exc}", retryable=False), None
-    return None
+def _classify(
+    exc: Any, status: int | None, message: str, error_type: str | None, code: str | None
+) -> tuple[str | None, bool]:
+    kind = error_type or getattr(exc, "type", None)
+    return kind, status in (400, 413) and bool(_TOO_LONG.search(message))
 
 
-class AnthropicProvider:
-    """``anthropic:MODEL``; ``max_tokens`` caps what a request asks for; ``stall_timeout`` is
-    the most seconds any wait for data may last."""
+ERRORS = SdkErrors(
+    sdk="Anthropic",
+    key_var="ANTHROPIC_API_KEY",
+    url_hint="The Anthropic SDK adds /v1/messages to it, so it usually has no path.",
+    status_error=anthropic.APIStatusError,
+    connection_error=anthropic.APIConnectionError,
+    # The SDK raises an ``error`` event inside a 200 stream as a status error.
+    stream_error=anthropic.APIStatusError,
+    sdk_error=anthropic.AnthropicError,
+    classify=_classify,
+)
+
+
+class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
+    """``anthropic:MODEL``; ``thinking_budget`` turns extended thinking on with that budget."""
+
+    provider = PROVIDER
+    api = API
+    errors = ERRORS
 
     def __init__(
         self,
@@ -286,49 +253,16 @@ class AnthropicProvider:
         *,
         api_key: str,
         base_url: str | None = None,
-        max_retries: int = 4,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
-        timeout: float = 600.0,
-        max_tokens: int = 8192,
         thinking_budget: int | None = None,
-        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        **options: Unpack[SdkOptions],
     ) -> None:
-        self._model = model
-        self._stall_timeout = stall_timeout
-        self._max_tokens = max_tokens
+        super().__init__(
+            model, anthropic.AsyncAnthropic, api_key=api_key, base_url=base_url, **options
+        )
         self._thinking_budget = thinking_budget
-        self._policy = RetryPolicy(
-            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
-        )
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=transport_timeout(timeout, stall_timeout),
-        )
 
-    @property
-    def name(self) -> str:
-        return PROVIDER
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(
-            self._policy,
-            lambda: self._attempt(request),
-            translate_error,
-            budget=request.retry_budget,
-        )
-
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
-        max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
+    async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], AnthropicEvents]:
+        max_tokens = self._max_output(request)
         thinking: ThinkingConfigParam | anthropic.Omit = anthropic.omit
         if self._thinking_budget:
             thinking = {"type": "enabled", "budget_tokens": self._thinking_budget}
@@ -342,13 +276,4 @@ class AnthropicProvider:
             thinking=thinking,
             stream=True,
         )
-        sdk_stream = await stall_guard(opening, self._stall_timeout, API)
-        events = AnthropicEvents()
-        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
-            while (raw := await stream.next()) is not None:
-                mapped = events.feed(raw)  # an error event raises before the stream counts
-                yield STARTED
-                for event in mapped:
-                    yield event
-            for event in events.finish():
-                yield event
+        return await self._guard(opening), AnthropicEvents()

@@ -29,39 +29,17 @@ server understands.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, Unpack
 
-import anyio
-import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
 from drover.messages import Usage
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
-from drover.providers.retry import (
-    STARTED,
-    RetryPolicy,
-    Started,
-    context_overflow,
-    error_message,
-    foreign_error_text,
-    is_api_error_body,
-    parse_retry_after,
-    retrying,
-    stream_error,
-    where_to_look,
-)
-from drover.providers.sdk_stream import (
-    DEFAULT_STALL_TIMEOUT,
-    SdkStream,
-    stall_guard,
-    transport_timeout,
-)
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider
+from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
     BlockStart,
@@ -75,7 +53,6 @@ from drover.streaming import (
 
 PROVIDER = "openai"
 API = "the OpenAI Chat Completions API"
-URL_HINT = "OpenAI-compatible servers usually end in /v1"
 #: The error code of a request over the model's context window (Chat and Responses).
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 _Streamed: TypeAlias = Literal["text", "thinking"]
@@ -88,45 +65,26 @@ _FINISH_REASONS: dict[str, StopReason] = {
 }
 
 
-def translate_openai_error(exc: Exception, api: str) -> tuple[ProviderError, float | None] | None:
-    """An ``openai`` SDK or transport exception as a drover error, with the retry-after."""
-    if isinstance(exc, openai.APIStatusError):
-        message, error_type, code = error_message(exc.body, str(exc))
-        request = exc.response.request
-        if not is_api_error_body(exc.body):
-            text = foreign_error_text(exc.body, exc.response.reason_phrase)
-            message = f"{text} ({where_to_look(request.method, request.url, URL_HINT)})"
-        elif exc.status_code == 404:
-            message = f"{message} ({request.method} {request.url})"
-        elif exc.status_code == 401:
-            message = f"authentication failed: {message} (check OPENAI_API_KEY)"
-        elif code == CONTEXT_LENGTH_EXCEEDED:
-            return context_overflow(message, status=exc.status_code, error_type=code), None
-        error = ProviderHTTPError(exc.status_code, message, error_type=code or error_type)
-        should_retry = exc.response.headers.get("x-should-retry")
-        if should_retry in ("true", "false"):
-            error.retryable = should_retry == "true"
-        return error, parse_retry_after(exc.response.headers)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
-    if isinstance(exc, openai.APIError):  # an error chunk or event inside a 200 stream
-        message, error_type, code = error_message(exc.body, exc.message)
-        if code == CONTEXT_LENGTH_EXCEEDED:
-            return context_overflow(message, error_type=code), None
-        return stream_error(message, error_type or code), None
-    if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
-        detail = str(exc) or type(exc).__name__
-        return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
-    if isinstance(exc, json.JSONDecodeError):
-        return stream_error(f"{api} sent malformed data: {exc}", "malformed"), None
-    if isinstance(exc, openai.OpenAIError):
-        return StreamError(f"OpenAI SDK error: {exc}", retryable=False), None
-    return None
+def _classify(
+    exc: Any, status: int | None, message: str, error_type: str | None, code: str | None
+) -> tuple[str | None, bool]:
+    if code == CONTEXT_LENGTH_EXCEEDED:
+        return code, True
+    return (code or error_type) if status is not None else (error_type or code), False
 
 
-def _chat_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
-    return translate_openai_error(exc, API)
+#: The ``openai`` SDK's errors, for Chat Completions and Responses alike.
+OPENAI_ERRORS = SdkErrors(
+    sdk="OpenAI",
+    key_var="OPENAI_API_KEY",
+    url_hint="OpenAI-compatible servers usually end in /v1",
+    status_error=openai.APIStatusError,
+    connection_error=openai.APIConnectionError,
+    # An error chunk or event inside a 200 stream.
+    stream_error=openai.APIError,
+    sdk_error=openai.OpenAIError,
+    classify=_classify,
+)
 
 
 @dataclass(slots=True)
@@ -297,9 +255,12 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-class OpenAIChatProvider:
-    """``openai:MODEL``; ``max_tokens`` caps what a request asks for; ``stall_timeout`` is the
-    most seconds any wait for data may last."""
+class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
+    """``openai:MODEL``, on the official API or any compatible server (``base_url``)."""
+
+    provider = PROVIDER
+    api = API
+    errors = OPENAI_ERRORS
 
     def __init__(
         self,
@@ -307,45 +268,13 @@ class OpenAIChatProvider:
         *,
         api_key: str,
         base_url: str | None = None,
-        max_retries: int = 4,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
-        timeout: float = 600.0,
-        max_tokens: int = 8192,
-        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        **options: Unpack[SdkOptions],
     ) -> None:
-        self._model = model
-        self._stall_timeout = stall_timeout
-        self._max_tokens = max_tokens
+        super().__init__(model, openai.AsyncOpenAI, api_key=api_key, base_url=base_url, **options)
         self._official = base_url is None or "api.openai.com" in base_url
-        self._policy = RetryPolicy(
-            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
-        )
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=transport_timeout(timeout, stall_timeout),
-        )
 
-    @property
-    def name(self) -> str:
-        return PROVIDER
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(
-            self._policy, lambda: self._attempt(request), _chat_error, budget=request.retry_budget
-        )
-
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
-        max_tokens = min(request.max_tokens, self._max_tokens) or self._max_tokens
+    async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], ChatEvents]:
+        max_tokens = self._max_output(request)
         opening = self._client.chat.completions.create(
             model=self._model,
             messages=to_chat_messages(request.system, request.messages),
@@ -355,13 +284,4 @@ class OpenAIChatProvider:
             max_completion_tokens=max_tokens if self._official else openai.omit,
             max_tokens=openai.omit if self._official else max_tokens,
         )
-        sdk_stream = await stall_guard(opening, self._stall_timeout, API)
-        events = ChatEvents()
-        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
-            while (chunk := await stream.next()) is not None:
-                mapped = events.feed(chunk)  # an error event raises before the stream counts
-                yield STARTED
-                for event in mapped:
-                    yield event
-            for event in events.finish():
-                yield event
+        return await self._guard(opening), ChatEvents()

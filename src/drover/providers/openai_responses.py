@@ -31,9 +31,8 @@ back only with it). ``store=False`` does the same from the start.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import openai
 from openai.types.responses import ResponseIncludable, ResponseStreamEvent
@@ -47,21 +46,10 @@ from drover.providers.convert_openai_responses import (
     plan_input,
     to_responses_tools,
 )
-from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, translate_openai_error
-from drover.providers.retry import (
-    STARTED,
-    RetryPolicy,
-    Started,
-    context_overflow,
-    retrying,
-    stream_error,
-)
-from drover.providers.sdk_stream import (
-    DEFAULT_STALL_TIMEOUT,
-    SdkStream,
-    stall_guard,
-    transport_timeout,
-)
+from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS
+from drover.providers.retry import context_overflow, stream_error
+from drover.providers.sdk_provider import SdkOptions, SdkProvider
+from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
     BlockKind,
@@ -80,10 +68,6 @@ _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "max_tokens",
     "content_filter": "refusal",
 }
-
-
-def _responses_error(exc: Exception) -> tuple[ProviderError, float | None] | None:
-    return translate_openai_error(exc, API)
 
 
 def _dump(item: Any) -> dict[str, Any]:
@@ -300,13 +284,16 @@ def refuses_stored_state(exc: openai.APIStatusError) -> bool:
     return any("Item with id" in text and "not found" in text for text in texts)
 
 
-class OpenAIResponsesProvider:
-    """``openai-responses:MODEL``; ``max_tokens`` caps what a request asks for.
+class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
+    """``openai-responses:MODEL``.
 
     ``store`` is sent as given (None: the server's default, which stores); ``reasoning_effort``
-    asks reasoning models for that effort and a reasoning summary; ``stall_timeout`` is the
-    most seconds any wait for data may last.
+    asks reasoning models for that effort and a reasoning summary.
     """
+
+    provider = PROVIDER
+    api = API
+    errors = OPENAI_ERRORS
 
     def __init__(
         self,
@@ -315,56 +302,21 @@ class OpenAIResponsesProvider:
         api_key: str,
         base_url: str | None = None,
         store: bool | None = None,
-        max_retries: int = 4,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
-        timeout: float = 600.0,
-        max_tokens: int = 8192,
         reasoning_effort: ReasoningEffort | None = None,
-        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        **options: Unpack[SdkOptions],
     ) -> None:
-        self._model = model
-        self._stall_timeout = stall_timeout
+        super().__init__(model, openai.AsyncOpenAI, api_key=api_key, base_url=base_url, **options)
         self._store = store
-        self._max_tokens = max_tokens
         self._reasoning_effort = reasoning_effort
         #: False once the server refused a previous_response_id (or store=False).
         self._server_stores = store is not False
-        self._policy = RetryPolicy(
-            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
-        )
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=transport_timeout(timeout, stall_timeout),
-        )
-
-    @property
-    def name(self) -> str:
-        return PROVIDER
-
-    @property
-    def model(self) -> str:
-        return self._model
 
     @property
     def server_stores(self) -> bool:
         """Whether requests may continue stored responses with ``previous_response_id``."""
         return self._server_stores
 
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        return retrying(
-            self._policy,
-            lambda: self._attempt(request),
-            _responses_error,
-            budget=request.retry_budget,
-        )
-
-    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
+    async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], ResponsesEvents]:
         plan = plan_input(request.messages, stored=self._server_stores)
         try:
             sdk_stream = await self._create(request, plan)
@@ -374,15 +326,7 @@ class OpenAIResponsesProvider:
             self._server_stores = False  # for good: this server keeps nothing we can use
             plan = plan_input(request.messages, stored=False)
             sdk_stream = await self._create(request, plan)
-        events = ResponsesEvents(plan.digest if self._server_stores else None)
-        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=API) as stream:
-            while (raw := await stream.next()) is not None:
-                mapped = events.feed(raw)  # an error event raises before the stream counts
-                yield STARTED
-                for event in mapped:
-                    yield event
-            for event in events.finish():
-                yield event
+        return sdk_stream, ResponsesEvents(plan.digest if self._server_stores else None)
 
     async def _create(
         self, request: ModelRequest, plan: InputPlan
@@ -402,7 +346,7 @@ class OpenAIResponsesProvider:
             store=openai.omit if self._store is None else self._store,
             include=include,
             reasoning=reasoning,
-            max_output_tokens=min(request.max_tokens, self._max_tokens) or self._max_tokens,
+            max_output_tokens=self._max_output(request),
             stream=True,
         )
-        return await stall_guard(opening, self._stall_timeout, API)
+        return await self._guard(opening)

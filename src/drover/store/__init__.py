@@ -1,9 +1,10 @@
 """The durable journal: sessions, turns, messages, tool calls and the event log.
 
 :func:`open_store` picks a backend from a path or URL; :class:`~drover.store.base.Store` is the
-protocol every backend implements; :class:`~drover.store.journal.Journal` is the event sink
-that records a running turn; :mod:`~drover.store.history` rebuilds the model history from what
-was stored; :mod:`~drover.store.redact` keeps secrets out of it.
+protocol every backend implements, made of the narrow ones its users take (``SessionStore``,
+``TurnLeases``, ``TurnJournal``, ``EventLog``); :class:`~drover.store.journal.Journal` is the
+event sink that records a running turn; :mod:`~drover.store.history` rebuilds the model history
+from what was stored; :mod:`~drover.store.redact` keeps secrets out of it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import platformdirs
 
 from drover.errors import StoreError
 from drover.store.base import (
+    EventLog,
     EventRecord,
     SessionRecord,
+    SessionStore,
     Store,
     StoredMessage,
     ToolCallRecord,
+    TurnJournal,
+    TurnLeases,
     TurnRecord,
     owner_alive,
 )
@@ -32,15 +37,19 @@ if TYPE_CHECKING:
     from drover.store.postgres import PostgresStore
 
 __all__ = [
+    "EventLog",
     "EventRecord",
     "Journal",
     "PostgresStore",
     "Redactor",
     "SessionRecord",
+    "SessionStore",
     "SqliteStore",
     "Store",
     "StoredMessage",
     "ToolCallRecord",
+    "TurnJournal",
+    "TurnLeases",
     "TurnRecord",
     "build_history",
     "default_db_path",

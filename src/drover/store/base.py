@@ -1,4 +1,9 @@
-"""The journal's seam: the :class:`Store` protocol, its records, and rules every backend shares.
+"""The journal's seams: the narrow store protocols, their records, and rules every backend shares.
+
+Each user takes the protocol of what it uses — :class:`SessionStore` (sessions and what they
+hold), :class:`TurnLeases` (starting, holding and recovering turns), :class:`TurnJournal` (the
+writes that record a running turn) and :class:`EventLog` (reading and numbering the log) —
+and :class:`Store`, all four with a lifecycle, is what a backend implements.
 
 A session holds turns in order; a turn holds the messages it produced (assistant messages and
 tool results, a ``partial`` flag on cut-off ones) and its tool calls with their latest state;
@@ -7,16 +12,16 @@ gaps, which is what a client replays a stream from. Text still streaming is kept
 deltas (``partial_text``) and folded into one message row when its message ends, so an n-byte
 answer costs O(n) bytes written.
 
-Every backend (SQLite now, PostgreSQL later) implements :class:`Store` and passes the same
-conformance suite (``tests/store/``). The store persists what it is given: the journal and the
+Every backend (SQLite, PostgreSQL) implements :class:`Store` and passes the same conformance
+suite (``tests/store/``). The store persists what it is given: the journal and the
 runner redact before they write.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -24,18 +29,12 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from drover.errors import LeaseLostError
-from drover.events import ToolState, TurnStatus
-from drover.messages import Message, TextBlock, Usage, message_from_dict
+from drover.events import MAY_HAVE_RUN_TEXT as MAY_HAVE_RUN_TEXT
+from drover.events import NOT_RUN_TEXT as NOT_RUN_TEXT
+from drover.events import READ_ONLY_CUT_TEXT as READ_ONLY_CUT_TEXT
+from drover.events import ToolState, TurnStatus, interrupted_outcome
+from drover.messages import Message, TextBlock, Usage
 
-#: Result text of a tool call cut off before it started.
-NOT_RUN_TEXT = "Interrupted before it ran; it had no effect."
-#: Result text of a side-effecting call cut off while running.
-MAY_HAVE_RUN_TEXT = (
-    "Interrupted while running; it may have had effects (outcome unknown). "
-    "Check before repeating it."
-)
-#: Result text of a read-only call cut off while running.
-READ_ONLY_CUT_TEXT = "Interrupted while running; the tool is read-only, so it had no effect."
 #: Why a recovered turn ended.
 ORPHAN_ERROR = "the process running this turn stopped before it finished"
 
@@ -130,25 +129,9 @@ class EventRecord:
         return max(self.seq, self.last_seq)
 
 
-class Store(Protocol):
-    """The durable record of sessions, turns, messages, tool calls and events.
+class SessionStore(Protocol):
+    """Sessions and what they hold, read back: the seam of transcripts and history."""
 
-    Writes are atomic; one that has started completes even if the awaiting task is cancelled.
-    Errors are :class:`~drover.errors.StoreError` with a one-line message.
-    """
-
-    async def open(self) -> None:
-        """Connect and bring the schema up to date (idempotent)."""
-
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
-
-    # sessions
     async def create_session(
         self,
         *,
@@ -170,7 +153,23 @@ class Store(Protocol):
 
     async def set_session_model(self, session_id: str, model: str) -> None: ...
 
-    # turns
+    async def turns(self, session_id: str) -> list[TurnRecord]: ...
+
+    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
+        """The turn's messages in order, then one partial message per step whose deltas were
+        never folded into a message."""
+        ...
+
+    async def tool_calls(
+        self, turn_id: str | None = None, *, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        """The calls of one turn, or of a whole session, in turn, step and call order."""
+        ...
+
+
+class TurnLeases(Protocol):
+    """Who runs which turn: starting one, holding it, and taking back the abandoned."""
+
     async def begin_turn(
         self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
     ) -> TurnRecord:
@@ -184,31 +183,6 @@ class Store(Protocol):
     async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
         """Extend the lease; False when the turn is no longer running under ``owner``."""
         ...
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]:
-        """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
-        text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
-        turn's terminal event) is logged in the same transaction, so a turn never ends without
-        it or logs it without ending. Returns the events this logged (the terminal one last),
-        numbered from ``first_seq`` (the journal, the log's only writer while it holds the
-        lease, passes its next number) or else after every number used or reserved.
-
-        Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
-        otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
-        ...
-
-    async def turns(self, session_id: str) -> list[TurnRecord]: ...
 
     async def discard_pending(self, session_id: str) -> list[str]:
         """Mark the unfinished turns after the last completed one discarded; their ids."""
@@ -225,7 +199,12 @@ class Store(Protocol):
         """
         ...
 
-    # the turn's work: only a ``running`` turn takes more (LeaseLostError otherwise)
+
+class TurnJournal(Protocol):
+    """The writes that record a running turn as it happens (what a
+    :class:`~drover.store.journal.Journal` writes through). Only a ``running`` turn takes
+    more work (:class:`~drover.errors.LeaseLostError` otherwise)."""
+
     async def append_message(
         self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
     ) -> int:
@@ -254,11 +233,6 @@ class Store(Protocol):
         """Drop a step's text deltas (its stream is being retried)."""
         ...
 
-    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
-        """The turn's messages in order, then one partial message per step whose deltas were
-        never folded into a message."""
-        ...
-
     async def upsert_tool_call(
         self,
         turn_id: str,
@@ -277,13 +251,6 @@ class Store(Protocol):
         """Create or move a tool call; a None ``input``/``output`` keeps the stored one."""
         ...
 
-    async def tool_calls(
-        self, turn_id: str | None = None, *, session_id: str | None = None
-    ) -> list[ToolCallRecord]:
-        """The calls of one turn, or of a whole session, in turn, step and call order."""
-        ...
-
-    # the event log
     async def append_event(
         self,
         session_id: str,
@@ -297,6 +264,33 @@ class Store(Protocol):
         given (a number the journal handed out; the row covers ``seq..last_seq``), else the
         next after every number used or reserved."""
         ...
+
+    async def end_turn(
+        self,
+        turn_id: str,
+        status: TurnStatus,
+        *,
+        reason: str | None = None,
+        error: str | None = None,
+        usage: Usage | None = None,
+        owner: str | None = None,
+        event: Mapping[str, Any] | None = None,
+        first_seq: int | None = None,
+    ) -> list[EventRecord]:
+        """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
+        text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
+        turn's terminal event) is logged in the same transaction, so a turn never ends without
+        it or logs it without ending. Returns the events this logged (the terminal one last),
+        numbered from ``first_seq`` (the journal, the log's only writer while it holds the
+        lease, passes its next number) or else after every number used or reserved.
+
+        Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
+        otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
+        ...
+
+
+class EventLog(Protocol):
+    """Reading and numbering a session's event log (what a stream replays)."""
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
@@ -319,14 +313,32 @@ class Store(Protocol):
         ...
 
 
+class Store(SessionStore, TurnLeases, TurnJournal, EventLog, Protocol):
+    """The durable record of sessions, turns, messages, tool calls and events.
+
+    Writes are atomic; one that has started completes even if the awaiting task is cancelled.
+    Errors are :class:`~drover.errors.StoreError` with a one-line message.
+    """
+
+    async def open(self) -> None:
+        """Connect and bring the schema up to date (idempotent)."""
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
 # -- rules every backend shares ---------------------------------------------------------------
 
 
 def interrupted_call(state: ToolState, read_only: bool) -> tuple[str, bool]:
-    """What an open tool call becomes when its turn is cut off: (result text, outcome unknown)."""
-    if state == "running":
-        return (READ_ONLY_CUT_TEXT, False) if read_only else (MAY_HAVE_RUN_TEXT, True)
-    return NOT_RUN_TEXT, False
+    """What an open tool call becomes when its turn is cut off: (result text, outcome unknown).
+    One stored as ``running`` had its tool entered (:func:`~drover.events.interrupted_outcome`)."""
+    return interrupted_outcome(state == "running", read_only)
 
 
 def check_writable(turn_id: str, status: str, holder: str | None, owner: str | None) -> None:
@@ -366,8 +378,43 @@ def session_title(user_message: Message | None) -> str | None:
     return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
 
 
+def logged_event(
+    session_id: str, seq: int, turn_id: str | None, event: Mapping[str, Any], now: float
+) -> EventRecord:
+    """The record of an event a store just logged on its own (one number)."""
+    payload = dict(event)
+    return EventRecord(
+        session_id=session_id,
+        seq=seq,
+        turn_id=turn_id,
+        type=str(payload["type"]),
+        payload=payload,
+        created_at=now,
+        last_seq=seq,
+    )
+
+
+# -- who runs a turn: ``host:pid:start`` -------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
+    parentheses): ``[0]`` the state, ``[19]`` the start time in clock ticks since boot."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def owner_id() -> str:
+    """Identifies this process: host, pid and start time (so a reused pid is not mistaken)."""
+    try:
+        start = _stat_fields(os.getpid())[19]
+    except (OSError, IndexError):
+        start = str(int(time.time()))
+    return f"{socket.gethostname()}:{os.getpid()}:{start}"
+
+
 def owner_alive(owner: str) -> bool:
-    """Whether the process an owner id (``host:pid:start``) names may still be running.
+    """Whether the process an owner id (:func:`owner_id`) names may still be running.
 
     A local owner is dead when its pid is gone, a zombie, or reused by a process that started
     at another time. Owners on other hosts count as alive: their lease decides.
@@ -386,8 +433,7 @@ def owner_alive(owner: str) -> bool:
         return False
     if os.path.isdir("/proc/self"):
         try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = _stat_fields(pid)
         except FileNotFoundError:
             return False
         except (OSError, IndexError):
@@ -401,158 +447,3 @@ def owner_alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def interrupted_call_event(
-    call_id: str, call_index: int, name: str, output: str, outcome_unknown: bool
-) -> dict[str, Any]:
-    """The ``tool_state`` event logged when a store closes an open call."""
-    event: dict[str, Any] = {
-        "type": "tool_state",
-        "call_id": call_id,
-        "call_index": call_index,
-        "name": name,
-        "state": "interrupted",
-        "output": output,
-        "is_error": True,
-    }
-    if outcome_unknown:
-        event["outcome_unknown"] = True
-    return event
-
-
-def logged_event(
-    session_id: str, seq: int, turn_id: str | None, event: Mapping[str, Any], now: float
-) -> EventRecord:
-    """The record of an event a store just logged on its own (one number)."""
-    payload = dict(event)
-    return EventRecord(
-        session_id=session_id,
-        seq=seq,
-        turn_id=turn_id,
-        type=str(payload["type"]),
-        payload=payload,
-        created_at=now,
-        last_seq=seq,
-    )
-
-
-def orphan_end_event(worked: bool) -> dict[str, Any]:
-    """The terminal event logged for a recovered turn (``incomplete`` when it holds work)."""
-    return {
-        "type": "incomplete" if worked else "error",
-        "reason": "interrupted",
-        "error": ORPHAN_ERROR,
-        "usage": Usage(partial=True).to_dict(),
-    }
-
-
-# -- rows to records (a row is anything indexable by column name) ------------------------------
-
-
-class Row(Protocol):
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-def _json(value: Any) -> Any:
-    """A JSON column's value: text in SQLite, already decoded from a PostgreSQL ``jsonb``."""
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def session_from_row(row: Row) -> SessionRecord:
-    return SessionRecord(
-        id=str(row["id"]),
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-        workdir=str(row["workdir"]),
-        model=str(row["model"]),
-        title=row["title"],
-        owner=row["owner"],
-    )
-
-
-def turn_from_row(row: Row) -> TurnRecord:
-    user, usage = row["user_message"], row["usage"]
-    return TurnRecord(
-        id=str(row["id"]),
-        session_id=str(row["session_id"]),
-        seq=int(row["seq"]),
-        status=row["status"],
-        user_message=None if user is None else message_from_dict(_json(user)),
-        reason=row["reason"],
-        error=row["error"],
-        usage=None if usage is None else Usage.from_dict(_json(usage)),
-        owner=row["owner"],
-        lease_expires_at=row["lease_expires_at"],
-        discarded=bool(row["discarded"]),
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-        ended_at=row["ended_at"],
-    )
-
-
-def tool_call_from_row(row: Row) -> ToolCallRecord:
-    raw_input = row["input"]
-    return ToolCallRecord(
-        turn_id=str(row["turn_id"]),
-        call_id=str(row["call_id"]),
-        step=int(row["step"]),
-        call_index=int(row["call_index"]),
-        name=str(row["name"]),
-        state=row["state"],
-        input=None if raw_input is None else _json(raw_input),
-        output=row["output"],
-        is_error=bool(row["is_error"]),
-        outcome_unknown=bool(row["outcome_unknown"]),
-        read_only=bool(row["read_only"]),
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-    )
-
-
-def stored_message_from_row(row: Row) -> StoredMessage:
-    return StoredMessage(
-        turn_id=str(row["turn_id"]),
-        seq=int(row["seq"]),
-        message=message_from_dict(_json(row["body"])),
-        partial=bool(row["partial"]),
-        created_at=float(row["created_at"]),
-    )
-
-
-def event_from_row(row: Row) -> EventRecord:
-    seq = int(row["seq"])
-    return EventRecord(
-        session_id=str(row["session_id"]),
-        seq=seq,
-        turn_id=row["turn_id"],
-        type=str(row["type"]),
-        payload=_json(row["payload"]),
-        created_at=float(row["created_at"]),
-        last_seq=max(seq, int(row["last_seq"] or 0)),
-        marks=decode_marks(seq, row["marks"]),
-    )
-
-
-def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
-    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
-    if marks is None:
-        return None
-    flat: list[int] = []
-    prev_seq, prev_end = seq, 0
-    for mark_seq, end in marks:
-        flat += (mark_seq - prev_seq, end - prev_end)
-        prev_seq, prev_end = mark_seq, end
-    return json.dumps(flat, separators=(",", ":"))
-
-
-def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
-    if raw is None:
-        return None
-    flat = _json(raw)
-    out: list[tuple[int, int]] = []
-    prev_seq, prev_end = seq, 0
-    for i in range(0, len(flat) - 1, 2):
-        prev_seq, prev_end = prev_seq + int(flat[i]), prev_end + int(flat[i + 1])
-        out.append((prev_seq, prev_end))
-    return tuple(out)

@@ -85,67 +85,6 @@ JournalWrite: TypeAlias = (
 )
 
 
-class JournalStore(Protocol):
-    """The part of :class:`~drover.store.base.Store` a journal writes through."""
-
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int: ...
-
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int: ...
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None: ...
-
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int: ...
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]: ...
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None: ...
-
-
 @runtime_checkable
 class BatchWriter(Protocol):
     async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:

@@ -101,14 +101,13 @@ from drover.events import (
     turn_status,
 )
 from drover.messages import Message
-from drover.store.base import EventRecord, Store
+from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
     AppendEvent,
     AppendMessage,
     AppendPartialText,
     DiscardPartialText,
     EndTurn,
-    JournalStore,
     JournalWrite,
     UpsertToolCall,
 )
@@ -133,7 +132,7 @@ _MADE_AT_ONCE = frozenset({"input-streaming", "running", *TERMINAL_TOOL_STATES})
 class Journal:
     def __init__(
         self,
-        store: Store | JournalStore,
+        store: TurnJournal,
         session_id: str,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -184,7 +183,7 @@ class Journal:
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
-        self._numbers = numbering or Numbering(cast(Store, store), session_id, publish=publish)
+        self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
         self._wrap = wrap
         # The first number of superseded deltas no row holds yet (the next row covers it).
         self._absorb: int | None = None
@@ -243,10 +242,9 @@ class Journal:
         if journal is None:
             if isinstance(self.store, WorkerLog):
                 raise TypeError("workers do not run workers of their own")
-            store = cast(Store, self.store)
             what = f"record worker {event.worker} of call {event.call_id}"
             journal = self._workers[key] = Journal(
-                WorkerLog(store, self.session_id, event.call_id, event.worker),
+                WorkerLog(self.store, self.session_id, event.call_id, event.worker),
                 self.session_id,
                 clock=self._clock,
                 sleep=self._sleep,

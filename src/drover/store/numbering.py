@@ -6,7 +6,7 @@ observer (the server's hub) at once, before the event is written; the log rows t
 those numbers. A coalesced text row covers the numbers of the deltas it holds and records
 where each ends (:class:`StreamMarks`), so a replay can start inside it.
 
-Numbers are reserved durably in blocks (:meth:`Store.reserve_seqs`) before one is handed out
+Numbers are reserved durably in blocks (:meth:`EventLog.reserve_seqs`) before one is handed out
 past the reservation. A process that dies loses the numbers it handed out but never wrote; the
 events recovery then logs are numbered after the reservation, so a client holding a lost
 number finds it in a hole of the log and is told to reset instead of silently skipping.
@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from drover.store.base import Store
+from drover.store.base import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Numbering:
 
     def __init__(
         self,
-        store: Store,
+        store: EventLog,
         session_id: str,
         *,
         publish: Publish | None = None,

@@ -16,8 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
@@ -96,15 +95,6 @@ class PostgresStore(SqlStore):
         db, self._db = self._db, None
         if db is not None:
             await asyncio.shield(db.close())
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     # -- plumbing ------------------------------------------------------------------------------
 

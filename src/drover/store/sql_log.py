@@ -14,12 +14,14 @@ never takes a number a client may already hold (see :mod:`drover.store.numbering
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeAlias, TypeVar
+from types import TracebackType
+from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 from drover.errors import StoreError
-from drover.store.base import EventRecord, event_from_row
+from drover.store.base import EventRecord
 from drover.store.batch import AppendEvent
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
+from drover.store.rows import event_from_row
 
 T = TypeVar("T")
 Mode: TypeAlias = Literal["read", "write", "snapshot"]
@@ -32,6 +34,21 @@ def first_value(found: list[Row], column: str) -> Any:
 class SqlLog:
     dialect: Dialect
     _clock: Callable[[], float]
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
 
     async def _perform(self, plan: Plan[T], mode: Mode) -> T:
         raise NotImplementedError

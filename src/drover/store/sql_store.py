@@ -42,16 +42,11 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
     check_writable,
-    encode_marks,
     interrupted_call,
     logged_event,
     owner_alive,
     partial_messages,
-    session_from_row,
     session_title,
-    stored_message_from_row,
-    tool_call_from_row,
-    turn_from_row,
 )
 from drover.store.batch import (
     AppendEvent,
@@ -63,6 +58,13 @@ from drover.store.batch import (
     UpsertToolCall,
 )
 from drover.store.dialect import Plan, Row, atomic, execute, rows
+from drover.store.rows import (
+    encode_marks,
+    session_from_row,
+    stored_message_from_row,
+    tool_call_from_row,
+    turn_from_row,
+)
 from drover.store.sql_log import SqlLog, first_value
 
 _TERMINAL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))

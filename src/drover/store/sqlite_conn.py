@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from drover.errors import StoreError
 from drover.store.migrations import migrate
@@ -75,15 +74,6 @@ class SqliteConnection:
             await asyncio.shield(future)
         finally:
             executor.shutdown(wait=False)
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     def _connect(self) -> None:
         where = self.path

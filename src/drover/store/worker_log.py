@@ -26,7 +26,7 @@ from typing import Any
 
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
-from drover.store.base import EventRecord, Store
+from drover.store.base import EventRecord, TurnJournal
 
 
 def scoped_call_id(parent_call_id: str, worker: int, call_id: str) -> str:
@@ -38,10 +38,11 @@ def worker_call_prefix(parent_call_id: str, worker: int) -> str:
     return f"{parent_call_id}/{worker}/"
 
 
-class WorkerLog:
-    """The store a worker's journal writes through (see the module docstring)."""
+class WorkerLog(TurnJournal):
+    """The :class:`~drover.store.base.TurnJournal` a worker's journal writes through, over its
+    parent's (see the module docstring)."""
 
-    def __init__(self, store: Store, session_id: str, call_id: str, worker: int) -> None:
+    def __init__(self, store: TurnJournal, session_id: str, call_id: str, worker: int) -> None:
         self.store = store
         self.session_id = session_id
         self.call_id = call_id

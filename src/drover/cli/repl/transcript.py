@@ -10,11 +10,11 @@ from rich.text import Text
 
 from drover.cli.tui import ToolRow, tool_row_text
 from drover.messages import Usage
-from drover.store.base import Store, ToolCallRecord
+from drover.store.base import SessionStore, ToolCallRecord
 from drover.summaries import summarise_input, summarise_output
 
 
-async def print_transcript(store: Store, session_id: str, console: Console) -> Usage:
+async def print_transcript(store: SessionStore, session_id: str, console: Console) -> Usage:
     """Print the session so far; returns the tokens its turns used."""
     used = Usage()
     for turn in await store.turns(session_id):

@@ -1,0 +1,233 @@
+"""The plumbing every provider shares: its SDK client, retries, stream relay and error mapping.
+
+A provider module keeps what is its own — the request it builds and the mapping of its SDK's
+events onto neutral stream events — and subclasses :class:`SdkProvider`, which
+
+* builds the SDK client the same way for every protocol: the SDK's own retries off (drover
+  retries, counting a model call's retries once), httpx's timeouts from ``stall_timeout``;
+* streams through :func:`~drover.providers.retry.retrying` with the request's retry budget;
+* relays one attempt: opens it under the stall guard, then reads it through an
+  :class:`~drover.providers.sdk_stream.SdkStream`, telling :func:`retrying` the stream has
+  started once the first event was mapped (an error event raises before that), and asks the
+  mapper to finish when the SDK's stream runs out;
+* maps the SDK's exceptions onto drover's error tree (:func:`translate_sdk_error`), the two
+  SDKs differing only in their exception classes and in how their APIs word an error's type
+  and a request over the context window (:class:`SdkErrors`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
+
+import anyio
+import httpx2
+
+from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
+from drover.providers.retry import (
+    STARTED,
+    RetryPolicy,
+    Started,
+    context_overflow,
+    error_message,
+    foreign_error_text,
+    is_api_error_body,
+    parse_retry_after,
+    retrying,
+    stream_error,
+    where_to_look,
+)
+from drover.providers.sdk_stream import (
+    DEFAULT_STALL_TIMEOUT,
+    ClosableStream,
+    SdkStream,
+    stall_guard,
+    transport_timeout,
+)
+from drover.streaming import ModelRequest, StreamEvent
+
+T = TypeVar("T")
+
+
+class SdkClient(Protocol):
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=SdkClient)
+
+#: ``(exception, status or None inside a stream, message, type, code)`` → (the error type drover
+#: reports, whether the request does not fit the context window).
+Classify = Callable[[Any, int | None, str, str | None, str | None], tuple[str | None, bool]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SdkErrors:
+    """One SDK's exceptions, and how its API words what drover tells apart."""
+
+    #: The SDK's name, for an error of its own.
+    sdk: str
+    #: The variable its API key comes from, named when authentication fails.
+    key_var: str
+    #: What to check about a base URL whose server answered with something not the API's.
+    url_hint: str
+    status_error: type[Exception]
+    connection_error: type[Exception]
+    #: An error the API sent inside a streamed 200 response.
+    stream_error: type[Exception]
+    #: The root of the SDK's exceptions.
+    sdk_error: type[Exception]
+    classify: Classify
+
+
+def translate_sdk_error(
+    exc: Exception, errors: SdkErrors, api: str
+) -> tuple[ProviderError, float | None] | None:
+    """An SDK or transport exception as a drover error, with the server's retry-after; None
+    for an exception that is not the SDK's or the transport's (it propagates unchanged)."""
+    if isinstance(exc, errors.status_error) and getattr(exc, "status_code", 0) >= 400:
+        return _http_error(exc, errors)
+    if isinstance(exc, errors.connection_error):
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
+    if isinstance(exc, errors.stream_error):
+        message, error_type, code = error_message(getattr(exc, "body", None), str(exc))
+        kind, overflow = errors.classify(exc, None, message, error_type, code)
+        if overflow:
+            return context_overflow(message, error_type=kind), None
+        return stream_error(message, kind), None
+    if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
+        detail = str(exc) or type(exc).__name__
+        return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
+    if isinstance(exc, json.JSONDecodeError):
+        return stream_error(f"{api} sent malformed data: {exc}", "malformed"), None
+    if isinstance(exc, errors.sdk_error):
+        return StreamError(f"{errors.sdk} SDK error: {exc}", retryable=False), None
+    return None
+
+
+def _http_error(exc: Any, errors: SdkErrors) -> tuple[ProviderError, float | None]:
+    status: int = exc.status_code
+    message, error_type, code = error_message(exc.body, str(exc))
+    kind, overflow = errors.classify(exc, status, message, error_type, code)
+    request = exc.response.request
+    if not is_api_error_body(exc.body):
+        text = foreign_error_text(exc.body, exc.response.reason_phrase)
+        message = f"{text} ({where_to_look(request.method, request.url, errors.url_hint)})"
+    elif status == 404:
+        message = f"{message} ({request.method} {request.url})"
+    elif status == 401:
+        message = f"authentication failed: {message} (check {errors.key_var})"
+    elif overflow:
+        return context_overflow(message, status=status, error_type=kind), None
+    error = ProviderHTTPError(status, message, error_type=kind)
+    should_retry = exc.response.headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        error.retryable = should_retry == "true"
+    return error, parse_retry_after(exc.response.headers)
+
+
+class EventMapper(Protocol):
+    """Maps one response's SDK events onto neutral stream events (no I/O)."""
+
+    def feed(self, event: Any, /) -> list[StreamEvent]: ...
+
+    def finish(self) -> list[StreamEvent]:
+        """The SDK's stream ran out: end the response, or raise if it was cut short."""
+        ...
+
+
+class SdkOptions(TypedDict, total=False):
+    """What every provider's constructor takes besides its model, key and base URL."""
+
+    max_retries: int
+    backoff_base: float
+    backoff_max: float
+    timeout: float
+    #: The most output tokens a request may ask for.
+    max_tokens: int
+    #: The most seconds any wait for data may last.
+    stall_timeout: float
+
+
+class SdkProvider(Generic[C]):
+    """A provider on an official SDK whose client is a ``C``; see the module docstring."""
+
+    #: The protocol name used in ``PROVIDER:MODEL``.
+    provider: ClassVar[str]
+    #: The API as error messages name it ("the Anthropic API").
+    api: ClassVar[str]
+    errors: ClassVar[SdkErrors]
+
+    def __init__(
+        self,
+        model: str,
+        client: Callable[..., C],
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        timeout: float = 600.0,
+        max_tokens: int = 8192,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    ) -> None:
+        self._model = model
+        self._stall_timeout = stall_timeout
+        self._max_tokens = max_tokens
+        self._policy = RetryPolicy(
+            max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
+        )
+        self._client = client(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=transport_timeout(timeout, stall_timeout),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.provider
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        return retrying(
+            self._policy,
+            lambda: self._attempt(request),
+            self._translate,
+            budget=request.retry_budget,
+        )
+
+    def _translate(self, exc: Exception) -> tuple[ProviderError, float | None] | None:
+        return translate_sdk_error(exc, self.errors, self.api)
+
+    def _max_output(self, request: ModelRequest) -> int:
+        """The request's output cap, within this provider's."""
+        return min(request.max_tokens, self._max_tokens) or self._max_tokens
+
+    async def _guard(self, opening: Awaitable[T]) -> T:
+        """``await opening`` (the request that opens a stream), a timeout as the stall error."""
+        return await stall_guard(opening, self._stall_timeout, self.api)
+
+    async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], EventMapper]:
+        """Send the request (through :meth:`_guard`); its SDK stream and a fresh mapper."""
+        raise NotImplementedError
+
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
+        sdk_stream, events = await self._open(request)
+        async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=self.api) as stream:
+            while (raw := await stream.next()) is not None:
+                mapped = events.feed(raw)  # an error event raises before the stream counts
+                yield STARTED
+                for event in mapped:
+                    yield event
+            for event in events.finish():
+                yield event

@@ -1,0 +1,119 @@
+"""Rows to records: what a SQL backend reads back, as the records of :mod:`drover.store.base`.
+
+A row is anything indexable by column name (``sqlite3.Row``, psycopg's dict row); a JSON column
+is text in SQLite and already decoded from PostgreSQL's ``jsonb``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from drover.messages import Usage, message_from_dict
+from drover.store.base import EventRecord, SessionRecord, StoredMessage, ToolCallRecord, TurnRecord
+from drover.store.dialect import Row
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value: text in SQLite, already decoded from a PostgreSQL ``jsonb``."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def session_from_row(row: Row) -> SessionRecord:
+    return SessionRecord(
+        id=str(row["id"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+        workdir=str(row["workdir"]),
+        model=str(row["model"]),
+        title=row["title"],
+        owner=row["owner"],
+    )
+
+
+def turn_from_row(row: Row) -> TurnRecord:
+    user, usage = row["user_message"], row["usage"]
+    return TurnRecord(
+        id=str(row["id"]),
+        session_id=str(row["session_id"]),
+        seq=int(row["seq"]),
+        status=row["status"],
+        user_message=None if user is None else message_from_dict(_json(user)),
+        reason=row["reason"],
+        error=row["error"],
+        usage=None if usage is None else Usage.from_dict(_json(usage)),
+        owner=row["owner"],
+        lease_expires_at=row["lease_expires_at"],
+        discarded=bool(row["discarded"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+        ended_at=row["ended_at"],
+    )
+
+
+def tool_call_from_row(row: Row) -> ToolCallRecord:
+    raw_input = row["input"]
+    return ToolCallRecord(
+        turn_id=str(row["turn_id"]),
+        call_id=str(row["call_id"]),
+        step=int(row["step"]),
+        call_index=int(row["call_index"]),
+        name=str(row["name"]),
+        state=row["state"],
+        input=None if raw_input is None else _json(raw_input),
+        output=row["output"],
+        is_error=bool(row["is_error"]),
+        outcome_unknown=bool(row["outcome_unknown"]),
+        read_only=bool(row["read_only"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def stored_message_from_row(row: Row) -> StoredMessage:
+    return StoredMessage(
+        turn_id=str(row["turn_id"]),
+        seq=int(row["seq"]),
+        message=message_from_dict(_json(row["body"])),
+        partial=bool(row["partial"]),
+        created_at=float(row["created_at"]),
+    )
+
+
+def event_from_row(row: Row) -> EventRecord:
+    seq = int(row["seq"])
+    return EventRecord(
+        session_id=str(row["session_id"]),
+        seq=seq,
+        turn_id=row["turn_id"],
+        type=str(row["type"]),
+        payload=_json(row["payload"]),
+        created_at=float(row["created_at"]),
+        last_seq=max(seq, int(row["last_seq"] or 0)),
+        marks=decode_marks(seq, row["marks"]),
+    )
+
+
+def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
+    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
+    if marks is None:
+        return None
+    flat: list[int] = []
+    prev_seq, prev_end = seq, 0
+    for mark_seq, end in marks:
+        flat += (mark_seq - prev_seq, end - prev_end)
+        prev_seq, prev_end = mark_seq, end
+    return json.dumps(flat, separators=(",", ":"))
+
+
+def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
+    if raw is None:
+        return None
+    flat = _json(raw)
+    out: list[tuple[int, int]] = []
+    prev_seq, prev_end = seq, 0
+    for i in range(0, len(flat) - 1, 2):
+        prev_seq, prev_end = prev_seq + int(flat[i]), prev_end + int(flat[i + 1])
+        out.append((prev_seq, prev_end))
+    return tuple(out)
