@@ -430,3 +430,41 @@ async def test_writes_ready_together_commit_together(rig: Rig) -> None:
 
 def _fields(event: ToolStateChanged) -> dict[str, Any]:
     return {f: getattr(event, f) for f in ("call_id", "call_index", "name", "input")}
+
+
+async def test_the_done_event_refers_to_the_answer_and_reads_back_whole(rig: Rig) -> None:
+    published: list[dict[str, Any]] = []
+    journal = Journal(
+        rig.store,
+        rig.session_id,
+        turn_id=rig.turn_id,
+        publish=lambda seq, turn_id, payload: published.append(payload),
+    )
+    answer = "The answer is 42. " * 50
+    await journal.send(StepStarted(step=2))
+    await journal.send(AssistantMessage(message=assistant_message([TextBlock(text=answer)])))
+    await journal.send(Done(text=answer, usage=Usage(output_tokens=3)))
+    # Stored once: the event holds the message's number, not its text.
+    conn = sqlite3.connect(rig.path)
+    (raw,) = conn.execute("SELECT payload FROM events WHERE type = 'done'").fetchone()
+    conn.close()
+    assert answer not in raw and '"text_of":1' in raw
+    # Read back (replay, `drover show`) and published live as it always was.
+    (done,) = [e for e in await rig.store.events_after(rig.session_id) if e.type == "done"]
+    assert (
+        dict(done.payload)
+        == published[-1]
+        == {
+            "type": "done",
+            "text": answer,
+            "usage": Usage(output_tokens=3).to_dict(),
+        }
+    )
+    assert list(done.payload) == ["type", "text", "usage"]  # same order on the wire
+
+
+async def test_a_done_text_that_is_not_the_last_message_is_kept(rig: Rig) -> None:
+    await rig.journal.send(AssistantMessage(message=assistant_message([TextBlock(text="a")])))
+    await rig.journal.send(Done(text="something else", usage=Usage()))
+    (done,) = [e for e in await rig.store.events_after(rig.session_id) if e.type == "done"]
+    assert done.payload["text"] == "something else" and "text_of" not in done.payload

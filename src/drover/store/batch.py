@@ -18,6 +18,11 @@ from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
 from drover.store.base import EventRecord
 
+#: In a stored terminal event, the seq (in its turn) of the message whose text is the event's
+#: ``text``: the journal stores an answer once, in its message, and a store puts it back in
+#: place when it reads the log (:meth:`~drover.store.base.EventLog.events_after`).
+TEXT_OF = "text_of"
+
 
 @dataclass(frozen=True, slots=True)
 class AppendMessage:

@@ -49,12 +49,12 @@ Writes queue in order (:mod:`drover.store.journal_queue`). Those a guarantee wai
 before ``send`` returns, together with every write queued before them, in one transaction when
 the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
 call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
-(an output is never lost once reported); the assistant message; the results message (durable
-before the next model request); a discarding retry; the turn's end. The rest — ``step_started``,
-``usage``, ``tool_start``/``tool_done``, ``permission_request``, ``compacted``, the
-``input-available`` and ``awaiting-permission`` states — are numbered and published at once and
-written with the next of those or by the flush timer, at most ``flush_interval`` later: a crash
-loses at most that much of them, at the tail of the log. A tool step thus costs five commits
+(an output is never lost once reported); a permission question and its call's state; the
+assistant message; the results message (durable before the next model request); a discarding
+retry; the turn's end. The rest — ``step_started``, ``usage``, ``tool_start``/``tool_done``,
+``compacted``, the ``input-available`` state — are numbered and published at once and written
+with the next of those or by the flush timer, at most ``flush_interval`` later: a crash loses
+at most that much of them, at the tail of the log. A tool step thus costs five commits
 (the eager flush, the message, ``running``, the call's end, the results) instead of seventeen.
 
 A write that fails is retried at once, with a short backoff, up to ``max_attempts`` times while
@@ -103,6 +103,7 @@ from drover.events import (
 from drover.messages import Message
 from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
+    TEXT_OF,
     AppendEvent,
     AppendMessage,
     AppendPartialText,
@@ -122,11 +123,13 @@ FinishedContentHook = Callable[[Message], Awaitable[None] | None]
 
 
 #: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
-#: it is flushed with it), a call about to run (never recorded as not run once it may have
-#: started), and a call's end (its output is never lost once reported). The others
-#: (``input-available``, ``awaiting-permission``) go with the next write, at the latest the
-#: flush timer's.
-_MADE_AT_ONCE = frozenset({"input-streaming", "running", *TERMINAL_TOOL_STATES})
+#: it is flushed with it), a call waiting for the user (what a client reads of the session
+#: shows the question), a call about to run (never recorded as not run once it may have
+#: started), and a call's end (its output is never lost once reported). ``input-available``
+#: goes with the next write (the assistant message), at the latest the flush timer's.
+_MADE_AT_ONCE = frozenset(
+    {"input-streaming", "awaiting-permission", "running", *TERMINAL_TOOL_STATES}
+)
 
 
 class Journal:
@@ -180,6 +183,8 @@ class Journal:
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
         self.failure: StoreError | None = None
+        # (seq in the turn, text) of the last finished assistant message stored.
+        self._answer: tuple[int, str] | None = None
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
@@ -307,6 +312,7 @@ class Journal:
                     before=lambda: self._turn_write(
                         "append assistant message",
                         lambda t: AppendMessage(t, message, event.partial, step),
+                        done=None if event.partial else partial(self._answered, message),
                     ),
                 )
                 await self._drain()
@@ -331,6 +337,8 @@ class Journal:
                 else:
                     self._defer()
                 return
+            case PermissionRequest():
+                pass  # the turn waits for the user: written at once
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
                 await self._log(
@@ -359,7 +367,7 @@ class Journal:
                 self._end_turn(event, reason, error)
                 await self._drain()
                 return
-            case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
+            case ToolStart() | ToolDone() | UsageReport() | Compacted():
                 # Nothing waits on these: they go with the next write a guarantee needs.
                 await self._log(event)
                 self._defer()
@@ -377,12 +385,20 @@ class Journal:
             log.warning("journal: end the turn before the turn started; skipped")
             return
 
+        payload = self._redactor.redact_obj(event_to_dict(event))
+        stored = payload
+        if self._answer is not None and payload.get("text") == self._answer[1]:
+            # The answer is the message just stored: the event refers to it (read back whole).
+            stored = {(TEXT_OF if k == "text" else k): v for k, v in payload.items()}
+            stored[TEXT_OF] = self._answer[0]
+
         def ended(logged: list[EventRecord]) -> None:
             # Calls closed and text folded by the store, then the terminal event: written and
-            # numbered in one transaction, so published only now.
-            for record in logged:
+            # numbered in one transaction, so published only now (the event as it happened).
+            for i, record in enumerate(logged):
                 self._numbers.advance_past(record.end_seq)
-                self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
+                shown = payload if i == len(logged) - 1 else dict(record.payload)
+                self._numbers.publish(record.end_seq, turn_id, shown)
 
         write = EndTurn(
             turn_id=turn_id,
@@ -391,7 +407,7 @@ class Journal:
             error=error,
             usage=event.usage,
             owner=self._owner,
-            event=self._redactor.redact_obj(event_to_dict(event)),
+            event=stored,
             first_seq=self._numbers.next,
         )
         self._writes.push("end the turn", write, done=ended, ends_turn=True)
@@ -482,12 +498,22 @@ class Journal:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _turn_write(self, what: str, make: Callable[[str], JournalWrite]) -> None:
+    def _turn_write(
+        self,
+        what: str,
+        make: Callable[[str], JournalWrite],
+        done: Callable[[Any], None] | None = None,
+    ) -> None:
         turn_id = self._turn_id
         if turn_id is None:
             log.warning("journal: %s before the turn started; skipped", what)
             return
-        self._writes.push(what, make(turn_id))
+        self._writes.push(what, make(turn_id), done=done)
+
+    def _answered(self, message: Message, seq: Any) -> None:
+        """A finished assistant message was stored as the turn's message ``seq``."""
+        if isinstance(seq, int) and seq > 0:
+            self._answer = (seq, message.text)
 
     def _upsert(self, event: ToolStateChanged) -> None:
         """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before
