@@ -9,6 +9,7 @@ from drover.errors import LeaseLostError
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.store.base import Store
 from drover.store.batch import (
+    TEXT_OF,
     AppendEvent,
     AppendMessage,
     AppendPartialText,
@@ -77,3 +78,29 @@ async def test_apply_makes_one_write_through_the_stores_method(store: Store) -> 
     turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
     seq = await apply(store, AppendEvent(session.id, turn.id, {"type": "step_started"}))
     assert [e.seq for e in await store.events_after(session.id)] == [seq]
+
+
+async def test_a_terminal_event_that_refers_to_its_answer_reads_back_with_the_text(
+    store: Store,
+) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    answer = assistant_message([TextBlock(text="The answer "), TextBlock(text="is 42.")])
+    seq, _ = await store.write_batch(
+        [
+            AppendMessage(turn.id, answer, step=1),
+            EndTurn(
+                turn_id=turn.id,
+                status="completed",
+                owner=OWNER,
+                event={"type": "done", TEXT_OF: 1, "usage": {"output_tokens": 3}},
+            ),
+        ]
+    )
+    assert seq == 1
+    (done,) = await store.events_after(session.id)
+    assert dict(done.payload) == {
+        "type": "done",
+        "text": "The answer is 42.",
+        "usage": {"output_tokens": 3},
+    }
