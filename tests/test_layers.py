@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     "workers": 2,
     # turns over the journal
     "runner": 3,
+    # the library's entry point, over the runner
+    "agent": 3,
     # front doors, and the test kit
     "cli": 4,
     "server": 4,

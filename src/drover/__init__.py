@@ -1,0 +1,121 @@
+"""drover: an agent runtime whose turns never lose work.
+
+The public API is what this module exports (``__all__``; a test keeps the list exact).
+:class:`Agent` is the entry point; :func:`tool` makes a tool of an ``async`` function; the
+events a turn emits and the error tree are here too. Everything else is importable from its
+own module but may change.
+
+The names are imported on first use, so that ``import drover.cli`` (every command) does not
+load the whole library first.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from drover.agent import Agent, PermissionCallback, RunResult
+    from drover.errors import (
+        ConfigError,
+        DroverError,
+        ProviderError,
+        SessionBusyError,
+        StoreError,
+        ToolError,
+    )
+    from drover.events import (
+        AssistantMessage,
+        Decision,
+        Done,
+        Error,
+        Event,
+        Incomplete,
+        PermissionRequest,
+        TextDelta,
+        ToolDone,
+        ToolStart,
+        ToolStateChanged,
+        TurnStarted,
+        TurnStatus,
+        event_to_dict,
+    )
+    from drover.messages import Message, Usage
+    from drover.tools.base import Tool, ToolContext, ToolOutput
+    from drover.tools.decorator import tool
+
+__all__ = [
+    "Agent",
+    "AssistantMessage",
+    "ConfigError",
+    "Decision",
+    "Done",
+    "DroverError",
+    "Error",
+    "Event",
+    "Incomplete",
+    "Message",
+    "PermissionCallback",
+    "PermissionRequest",
+    "ProviderError",
+    "RunResult",
+    "SessionBusyError",
+    "StoreError",
+    "TextDelta",
+    "Tool",
+    "ToolContext",
+    "ToolDone",
+    "ToolError",
+    "ToolOutput",
+    "ToolStart",
+    "ToolStateChanged",
+    "TurnStarted",
+    "TurnStatus",
+    "Usage",
+    "event_to_dict",
+    "tool",
+]
+
+#: Where each public name is defined.
+_ORIGINS: dict[str, str] = {
+    "Agent": "drover.agent",
+    "AssistantMessage": "drover.events",
+    "ConfigError": "drover.errors",
+    "Decision": "drover.events",
+    "Done": "drover.events",
+    "DroverError": "drover.errors",
+    "Error": "drover.events",
+    "Event": "drover.events",
+    "Incomplete": "drover.events",
+    "Message": "drover.messages",
+    "PermissionCallback": "drover.agent",
+    "PermissionRequest": "drover.events",
+    "ProviderError": "drover.errors",
+    "RunResult": "drover.agent",
+    "SessionBusyError": "drover.errors",
+    "StoreError": "drover.errors",
+    "TextDelta": "drover.events",
+    "Tool": "drover.tools.base",
+    "ToolContext": "drover.tools.base",
+    "ToolDone": "drover.events",
+    "ToolError": "drover.errors",
+    "ToolOutput": "drover.tools.base",
+    "ToolStart": "drover.events",
+    "ToolStateChanged": "drover.events",
+    "TurnStarted": "drover.events",
+    "TurnStatus": "drover.events",
+    "Usage": "drover.messages",
+    "event_to_dict": "drover.events",
+    "tool": "drover.tools.decorator",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    origin = _ORIGINS.get(name)
+    if origin is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(origin), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

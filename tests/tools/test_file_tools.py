@@ -160,5 +160,5 @@ async def test_edit_missing_file_and_escape(ctx: ToolContext) -> None:
 
 
 async def test_missing_arguments_are_tool_errors(ctx: ToolContext) -> None:
-    with pytest.raises(ToolError, match="missing required argument 'content'"):
+    with pytest.raises(ToolError, match="content: Field required"):
         await write_file.run({"path": "x"}, ctx)

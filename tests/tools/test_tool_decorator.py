@@ -1,14 +1,23 @@
-"""The @tool decorator: schemas derived from type hints, docstrings, and argument validation."""
+"""The @tool decorator on pydantic: schemas from type hints and docstrings, validation with
+pydantic's messages, pydantic models and ``Annotated[..., Field(...)]`` parameters."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+import datetime
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
 
 import pytest
+from pydantic import BaseModel, Field
 
+from drover.channel import EventRecorder
 from drover.errors import ToolError
+from drover.session import AgentSession
+from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.decorator import FunctionTool, tool
+from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import MAX_OUTPUT_CHARS
 
 
@@ -142,7 +151,7 @@ async def test_run_calls_the_function_with_defaults(ctx: ToolContext) -> None:
 
 async def test_run_passes_converted_values(ctx: ToolContext) -> None:
     built = tool(example)
-    out = await built.run({"a": "x", "b": 4.0, "c": ["p"], "mode": "slow", "ratio": 2}, ctx)
+    out = await built.run({"a": "x", "b": 4, "c": ["p"], "mode": "slow", "ratio": 2}, ctx)
     assert out.content == "x|4|['p']|slow|2.0"
 
 
@@ -154,19 +163,19 @@ async def test_null_for_an_optional_argument_means_default(ctx: ToolContext) -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({}, "missing required argument 'a'"),
-        ({"a": 1}, "argument 'a' must be a string, got an integer (1)"),
-        ({"a": "x", "b": "3"}, "argument 'b' must be an integer, got a string (\"3\")"),
-        ({"a": "x", "b": True}, "argument 'b' must be an integer, got true"),
-        ({"a": "x", "b": 1.5}, "argument 'b' must be an integer, got a number (1.5)"),
-        ({"a": "x", "c": "p"}, "argument 'c' must be an array"),
-        ({"a": "x", "c": ["p", 2]}, "argument 'c' item 1 must be a string"),
-        ({"a": "x", "mode": "medium"}, 'argument \'mode\' must be one of "fast", "slow"'),
-        ({"a": "x", "ratio": "high"}, "argument 'ratio' must be a number"),
-        ({"a": "x", "extra": 1}, "unknown argument 'extra' (expected arguments: a, b, c, mode"),
+        ({}, "a: Field required"),
+        ({"a": 1}, "a: Input should be a valid string (got 1)"),
+        ({"a": "x", "b": "3"}, 'b: Input should be a valid integer (got "3")'),
+        ({"a": "x", "b": True}, "b: Input should be a valid integer (got true)"),
+        ({"a": "x", "b": 1.5}, "b: Input should be a valid integer (got 1.5)"),
+        ({"a": "x", "c": "p"}, 'c: Input should be a valid array (got "p")'),
+        ({"a": "x", "c": ["p", 2]}, "c.1: Input should be a valid string (got 2)"),
+        ({"a": "x", "mode": "medium"}, "mode: Input should be 'fast' or 'slow' (got \"medium\")"),
+        ({"a": "x", "ratio": "high"}, "ratio: Input should be a valid number"),
+        ({"a": "x", "extra": 1}, "extra: Extra inputs are not permitted"),
     ],
 )
-async def test_invalid_arguments_raise_tool_error(
+async def test_invalid_arguments_raise_tool_error_with_pydantics_message(
     ctx: ToolContext, args: dict[str, Any], message: str
 ) -> None:
     calls: list[dict[str, Any]] = []
@@ -188,13 +197,13 @@ async def test_every_problem_is_reported_at_once(ctx: ToolContext) -> None:
     with pytest.raises(ToolError) as raised:
         await tool(example).run({"b": "x", "zzz": 1}, ctx)
     text = str(raised.value)
-    assert "unknown argument 'zzz'" in text
-    assert "missing required argument 'a'" in text
-    assert "argument 'b' must be an integer" in text
+    assert "zzz: Extra inputs are not permitted" in text
+    assert "a: Field required" in text
+    assert "b: Input should be a valid integer" in text
 
 
 async def test_non_object_input_is_refused(ctx: ToolContext) -> None:
-    with pytest.raises(ToolError, match="expected a JSON object of arguments"):
+    with pytest.raises(ToolError, match="Input should be an object"):
         await tool(example).run(["a"], ctx)  # type: ignore[arg-type]
 
 
@@ -205,21 +214,124 @@ async def test_dict_and_nullable_values_are_checked(ctx: ToolContext) -> None:
         return f"{m}|{n}"
 
     assert (await take.run({"m": {"k": 1}, "n": None}, ctx)).content == "{'k': 1}|None"
-    with pytest.raises(ToolError, match="argument 'm' key 'k' must be an integer"):
+    with pytest.raises(ToolError, match=r"m\.k: Input should be a valid integer"):
         await take.run({"m": {"k": "1"}, "n": "x"}, ctx)
-    with pytest.raises(ToolError, match="missing required argument 'n'"):
+    with pytest.raises(ToolError, match="n: Field required"):
         await take.run({"m": {}}, ctx)
 
 
-async def test_literal_does_not_confuse_true_with_one(ctx: ToolContext) -> None:
-    @tool
-    async def pick(ctx: ToolContext, level: Literal[1, 2]) -> str:
-        """Pick."""
-        return str(level)
+class Point(BaseModel):
+    """A point on the map."""
 
-    assert (await pick.run({"level": 2}, ctx)).content == "2"
-    with pytest.raises(ToolError, match="must be one of 1, 2"):
-        await pick.run({"level": True}, ctx)
+    x: int
+    y: int = 0
+    label: Annotated[str, Field(max_length=5, description="A short name.")] = ""
+
+
+async def test_pydantic_models_and_field_annotations(ctx: ToolContext) -> None:
+    @tool
+    async def mark(
+        ctx: ToolContext,
+        where: Point,
+        zoom: Annotated[int, Field(ge=1, le=20, description="Map zoom.")] = 10,
+        when: datetime.date | None = None,
+    ) -> str:
+        """Mark a point.
+
+        Args:
+            where: The point to mark.
+            zoom: Overridden by the Field's description.
+        """
+        assert isinstance(where, Point)
+        return f"{where.x},{where.y},{where.label}|{zoom}|{when}"
+
+    schema = mark.input_schema
+    assert schema["properties"]["where"] == {
+        "$ref": "#/$defs/Point",
+        "description": "The point to mark.",
+    }
+    assert schema["$defs"]["Point"]["properties"]["label"] == {
+        "type": "string",
+        "maxLength": 5,
+        "description": "A short name.",
+        "default": "",
+    }
+    assert schema["properties"]["zoom"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 20,
+        "description": "Map zoom.",
+        "default": 10,
+    }
+    assert schema["properties"]["when"] == {"type": "string", "format": "date"}
+    assert schema["required"] == ["where"]
+    out = await mark.run({"where": {"x": 1, "label": "home"}, "when": "2025-02-03"}, ctx)
+    assert out.content == "1,0,home|10|2025-02-03"
+    with pytest.raises(ToolError) as raised:
+        await mark.run({"where": {"x": 1, "label": "too long"}, "zoom": 0}, ctx)
+    text = str(raised.value)
+    assert "where.label: String should have at most 5 characters" in text
+    assert "zoom: Input should be greater than or equal to 1 (got 0)" in text
+
+
+async def test_a_validation_error_reaches_the_model_as_a_tool_error(tmp_path: Path) -> None:
+    @tool(read_only=True)
+    async def double(ctx: ToolContext, n: Annotated[int, Field(ge=0)]) -> str:
+        """Double a number."""
+        return str(2 * n)
+
+    provider = ScriptedProvider(
+        [Reply(calls=[call("double", n=-2)]), Reply(calls=[call("double", n=2)]), Reply(text="4")]
+    )
+    session = AgentSession(provider=provider, tools=ToolRegistry([double]), workdir=tmp_path)
+    outcome = await session.run("double -2", EventRecorder())
+    assert outcome.event.type == "done"
+    first, second = (m.tool_results[0] for m in outcome.added if m.tool_results)
+    assert first.is_error
+    assert first.content == (
+        "invalid input for tool 'double': n: Input should be greater than or equal to 0 (got -2)"
+    )
+    assert (second.is_error, second.content) == (False, "4")
+
+
+@pytest.mark.parametrize(
+    "style",
+    [
+        """Google style.
+
+        Args:
+            path: The file,
+                on two lines.
+            count (int): How many.
+        """,
+        """NumPy style.
+
+        Parameters
+        ----------
+        path : str
+            The file,
+            on two lines.
+        count : int
+            How many.
+        """,
+        """Sphinx style.
+
+        :param path: The file,
+            on two lines.
+        :param count: How many.
+        """,
+    ],
+)
+def test_parameter_docs_in_each_docstring_style(style: str) -> None:
+    async def f(ctx: ToolContext, path: str, count: int = 1) -> str:
+        return ""
+
+    f.__doc__ = style
+    built = tool(f)
+    assert built.description == style.split("\n")[0]
+    props = built.input_schema["properties"]
+    assert props["path"]["description"] == "The file, on two lines."
+    assert props["count"]["description"] == "How many."
 
 
 async def test_tool_output_results_pass_through_and_strings_are_capped(ctx: ToolContext) -> None:
@@ -255,6 +367,10 @@ def test_bare_decorator_uses_function_name() -> None:
     }
 
 
+class Opaque:
+    """Not something pydantic can validate."""
+
+
 def test_undescribable_functions_are_refused_at_decoration() -> None:
     async def no_doc(ctx: ToolContext) -> str:
         return ""
@@ -267,11 +383,11 @@ def test_undescribable_functions_are_refused_at_decoration() -> None:
         """Doc."""
         return ""
 
-    async def bad_type(ctx: ToolContext, a: set[str]) -> str:
+    async def bad_type(ctx: ToolContext, a: Opaque) -> str:
         """Doc."""
         return ""
 
-    async def bad_keys(ctx: ToolContext, a: dict[int, str]) -> str:
+    async def no_json_schema(ctx: ToolContext, a: Callable[[], int]) -> str:
         """Doc."""
         return ""
 
@@ -288,7 +404,7 @@ def test_undescribable_functions_are_refused_at_decoration() -> None:
         (no_ctx, "first parameter must be `ctx: ToolContext`"),
         (no_hint, "needs a type hint"),
         (bad_type, "unsupported parameter type"),
-        (bad_keys, "dict keys must be str"),
+        (no_json_schema, "unsupported parameter type"),
         (var_kw, "not supported"),
         (not_async, "must be an async function"),
     ]

@@ -15,9 +15,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from drover.agent import (
+    default_system_prompt,
+    journal_files,
+    open_agent_session,
+    resolve_workdir,
+)
 from drover.config import Config, load_config
-from drover.convo import ConversationManager
-from drover.errors import ConfigError, DroverError
+from drover.errors import DroverError
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
@@ -100,21 +105,18 @@ class Runtime:
             session_id=session_id,
             continue_latest=continue_latest,
         )
-        session = await self.runner.agent_session(
+        session = await open_agent_session(
+            self.runner,
             record,
             provider=self.provider,
             tools=self.tools,
             workdir=self.workdir,
             policy=self.policy,
             settings=self.settings,
-            convo=ConversationManager(
-                context_limit=self.config.context_limit,
-                chars_per_token=self.config.chars_per_token,
-                system_prompt=system_prompt(self.workdir),
-            ),
+            config=self.config,
+            system_prompt=system_prompt(self.workdir),
+            coordinator=self.coordinator,
         )
-        if self.coordinator is not None:
-            session.prelude = self.coordinator.resume
         return OpenedSession(record, session, created)
 
     async def switch_model(self, session: AgentSession, model: str) -> None:
@@ -130,28 +132,12 @@ class Runtime:
         await old.aclose()
 
 
-def resolve_workdir(path: Path | None) -> Path:
-    workdir = (path or Path.cwd()).expanduser()
-    if not workdir.is_dir():
-        raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
-    try:
-        str(workdir).encode("utf-8")
-    except UnicodeEncodeError:
-        # The journal and the model see the path as text: it must be valid UTF-8.
-        raise ConfigError(f"working directory path is not valid UTF-8: {workdir}") from None
-    return workdir.resolve()
-
-
 def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path) -> SandboxSettings:
     """The sandbox from flags over the config file; the journal's SQLite file is hidden too.
 
     Relative paths in the config file are taken from the working directory.
     """
-    hidden = list(config.sandbox_hidden)
-    db = options.db or os.environ.get("DROVER_DB")
-    if db and "://" not in db:
-        path = Path(db).expanduser().resolve()
-        hidden += [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
+    hidden = [*config.sandbox_hidden, *journal_files(options.db or os.environ.get("DROVER_DB"))]
     return sandbox_settings(
         mode=options.sandbox or config.sandbox_mode,
         network=options.sandbox_network or config.sandbox_network,
@@ -161,13 +147,8 @@ def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path)
     )
 
 
-def system_prompt(workdir: Path) -> str:
-    return (
-        "You are drover, a coding agent working in the directory "
-        f"{workdir}. Use the tools to read, search, edit files and run commands there; paths "
-        "are relative to that directory. Be concise. When a tool result says a call was "
-        "interrupted, check the current state before repeating anything with side effects."
-    )
+#: The coding agent's system prompt; one text for the library and every front door.
+system_prompt = default_system_prompt
 
 
 @contextlib.asynccontextmanager
