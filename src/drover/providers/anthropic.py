@@ -36,7 +36,7 @@ from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
 from drover.messages import Usage
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.retry import stream_error
-from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -73,11 +73,6 @@ _DELTA_KINDS: dict[str, tuple[DeltaKind, str]] = {
 }
 
 
-def _count(raw: object, name: str) -> int | None:
-    value = getattr(raw, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 class AnthropicEvents:
     """Maps one response's raw SDK events onto neutral stream events (no I/O)."""
 
@@ -108,7 +103,7 @@ class AnthropicEvents:
             ("cache_read", "cache_read_input_tokens"),
             ("cache_write", "cache_creation_input_tokens"),
         ):
-            value = _count(raw, name)
+            value = int_attr(raw, name)
             if value is not None:
                 self._counts[key] = value
 

@@ -38,7 +38,7 @@ from openai.types.chat import ChatCompletionChunk
 from drover.messages import Usage
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
-from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, as_str, int_attr
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -96,10 +96,6 @@ class _Call:
     waiting: list[str] = field(default_factory=list)
 
 
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 class ChatEvents:
     """Maps one completion's chunks onto neutral stream events (no I/O)."""
 
@@ -115,9 +111,9 @@ class ChatEvents:
 
     def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
         out: list[StreamEvent] = []
-        if "completion_id" not in self._meta and _str(getattr(chunk, "id", None)):
+        if "completion_id" not in self._meta and as_str(getattr(chunk, "id", None)):
             self._meta["completion_id"] = chunk.id
-            self._meta["model"] = _str(getattr(chunk, "model", None))
+            self._meta["model"] = as_str(getattr(chunk, "model", None))
         for choice in getattr(chunk, "choices", None) or ():
             if getattr(choice, "index", 0) not in (0, None):
                 continue  # drover asks for one choice
@@ -182,7 +178,7 @@ class ChatEvents:
         return index
 
     def _tool_delta(self, fragment: Any) -> list[StreamEvent]:
-        raw_id = _str(getattr(fragment, "id", None))
+        raw_id = as_str(getattr(fragment, "id", None))
         key = getattr(fragment, "index", None)
         if not isinstance(key, int):
             # Servers that leave out the index: a new id starts a new call.
@@ -195,10 +191,10 @@ class ChatEvents:
         if raw_id and not call.raw_id:
             call.raw_id = raw_id
         function = getattr(fragment, "function", None)
-        name = _str(getattr(function, "name", None))
+        name = as_str(getattr(function, "name", None))
         if name and not call.name:
             call.name = name
-        arguments = _str(getattr(function, "arguments", None))
+        arguments = as_str(getattr(function, "arguments", None))
         out: list[StreamEvent] = []
         if call.closed:
             return out  # fragments after the finish reason have nowhere to go
@@ -244,8 +240,7 @@ class ChatEvents:
 
 def _usage(raw: Any) -> Usage:
     def count(obj: Any, name: str) -> int:
-        value = getattr(obj, name, None)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return int_attr(obj, name) or 0
 
     details = getattr(raw, "prompt_tokens_details", None)
     return Usage(

@@ -48,7 +48,7 @@ from drover.providers.convert_openai_responses import (
 )
 from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS
 from drover.providers.retry import context_overflow, stream_error
-from drover.providers.sdk_provider import SdkOptions, SdkProvider
+from drover.providers.sdk_provider import SdkOptions, SdkProvider, as_str, int_attr
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -77,19 +77,15 @@ def _dump(item: Any) -> dict[str, Any]:
     return dict(dumped) if isinstance(dumped, dict) else {}
 
 
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _item_text(item: Any) -> str:
     """The text of a message item, or of a reasoning item's summary (or content)."""
     parts: list[str] = []
     if getattr(item, "type", None) == "reasoning":
         for part in getattr(item, "summary", None) or getattr(item, "content", None) or ():
-            parts.append(_str(getattr(part, "text", None)))
+            parts.append(as_str(getattr(part, "text", None)))
         return "\n\n".join(p for p in parts if p)
     for part in getattr(item, "content", None) or ():
-        parts.append(_str(getattr(part, "text", None)) or _str(getattr(part, "refusal", None)))
+        parts.append(as_str(getattr(part, "text", None)) or as_str(getattr(part, "refusal", None)))
     return "".join(parts)
 
 
@@ -126,7 +122,7 @@ class ResponsesEvents:
         self._ended = False
 
     def feed(self, event: ResponseStreamEvent) -> list[StreamEvent]:
-        kind = _str(getattr(event, "type", None))
+        kind = as_str(getattr(event, "type", None))
         index = getattr(event, "output_index", None)
         if kind in ("response.created", "response.in_progress", "response.queued"):
             self._remember_id(getattr(event, "response", None))
@@ -136,18 +132,18 @@ class ResponsesEvents:
         if kind in _DELTAS and isinstance(index, int):
             return self._delta(index, kind, event)
         if kind == "response.function_call_arguments.done" and isinstance(index, int):
-            return self._whole(index, _str(getattr(event, "arguments", None)))
+            return self._whole(index, as_str(getattr(event, "arguments", None)))
         if kind == "response.output_item.done" and isinstance(index, int):
             return self._done(index, getattr(event, "item", None))
         if kind in ("response.completed", "response.incomplete"):
             return self._end(getattr(event, "response", None))
         if kind == "response.failed":
             error = getattr(getattr(event, "response", None), "error", None)
-            message = _str(getattr(error, "message", None)) or "the response failed"
-            raise _failure(message, _str(getattr(error, "code", None)) or "failed")
+            message = as_str(getattr(error, "message", None)) or "the response failed"
+            raise _failure(message, as_str(getattr(error, "code", None)) or "failed")
         if kind == "error":
-            message = _str(getattr(event, "message", None)) or "the stream reported an error"
-            raise _failure(message, _str(getattr(event, "code", None)) or None)
+            message = as_str(getattr(event, "message", None)) or "the stream reported an error"
+            raise _failure(message, as_str(getattr(event, "code", None)) or None)
         return []
 
     def finish(self) -> list[StreamEvent]:
@@ -158,12 +154,12 @@ class ResponsesEvents:
         return []
 
     def _remember_id(self, response: Any) -> None:
-        response_id = _str(getattr(response, "id", None))
+        response_id = as_str(getattr(response, "id", None))
         if response_id:
             self._meta["response_id"] = response_id
 
     def _added(self, index: int, item: Any) -> list[StreamEvent]:
-        kind = _KINDS.get(_str(getattr(item, "type", None)))
+        kind = _KINDS.get(as_str(getattr(item, "type", None)))
         if kind is None or index in self._items:
             return []  # built-in tools and other items drover does not act on
         self._items[index] = _Item(kind)
@@ -171,21 +167,21 @@ class ResponsesEvents:
         if kind == "thinking":
             meta["item"] = _dump(item)
         else:
-            meta["item_id"] = _str(getattr(item, "id", None))
+            meta["item_id"] = as_str(getattr(item, "id", None))
         if kind != "tool_use":
             return [BlockStart(index=index, kind=kind, meta=meta)]
         start = BlockStart(
             index=index,
             kind="tool_use",
-            id=_str(getattr(item, "call_id", None)),
-            name=_str(getattr(item, "name", None)),
+            id=as_str(getattr(item, "call_id", None)),
+            name=as_str(getattr(item, "name", None)),
             meta=meta,
         )
-        return [start, *self._whole(index, _str(getattr(item, "arguments", None)))]
+        return [start, *self._whole(index, as_str(getattr(item, "arguments", None)))]
 
     def _delta(self, index: int, kind: str, event: Any) -> list[StreamEvent]:
         item = self._items.get(index)
-        data = _str(getattr(event, "delta", None))
+        data = as_str(getattr(event, "delta", None))
         if item is None or item.done or item.kind != _DELTAS[kind] or not data:
             return []
         if item.kind == "thinking":
@@ -219,8 +215,8 @@ class ResponsesEvents:
         if state is None or state.done:
             return out
         if state.kind == "tool_use":
-            out += self._whole(index, _str(getattr(item, "arguments", None)))
-            meta: dict[str, Any] = {"item_id": _str(getattr(item, "id", None))}
+            out += self._whole(index, as_str(getattr(item, "arguments", None)))
+            meta: dict[str, Any] = {"item_id": as_str(getattr(item, "id", None))}
         else:
             out += self._whole(index, _item_text(item))
             meta = {"item": _dump(item)} if state.kind == "thinking" else {}
@@ -242,7 +238,7 @@ class ResponsesEvents:
         stop: StopReason = "tool_use" if called else "end_turn"
         if getattr(response, "status", None) == "incomplete":
             details = getattr(response, "incomplete_details", None)
-            stop = _INCOMPLETE.get(_str(getattr(details, "reason", None)), "other")
+            stop = _INCOMPLETE.get(as_str(getattr(details, "reason", None)), "other")
         self._ended = True
         usage = _usage(getattr(response, "usage", None))
         out.append(StreamEnd(stop_reason=stop, usage=usage, meta=dict(self._meta)))
@@ -257,8 +253,7 @@ def _failure(message: str, code: str | None) -> ProviderError:
 
 def _usage(raw: Any) -> Usage:
     def count(obj: Any, name: str) -> int:
-        value = getattr(obj, name, None)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return int_attr(obj, name) or 0
 
     if raw is None:
         return Usage(partial=True)

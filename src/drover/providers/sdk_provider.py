@@ -128,6 +128,17 @@ def _http_error(exc: Any, errors: SdkErrors) -> tuple[ProviderError, float | Non
     return error, parse_retry_after(exc.response.headers)
 
 
+def int_attr(obj: object, name: str) -> int | None:
+    """An SDK object's integer field (a count), or None when absent or not an integer."""
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: object) -> str:
+    """A field that should be text, or "" when it is not."""
+    return value if isinstance(value, str) else ""
+
+
 class EventMapper(Protocol):
     """Maps one response's SDK events onto neutral stream events (no I/O)."""
 

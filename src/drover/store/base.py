@@ -32,7 +32,7 @@ from drover.errors import LeaseLostError
 from drover.events import MAY_HAVE_RUN_TEXT as MAY_HAVE_RUN_TEXT
 from drover.events import NOT_RUN_TEXT as NOT_RUN_TEXT
 from drover.events import READ_ONLY_CUT_TEXT as READ_ONLY_CUT_TEXT
-from drover.events import ToolState, TurnStatus, interrupted_outcome
+from drover.events import TextDelta, ToolState, TurnStatus, event_to_dict, interrupted_outcome
 from drover.messages import Message, TextBlock, Usage
 
 #: Why a recovered turn ended.
@@ -376,6 +376,12 @@ def session_title(user_message: Message | None) -> str | None:
     if not text:
         return None
     return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+
+
+def flushed_text_event(text: str, index: int, step: int) -> dict[str, Any]:
+    """The coalesced ``text_delta`` event a flush of streamed text logs: the live delta's form
+    and the step it belongs to (a replay drops a step's text on a discarding retry)."""
+    return {**event_to_dict(TextDelta(text=text, index=index)), "step": step}
 
 
 def logged_event(

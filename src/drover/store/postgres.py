@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from psycopg.types.json import Jsonb
 
@@ -133,6 +133,8 @@ async def _drive(conn: Conn, plan: Plan[T]) -> T:
                 case Atomic(sub):
                     async with conn.transaction():
                         result = await _drive(conn, sub)
+                case _:
+                    assert_never(op)
     except StopIteration as stop:
         value: T = stop.value
         return value

@@ -27,7 +27,6 @@ from drover.events import (
     AssistantMessage,
     Error,
     Incomplete,
-    TextDelta,
     ToolState,
     ToolStateChanged,
     TurnStatus,
@@ -42,6 +41,7 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
     check_writable,
+    flushed_text_event,
     interrupted_call,
     logged_event,
     owner_alive,
@@ -105,12 +105,13 @@ class SqlStore(SqlLog):
         return str(row["id"])
 
     def _numbered(
-        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: str
+        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: tuple[str, ...]
     ) -> Plan[int]:
-        """Insert a row numbered ``max(seq) + 1`` among those matching ``scope`` (whose
-        parameters end ``params``); its number."""
-        where = " AND ".join(f"{column} = ?" for column in scope.split(", "))
-        scoped = params[-len(scope.split(", ")) :]
+        """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
+        ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
+        The caller holds the session's lock, so no other writer takes the same number."""
+        where = " AND ".join(f"{column} = ?" for column in scope)
+        scoped = params[-len(scope) :]
         if self.dialect.returning:
             found = yield from rows(
                 f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
@@ -134,7 +135,7 @@ class SqlStore(SqlLog):
             "role, body, partial, created_at, turn_id",
             "?, ?::jsonb, ?, ?, ?",
             (message.role, self.dialect.json(message_to_dict(message)), partial, now, turn_id),
-            "turn_id",
+            ("turn_id",),
         )
 
     def _deltas(self, turn_id: str) -> Plan[list[tuple[int, int, str]]]:
@@ -302,7 +303,7 @@ class SqlStore(SqlLog):
                 "session_id",
                 "?, ?, ?::jsonb, ?, ?, ?, ?, ?",
                 (turn_id, "running", body, owner, now + lease_seconds, now, now, session_id),
-                "session_id",
+                ("session_id",),
             )
             yield from execute(
                 "UPDATE sessions SET updated_at = ?, title = COALESCE(title, ?) WHERE id = ?",
@@ -495,14 +496,14 @@ class SqlStore(SqlLog):
 
     def _append_partial_text(self, w: AppendPartialText, now: float) -> Plan[int]:
         encoded = None if w.seq is None else encode_marks(w.seq, w.marks)
-        event = {**event_to_dict(TextDelta(text=w.text, index=w.block_index)), "step": w.step}
+        event = flushed_text_event(w.text, w.block_index, w.step)
         session_id = yield from self._turn_session(w.turn_id)
         yield from self._numbered(
             "partial_text",
             "text, turn_id, step, block_index",
             "?, ?, ?, ?",
             (self.dialect.text(w.text), w.turn_id, w.step, w.block_index),
-            "turn_id, step, block_index",
+            ("turn_id", "step", "block_index"),
         )
         return (
             yield from self._log_text(session_id, w.turn_id, event, now, w.seq, w.last_seq, encoded)

@@ -11,7 +11,7 @@ of the session, the turn's owner) holds until it commits.
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from drover.store.dialect import SQLITE, Atomic, Exec, Plan, Query
 from drover.store.sql_log import Mode
@@ -44,6 +44,8 @@ class SqliteStore(SqliteConnection, SqlStore):
                         result = conn.execute(SQLITE.sql(sql), params).rowcount
                     case Atomic(sub):
                         result = self._tx(conn, functools.partial(self._drive, plan=sub), WRITE)
+                    case _:
+                        assert_never(op)
         except StopIteration as stop:
             value: T = stop.value
             return value

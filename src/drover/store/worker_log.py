@@ -26,7 +26,7 @@ from typing import Any
 
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
-from drover.store.base import EventRecord, TurnJournal
+from drover.store.base import EventRecord, TurnJournal, flushed_text_event
 
 
 def scoped_call_id(parent_call_id: str, worker: int, call_id: str) -> str:
@@ -83,7 +83,7 @@ class WorkerLog(TurnJournal):
     ) -> int:
         # One row for the flush, covering the numbers of its live deltas (no marks: a replay
         # that starts inside it is reset rather than cut).
-        event = {"type": "text_delta", "text": text, "index": block_index, "step": step}
+        event = flushed_text_event(text, block_index, step)
         return await self.append_event(self.session_id, turn_id, event, seq=seq, last_seq=last_seq)
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
