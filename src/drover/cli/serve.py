@@ -18,6 +18,7 @@ from types import FrameType
 
 import uvicorn
 
+from drover.cli import serve_pool
 from drover.cli.headless import run_options
 from drover.cli.runtime import Runtime, open_runtime, system_prompt
 from drover.convo import ConversationManager
@@ -28,6 +29,7 @@ from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
+from drover.server.shared import DEFAULT_LEASE, Shared, is_shared
 from drover.session import AgentSession
 from drover.store.base import SessionRecord
 
@@ -53,6 +55,34 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cors-origin", action="append", default=[], help="allowed CORS origin, repeatable"
     )
+    scale = parser.add_argument_group("several processes (with --db postgresql://…)")
+    scale.add_argument(
+        "--redis",
+        default=None,
+        help="redis:// URL carrying live events between processes (env DROVER_REDIS); "
+        "without it they follow the journal's log",
+    )
+    scale.add_argument(
+        "--lease",
+        type=float,
+        default=None,
+        help=f"seconds a turn's lease lasts without renewal before another process takes the "
+        f"turn over (env DROVER_LEASE; {DEFAULT_LEASE:g})",
+    )
+    scale.add_argument(
+        "--takeover",
+        choices=("resume", "end"),
+        default="resume",
+        help="what a process does with a dead process's turn: end it interrupted and resume "
+        "it (default), or only end it",
+    )
+    scale.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="start N server processes sharing the port (SO_REUSEPORT; needs PostgreSQL)",
+    )
+    scale.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
 
 
 def settings_from(args: argparse.Namespace) -> ServerSettings:
@@ -70,11 +100,13 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -120,14 +152,39 @@ class _Server(uvicorn.Server):
             self._captured_signals.clear()
 
 
+def lease_from(args: argparse.Namespace) -> float:
+    raw = args.lease if args.lease is not None else os.environ.get("DROVER_LEASE")
+    try:
+        lease = DEFAULT_LEASE if raw is None or raw == "" else float(raw)
+    except ValueError:
+        raise ConfigError(f"DROVER_LEASE is not a number of seconds: {raw!r}") from None
+    if not lease > 0:
+        raise ConfigError("--lease must be positive")
+    return lease
+
+
 async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
     """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
     settings = settings_from(args)
+    if args.workers != 1 and provider is None:
+        serve_pool.check(args)
+        lease_from(args)
+        return await serve_pool.run_pool(args, sys.argv[1:])
+    lease = lease_from(args)
+    redis_url = args.redis or os.environ.get("DROVER_REDIS") or None
     hub = Hub()
     # A server runs commands for whoever holds a token: never without a sandbox, unless the
     # operator said --sandbox off.
     async with open_runtime(run_options(args), provider=provider, require_sandbox=True) as runtime:
-        runtime.runner.on_event = hub.publish
+        runtime.runner.lease_seconds = lease
+        shared = (
+            Shared.open(runtime.store, runtime.runner.owner, hub, redis_url)
+            if is_shared(runtime.store)
+            else None
+        )
+        if redis_url and shared is None:
+            raise ConfigError("--redis needs a shared journal: --db postgresql://…")
+        runtime.runner.on_event = hub.publish if shared is None else shared.relay.publish
         service = Service(
             store=runtime.store,
             runner=runtime.runner,
@@ -137,6 +194,10 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
             model=runtime.model,
             permission_mode=args.permission_mode,
             permission_timeout=args.permission_timeout,
+            running_elsewhere=None if shared is None else shared.running_turn,
+            send_control=None if shared is None else shared.relay.control,
+            relay=None if shared is None else shared.relay,
+            running_anywhere=None if shared is None else shared.running_turns,
         )
         app = create_app(service, settings)
         config = uvicorn.Config(
@@ -146,17 +207,23 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
             timeout_graceful_shutdown=5,
             access_log=False,
         )
-        sock = _bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port, reuse_port=args.reuse_port)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"drover serve: bash {runtime.sandbox.describe()}", file=sys.stderr, flush=True)
-        print(f"drover serve: listening on http://{shown}:{port}", flush=True)
         server = _Server(config, service, hub)
         try:
+            if shared is not None:
+                await shared.start(service, resume=args.takeover == "resume", lease=lease)
+            print(f"drover serve: bash {runtime.sandbox.describe()}", file=sys.stderr, flush=True)
+            if shared is not None:
+                print(f"drover serve: {shared.describe()}", file=sys.stderr, flush=True)
+            print(f"drover serve: listening on http://{shown}:{port}", flush=True)
             await server.serve(sockets=[sock])
         finally:
             with contextlib.suppress(Exception):
                 await service.shutdown()
+            if shared is not None:
+                await shared.close()
             sock.close()
     print("drover serve: stopped", file=sys.stderr, flush=True)
     return 0

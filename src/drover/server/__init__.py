@@ -10,7 +10,11 @@ when the number falls inside one coalesced flush of text.
 Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.routes` (handlers),
 :mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
 :mod:`.replay` (log rows to wire events, reset detection), :mod:`.sse` (the stream),
-:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript).
+:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript); with
+several processes on one PostgreSQL journal, :mod:`.shared` (what a process adds),
+:mod:`.relay` (other processes' live events over Redis Streams or the log; interrupts and
+permission answers to the process running the turn) and :mod:`.takeover` (turns of dead
+processes ended and resumed by a live one).
 
 HTTP contract (JSON bodies, UTF-8; every error is ``{"error": {"code", "message"}}`` with a
 4xx status, plus ``"turn_id"`` on ``session_busy``)

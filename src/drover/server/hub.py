@@ -85,6 +85,13 @@ class Subscription:
             self._items.append(frame)
         self._ready.set()
 
+    def lag(self) -> None:
+        """Resynchronise from the log after the last id sent (what another process wrote is
+        there, or the live feed lost frames)."""
+        self.lagged = True
+        self._items.clear()
+        self._ready.set()
+
     def resynced(self) -> None:
         """The stream caught up from the log: receive again."""
         self.lagged = False
@@ -117,6 +124,14 @@ class SessionFeed:
         self._ring.append(frame)
         for subscriber in self._subscribers:
             subscriber.put(frame)
+
+    def resync(self, *, drop_ring: bool = False) -> None:
+        """Send every subscriber back to the log (and the ring, unless ``drop_ring``: frames
+        that may have a hole before them must not vouch for an id)."""
+        if drop_ring:
+            self._ring.clear()
+        for subscriber in self._subscribers:
+            subscriber.lag()
 
     def after(self, seq: int) -> list[Frame]:
         """Frames in the ring numbered above ``seq``."""

@@ -123,9 +123,8 @@ async def list_sessions(request: Request) -> Response:
             raise ApiError(400, "invalid_request", f"limit must be between 1 and {MAX_LIST}")
     service = _service(request)
     records = await service.list_sessions(owner, limit)
-    return JSONResponse(
-        {"sessions": [session_summary(r, service.running_turn_id(r.id)) for r in records]}
-    )
+    running = await service.running_turn_ids([r.id for r in records])
+    return JSONResponse({"sessions": [session_summary(r, running.get(r.id)) for r in records]})
 
 
 async def get_session(request: Request) -> Response:
@@ -168,7 +167,7 @@ async def decide(request: Request) -> Response:
     decision = data.get("decision")
     if decision not in _DECISIONS:
         raise ApiError(422, "invalid_request", f"decision must be one of {', '.join(_DECISIONS)}")
-    if not _ID.fullmatch(request_id) or not _service(request).decide(
+    if not _ID.fullmatch(request_id) or not await _service(request).decide_anywhere(
         record.id, request_id, decision
     ):
         raise ApiError(404, "not_found", "no such permission request waiting for an answer")

@@ -27,6 +27,7 @@ from drover.events import Decision, Event, PermissionRequest, TurnStarted, event
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.runner import Runner
 from drover.server.hub import Hub
+from drover.server.relay import Relay
 from drover.server.snapshot import snapshot
 from drover.session import AgentSession
 from drover.store.base import SessionRecord, Store
@@ -34,6 +35,12 @@ from drover.store.base import SessionRecord, Store
 log = logging.getLogger(__name__)
 
 SessionFactory = Callable[[SessionRecord, PermissionPolicy], Awaitable[AgentSession]]
+#: ``(session_id) -> (turn_id, owner)`` of a turn running in any process, or None.
+RunningElsewhere = Callable[[str], Awaitable[tuple[str, str | None] | None]]
+#: ``(session_ids) -> {session_id: turn_id}`` of those with a turn running in any process.
+RunningAnywhere = Callable[[list[str]], Awaitable[dict[str, str]]]
+#: Sends a control message to the process ``owner``; False when it cannot be sent.
+SendControl = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 DEFAULT_PERMISSION_TIMEOUT = 300.0
 
@@ -84,7 +91,13 @@ class Service:
         model: str,
         permission_mode: PermissionMode = "ask",
         permission_timeout: float = DEFAULT_PERMISSION_TIMEOUT,
+        running_elsewhere: RunningElsewhere | None = None,
+        send_control: SendControl | None = None,
+        relay: Relay | None = None,
+        running_anywhere: RunningAnywhere | None = None,
     ) -> None:
+        """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
+        the process running a session's turn when it is not this one."""
         self.store = store
         self.runner = runner
         self.hub = hub
@@ -96,6 +109,11 @@ class Service:
         self._running: dict[str, _Running] = {}
         self._policies: dict[str, PermissionPolicy] = {}
         self._closing = False
+        self._elsewhere = running_elsewhere
+        self._send_control = send_control
+        self._anywhere = running_anywhere
+        #: Carries other processes' live events to this one's clients (None: one process).
+        self.relay = relay
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -118,6 +136,23 @@ class Service:
         running = self._running.get(session_id)
         return None if running is None else running.turn_id
 
+    async def running_turn_ids(self, session_ids: list[str]) -> dict[str, str]:
+        """``{session_id: turn_id}`` of the sessions with a running turn, in any process."""
+        found = {} if self._anywhere is None else await self._anywhere(session_ids)
+        for session_id in session_ids:
+            local = self.running_turn_id(session_id)
+            if local is not None:
+                found[session_id] = local
+        return found
+
+    async def any_running_turn_id(self, session_id: str) -> str | None:
+        """The running turn's id, whichever process runs it."""
+        local = self.running_turn_id(session_id)
+        if local is not None or self._elsewhere is None:
+            return local
+        found = await self._elsewhere(session_id)
+        return None if found is None else found[0]
+
     def pending_permissions(self, session_id: str) -> list[dict[str, Any]]:
         running = self._running.get(session_id)
         if running is None:
@@ -129,17 +164,22 @@ class Service:
         ]
 
     async def snapshot(self, record: SessionRecord) -> dict[str, Any]:
-        return await snapshot(
+        snap = await snapshot(
             self.store,
             record,
             running_turn_id=self.running_turn_id(record.id),
             pending_permissions=self.pending_permissions(record.id),
         )
+        if snap["running_turn_id"] is None:  # maybe running in another process
+            running = [t["id"] for t in snap["turns"] if t["status"] == "running"]
+            snap["running_turn_id"] = running[-1] if running else None
+        return snap
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def post_message(self, record: SessionRecord, content: str) -> str:
-        """Start a turn; returns its id once the runner has recorded it."""
+    async def post_message(self, record: SessionRecord, content: str | None) -> str:
+        """Start a turn (``content=None``: resume the session's unfinished work); returns its
+        id once the runner has recorded it."""
         if self._closing:
             raise DroverError("the server is shutting down")
         busy = self._running.get(record.id)
@@ -163,11 +203,18 @@ class Service:
         running.task.result()  # raises why the turn could not start
         raise DroverError("the turn ended before it started")
 
+    async def resume(self, session_id: str) -> str:
+        """Resume a session's unfinished work as a new turn (a takeover's continuation)."""
+        record = await self.store.get_session(session_id)
+        if record is None:
+            raise NotFoundError(f"no session {session_id}")
+        return await self.post_message(record, None)
+
     async def _run(
         self,
         session_id: str,
         session: AgentSession,
-        content: str,
+        content: str | None,
         sink: _LiveSink,
         running: _Running,
     ) -> None:
@@ -192,9 +239,52 @@ class Service:
     async def interrupt(self, session_id: str) -> str:
         running = self._running.get(session_id)
         if running is None or running.task is None or running.turn_id is None:
-            raise NoRunningTurnError(f"no turn is running on session {session_id}")
+            remote = await self._remote(session_id, {"op": "interrupt", "session": session_id})
+            if remote is None:
+                raise NoRunningTurnError(f"no turn is running on session {session_id}")
+            return remote
         running.task.cancel()
         return running.turn_id
+
+    async def _remote(self, session_id: str, message: dict[str, Any]) -> str | None:
+        """Send ``message`` to the process running the session's turn; that turn's id, or
+        None when no other process runs one (or it cannot be reached)."""
+        if self._elsewhere is None or self._send_control is None:
+            return None
+        found = await self._elsewhere(session_id)
+        if found is None or found[1] is None or found[1] == self.runner.owner:
+            return None
+        turn_id, owner = found[0], found[1]
+        return turn_id if await self._send_control(owner, message) else None
+
+    async def on_control(self, message: dict[str, Any]) -> None:
+        """A request another process received for a turn this one runs."""
+        session_id = str(message.get("session", ""))
+        if message.get("op") == "interrupt":
+            with contextlib.suppress(NoRunningTurnError):
+                await self.interrupt_local(session_id)
+        elif message.get("op") == "decide" and message.get("decision") in (
+            "allow",
+            "always",
+            "deny",
+        ):
+            self.decide(session_id, str(message.get("request_id", "")), message["decision"])
+
+    async def interrupt_local(self, session_id: str) -> str:
+        running = self._running.get(session_id)
+        if running is None or running.task is None or running.turn_id is None:
+            raise NoRunningTurnError(f"no turn is running on session {session_id} here")
+        running.task.cancel()
+        return running.turn_id
+
+    async def decide_anywhere(self, session_id: str, request_id: str, decision: Decision) -> bool:
+        """Answer a permission request of a turn running here or in another process."""
+        if self.decide(session_id, request_id, decision):
+            return True
+        if session_id in self._running:
+            return False
+        message = {"op": "decide", "session": session_id, "request_id": request_id}
+        return await self._remote(session_id, {**message, "decision": decision}) is not None
 
     async def shutdown(self) -> None:
         """Interrupt every running turn and wait until each has recorded how it ended."""

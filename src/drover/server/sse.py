@@ -73,11 +73,15 @@ async def event_stream(
     feed = service.hub.feed(record.id)
     subscription = feed.subscribe()
     stream = _Stream(service, record, feed)
+    relay = service.relay
     try:
+        if relay is not None:
+            # Other processes' recent live events into the ring before the backlog is read.
+            await relay.attach(record.id)
         status = {
             "type": "status",
             "transient": True,
-            "running_turn_id": service.running_turn_id(record.id),
+            "running_turn_id": await service.any_running_turn_id(record.id),
             "last_event_id": max(feed.last_seq, await service.store.last_event_seq(record.id)),
         }
         yield b"retry: %d\n\n" % RETRY_MS + _frame("status", status)
@@ -100,6 +104,8 @@ async def event_stream(
             if chunk:
                 yield chunk
     finally:
+        if relay is not None:
+            relay.detach(record.id)
         feed.unsubscribe(subscription)
         if service.running_turn_id(record.id) is None:
             service.hub.forget_idle(record.id)

@@ -1,0 +1,90 @@
+"""One server process among several on a shared PostgreSQL journal (and optionally Redis).
+
+What a process adds when its journal is PostgreSQL: the :class:`~drover.server.relay.Relay`
+(other processes' live events for its clients, Redis or the log), a ``LISTEN`` for control
+messages (interrupts and permission answers posted to another process, when Redis cannot carry
+them), and the takeover watch (:mod:`drover.server.takeover`). One process on SQLite needs none
+of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from dataclasses import dataclass, field
+
+from drover.errors import ConfigError
+from drover.server.hub import Hub
+from drover.server.relay import Relay
+from drover.server.service import Service
+from drover.server.takeover import watch
+from drover.store import pg_claims
+from drover.store.base import Store
+from drover.store.pg_conn import redact
+from drover.store.postgres import PostgresStore
+
+#: Seconds a turn's lease lasts; a dead process's turn is taken over within about this.
+DEFAULT_LEASE = 15.0
+#: Takeover looks at least this often (seconds), whatever the lease.
+MAX_WATCH_INTERVAL = 5.0
+
+
+def is_shared(store: Store) -> bool:
+    return isinstance(store, PostgresStore)
+
+
+@dataclass(eq=False)
+class Shared:
+    store: PostgresStore
+    relay: Relay
+    redis_url: str | None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, store: Store, owner: str, hub: Hub, redis_url: str | None) -> Shared:
+        assert isinstance(store, PostgresStore)
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"not a Redis URL (redis://, rediss:// or unix://): {redis_url}")
+        notify = functools.partial(pg_claims.notify, store)
+        relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=notify)
+        return cls(store=store, relay=relay, redis_url=redis_url)
+
+    async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:
+        return await pg_claims.running_turn(self.store, session_id)
+
+    async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
+        return await pg_claims.running_turns(self.store, session_ids)
+
+    async def start(self, service: Service, *, resume: bool, lease: float) -> None:
+        self.relay.on_control = service.on_control
+        await self.relay.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(pg_claims.listen(self.store.url, self.relay.received)))
+        self._tasks.append(
+            loop.create_task(
+                watch(
+                    self.store.recover_orphans,
+                    functools.partial(pg_claims.turn_sessions, self.store),
+                    service.resume if resume else None,
+                    interval=min(lease / 3, MAX_WATCH_INTERVAL),
+                    recovered=self.relay.nudge,
+                )
+            )
+        )
+
+    def describe(self) -> str:
+        live = (
+            "the journal's log"
+            if self.redis_url is None
+            else redact(self.redis_url, self.redis_url)
+        )
+        return f"shared journal; live events between processes via {live}"
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.relay.close()

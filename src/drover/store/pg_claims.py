@@ -1,0 +1,95 @@
+"""What server processes sharing one PostgreSQL journal ask of it beyond the store protocol.
+
+- :func:`turn_sessions`: the sessions of turns (the ones :meth:`PostgresStore.recover_orphans`
+  just took over, to resume them);
+- :func:`running_turn`: the turn running on a session and the process that owns it (to send it
+  an interrupt or a permission answer posted elsewhere);
+- :func:`notify` / :func:`listen`: control messages between processes over ``NOTIFY`` on the
+  channel :data:`CHANNEL`, when there is no Redis. ``NOTIFY`` is delivered only to listeners
+  connected at commit time; a listener reconnects after a failure and misses what was sent in
+  between (the sender's client sees its request go unanswered, as with a lost process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from drover.store.dialect import rows
+from drover.store.postgres import PostgresStore
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "drover_control"
+#: ``NOTIFY`` payloads are limited to 8000 bytes.
+MAX_PAYLOAD = 7900
+
+
+async def turn_sessions(store: PostgresStore, turn_ids: list[str]) -> dict[str, str]:
+    """``{turn_id: session_id}`` of the turns that exist."""
+    if not turn_ids:
+        return {}
+    found = await store._select(
+        "SELECT id, session_id FROM turns WHERE id = ANY(?)", list(turn_ids)
+    )
+    return {str(r["id"]): str(r["session_id"]) for r in found}
+
+
+async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str | None] | None:
+    """``(turn_id, owner)`` of the session's running turn, or None."""
+    found = await store._select(
+        "SELECT id, owner FROM turns WHERE session_id = ? AND status = 'running' "
+        "ORDER BY seq DESC LIMIT 1",
+        session_id,
+    )
+    if not found:
+        return None
+    owner = found[0]["owner"]
+    return str(found[0]["id"]), None if owner is None else str(owner)
+
+
+async def running_turns(store: PostgresStore, session_ids: list[str]) -> dict[str, str]:
+    """``{session_id: turn_id}`` of the sessions among these with a running turn."""
+    if not session_ids:
+        return {}
+    found = await store._select(
+        "SELECT session_id, id FROM turns WHERE status = 'running' AND session_id = ANY(?)",
+        list(session_ids),
+    )
+    return {str(r["session_id"]): str(r["id"]) for r in found}
+
+
+async def notify(store: PostgresStore, message: dict[str, Any]) -> None:
+    payload = json.dumps(message, separators=(",", ":"))
+    if len(payload.encode()) > MAX_PAYLOAD:
+        raise ValueError("control message too large for NOTIFY")
+    await store._perform(rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload), "write")
+
+
+async def listen(
+    url: str, handler: Callable[[dict[str, Any]], Awaitable[None]], *, retry: float = 1.0
+) -> None:
+    """Deliver each control message to ``handler`` until cancelled (reconnecting as needed)."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                async for note in conn.notifies():
+                    try:
+                        message = json.loads(note.payload)
+                    except ValueError:
+                        continue
+                    if isinstance(message, dict):
+                        with contextlib.suppress(Exception):
+                            await handler(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("control channel lost (%s); listening again in %.0f s", exc, retry)
+        await asyncio.sleep(retry)
