@@ -28,7 +28,7 @@ from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
 from drover.store.base import SessionRecord, Store, owner_id
-from drover.store.history import build_history
+from drover.store.history import CallsConsulted, build_history
 from drover.store.journal import Journal
 from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry
@@ -52,7 +52,15 @@ async def load_history(store: Store, session_id: str) -> SplitHistory:
     turns = await store.turns(session_id)
     last_done = max((i for i, t in enumerate(turns) if t.status == "completed"), default=-1)
     loaded = [(turn, await store.turn_messages(turn.id)) for turn in turns]
-    calls = await store.tool_calls(session_id=session_id)
+    # Stored calls only answer for missing results: none needed, none loaded.
+    consulted = CallsConsulted()
+    split = SplitHistory(
+        committed=build_history(loaded[: last_done + 1], consulted),
+        pending=build_history(loaded[last_done + 1 :], consulted),
+    )
+    if not consulted.ids:
+        return split
+    calls = [c for turn_id in consulted.turns(loaded) for c in await store.tool_calls(turn_id)]
     return SplitHistory(
         committed=build_history(loaded[: last_done + 1], calls),
         pending=build_history(loaded[last_done + 1 :], calls),

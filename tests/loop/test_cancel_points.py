@@ -129,7 +129,8 @@ async def _resume_completes(rig: Rig, *, lossy: bool = False) -> None:
 
 
 def test_the_scenario_has_the_points_it_claims() -> None:
-    assert EVENTS > 40 and STORE_CALLS > 30, (EVENTS, STORE_CALLS)
+    # Group commit makes a tool step ~4 store calls: 18 in this turn (each a cut point).
+    assert EVENTS > 40 and STORE_CALLS > 15, (EVENTS, STORE_CALLS)
     uses = [u.name for m in CLEAN_HISTORY for u in m.tool_uses]
     assert uses == ["look", "note", "note"]
 

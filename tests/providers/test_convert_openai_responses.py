@@ -14,6 +14,7 @@ from drover.messages import (
     user_message,
 )
 from drover.providers.convert_openai_responses import (
+    _Digest,
     items_digest,
     plan_input,
     to_responses_input,
@@ -187,3 +188,17 @@ def test_tools() -> None:
             "strict": False,
         }
     ]
+
+
+def test_the_running_digest_is_the_digest_of_every_prefix() -> None:
+    # One pass gives the digest of the whole input and of the part before the last assistant
+    # message; both must equal items_digest, which earlier processes stored as input_digest.
+    items = [
+        {"type": "message", "role": "assistant", "content": [{"text": "é😀" * i}], "n": i}
+        for i in range(6)
+    ]
+    running = _Digest()
+    for k, item in enumerate(items):
+        assert running.value() == items_digest(items[:k])
+        running.add(item)
+    assert running.value() == items_digest(items)

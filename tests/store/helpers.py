@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drover.errors import StoreError
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
 from drover.store.base import EventRecord
+from drover.store.batch import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
 from drover.store.sqlite import SqliteStore
 
 
@@ -77,6 +85,16 @@ class RecordingStore(SqliteStore):
     def _after(self, name: str, args: tuple[Any, ...]) -> None:
         self.calls.append((name, args))
         self._changed.set()
+
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """A group commit, recorded as the calls it stands for (failing before any is made)."""
+        recorded = [r for r in map(_as_call, writes) if r is not None]
+        for name, args in recorded:
+            self._before(name, args)
+        results = await super().write_batch(writes)
+        for name, args in recorded:
+            self._after(name, args)
+        return results
 
     async def append_partial_text(
         self, turn_id: str, step: int, block_index: int, text: str, **numbers: Any
@@ -163,3 +181,28 @@ class RecordingStore(SqliteStore):
         )
         self._after("end_turn", args)
         return logged
+
+
+def _as_call(write: JournalWrite) -> tuple[str, tuple[Any, ...]] | None:
+    """The recorded name and arguments of the store method a batched write stands for."""
+    match write:
+        case AppendPartialText():
+            return "append_partial_text", (write.turn_id, write.step, write.block_index, write.text)
+        case AppendMessage():
+            return "append_message", (write.turn_id, write.message, write.partial, write.step)
+        case AppendEvent():
+            return "append_event", (write.session_id, write.turn_id, dict(write.event))
+        case UpsertToolCall():
+            w = write
+            return "upsert_tool_call", (
+                w.turn_id,
+                w.call_id,
+                w.state,
+                w.input,
+                w.output,
+                w.read_only,
+                w.step,
+            )
+        case EndTurn():
+            return "end_turn", (write.turn_id, write.status, write.reason, write.error)
+    return None

@@ -27,7 +27,7 @@ from drover.store.base import (
     ToolCallRecord,
     TurnRecord,
 )
-from drover.store.history import build_history, repair_history
+from drover.store.history import CallsConsulted, build_history, repair_history
 
 
 def turn(seq: int, status: TurnStatus, prompt: str | None, **kw: Any) -> TurnRecord:
@@ -265,3 +265,17 @@ def test_repair_is_valid_deterministic_and_idempotent(
     assert repair_history(messages, calls) == once
     assert repair_history(once, calls) == once
     _valid(once)
+
+
+def test_a_build_consults_stored_calls_only_for_missing_results() -> None:
+    done = turn(1, "completed", "one")
+    cut = turn(2, "interrupted", "two")
+    answered = stored("t1", assistant_message([use("a")]), tool_result_message([result("a")]))
+    consulted = CallsConsulted()
+    assert build_history([(done, answered)], consulted) == build_history([(done, answered)])
+    assert consulted.ids == set() and consulted.turns([(done, answered)]) == []
+    # A call cut off before its result: the build looks it up, in the turn that made it.
+    loaded = [(done, answered), (cut, stored("t2", assistant_message([use("b"), use("c")])))]
+    build_history(loaded, consulted)
+    assert consulted.ids == {"b", "c"}
+    assert consulted.turns(loaded) == ["t2"]

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,9 @@ from drover.events import (
     StepStarted,
     TerminalEvent,
     TextDelta,
+    ToolDone,
     ToolResults,
+    ToolStart,
     ToolState,
     ToolStateChanged,
     TurnStarted,
@@ -121,7 +124,13 @@ async def test_eager_flush_when_a_tool_call_begins_and_when_its_input_is_complet
     await rig.deltas("Let me look at sk-abc")
     streaming = ToolStateChanged(call_id="c1", call_index=0, name="bash", state="input-streaming")
     await rig.journal.send(streaming)
-    assert rig.store.names() == ["append_partial_text", "upsert_tool_call", "append_event"]
+    # In one transaction with the write deferred before it (the rig's step_started event).
+    assert rig.store.names() == [
+        "append_event",
+        "append_partial_text",
+        "upsert_tool_call",
+        "append_event",
+    ]
     assert rig.partial_writes() == ["Let me look at sk-abc"]
     rig.store.calls.clear()
     await rig.deltas("Let me look. ")  # text after a call began (rare): flushed at its end
@@ -200,7 +209,9 @@ async def test_a_failed_write_is_retried_before_send_returns(rig: Rig) -> None:
     chunk = "y" * 127 + " "
     rig.store.failures["append_partial_text"] = 1
     await rig.deltas(*[chunk] * 8)  # 1024 bytes: the flush fails once and is made again
-    assert rig.store.names()[-2:] == ["append_partial_text!", "append_partial_text"]
+    # The batch (the rig's deferred step_started, then the flush) fails on the flush; made again
+    # one write at a time, in order.
+    assert rig.store.names() == ["append_partial_text!", "append_event", "append_partial_text"]
     assert rig.journal.backlog == 0
     assert rig.journal.failure is None
     (synth,) = await rig.store.turn_messages(rig.turn_id)
@@ -211,8 +222,10 @@ async def test_failed_event_writes_keep_their_order(rig: Rig) -> None:
     rig.store.failures["append_event"] = 2
     await rig.journal.send(StepStarted(step=2))
     await rig.journal.send(Compacted(messages_before=9, messages_after=3))
-    assert rig.journal.backlog == 0
     await rig.journal.send(StepStarted(step=3))
+    assert rig.journal.backlog == 4  # deferred (the rig's step too): nothing waits on them
+    rig.clock.advance(0.25)  # the flush timer writes them
+    await rig.store.wait_for(lambda: rig.journal.backlog == 0)
     events = await rig.store.events_after(rig.session_id)
     assert [e.type for e in events] == [
         "turn_started",
@@ -236,12 +249,14 @@ async def test_a_write_that_keeps_failing_fails_the_journal(rig: Rig) -> None:
     )
     await journal.send(StepStarted(step=1))
     rig.store.failures["append_event"] = 10**6
-    await journal.send(StepStarted(step=2))  # does not raise
+    await journal.send(StepStarted(step=2))
+    await journal.aclose()  # writes what was deferred: does not raise
     assert journal.failure is not None
     assert failures == [journal.failure]
     assert "log the step_started event after 3 tries" in str(journal.failure)
     assert isinstance(journal.failure.__cause__, StoreError)  # the original error is kept
-    assert rig.store.names().count("append_event!") == 3
+    # Once together with the write after it, then three times alone.
+    assert rig.store.names().count("append_event!") == 1 + 3
     # Nothing more is written: the record stays a consistent prefix of the turn.
     rig.store.failures.clear()
     calls = len(rig.store.calls)
@@ -365,3 +380,91 @@ async def test_an_answer_costs_linear_bytes(rig: Rig) -> None:
     # The answer once as coalesced deltas and once in the finished message, plus framing.
     assert 2 * len(answer) <= logged < 2 * len(answer) + 100 * len(writes) + 1000
     conn.close()
+
+
+async def test_writes_ready_together_commit_together(rig: Rig) -> None:
+    """A tool step's writes in five transactions: the eager flush with the call's first state,
+    the assistant message, the call about to run, its end, the results message; the rest
+    rides along."""
+    streaming = ToolStateChanged(call_id="c1", call_index=0, name="bash", state="input-streaming")
+    available = ToolStateChanged(
+        call_id="c1", call_index=0, name="bash", state="input-available", input={"c": 1}
+    )
+    use = ToolUseBlock(id="c1", name="bash", input={"c": 1})
+    message = assistant_message([TextBlock(text="Plan. "), use])
+    results = tool_result_message([ToolResultBlock(tool_use_id="c1", content="out")])
+    batches: list[int] = []
+    write_batch = rig.store.write_batch
+
+    async def counted(writes: Any) -> list[Any]:
+        batches.append(len(writes))
+        return await write_batch(writes)
+
+    rig.store.write_batch = counted  # type: ignore[method-assign]
+    await rig.deltas("Plan. ")
+    await rig.journal.send(streaming)
+    await rig.journal.send(available)
+    await rig.journal.send(UsageReport(usage=Usage(output_tokens=3), total_input=1, total_output=3))
+    await rig.journal.send(AssistantMessage(message=message))
+    await rig.journal.send(ToolStateChanged(**{**_fields(available), "state": "running"}))
+    await rig.journal.send(ToolStart(call_index=0, id="c1", name="bash", input_summary="bash"))
+    done = ToolStateChanged(
+        call_id="c1", call_index=0, name="bash", state="output-available", output="out"
+    )
+    await rig.journal.send(done)
+    (call,) = await rig.store.tool_calls(rig.turn_id)  # durable before send returned
+    assert (call.state, call.output) == ("output-available", "out")
+    await rig.journal.send(
+        ToolDone(call_index=0, id="c1", name="bash", is_error=False, output_summary="out")
+    )
+    await rig.journal.send(ToolResults(message=results))
+    assert batches == [4, 5, 2, 3, 3] and rig.journal.backlog == 0
+    await rig.journal.send(StepStarted(step=2))
+    assert rig.journal.backlog == 1
+    rig.clock.advance(0.25)  # what nothing waits on is written by the timer, at the latest
+    await rig.store.wait_for(lambda: rig.journal.backlog == 0)
+    assert batches == [4, 5, 2, 3, 3]  # one write alone: no batch
+    stored = await rig.store.turn_messages(rig.turn_id)
+    assert [s.message for s in stored][:2] == [message, results]
+
+
+def _fields(event: ToolStateChanged) -> dict[str, Any]:
+    return {f: getattr(event, f) for f in ("call_id", "call_index", "name", "input")}
+
+
+async def test_the_done_event_refers_to_the_answer_and_reads_back_whole(rig: Rig) -> None:
+    published: list[dict[str, Any]] = []
+    journal = Journal(
+        rig.store,
+        rig.session_id,
+        turn_id=rig.turn_id,
+        publish=lambda seq, turn_id, payload: published.append(payload),
+    )
+    answer = "The answer is 42. " * 50
+    await journal.send(StepStarted(step=2))
+    await journal.send(AssistantMessage(message=assistant_message([TextBlock(text=answer)])))
+    await journal.send(Done(text=answer, usage=Usage(output_tokens=3)))
+    # Stored once: the event holds the message's number, not its text.
+    conn = sqlite3.connect(rig.path)
+    (raw,) = conn.execute("SELECT payload FROM events WHERE type = 'done'").fetchone()
+    conn.close()
+    assert answer not in raw and '"text_of":1' in raw
+    # Read back (replay, `drover show`) and published live as it always was.
+    (done,) = [e for e in await rig.store.events_after(rig.session_id) if e.type == "done"]
+    assert (
+        dict(done.payload)
+        == published[-1]
+        == {
+            "type": "done",
+            "text": answer,
+            "usage": Usage(output_tokens=3).to_dict(),
+        }
+    )
+    assert list(done.payload) == ["type", "text", "usage"]  # same order on the wire
+
+
+async def test_a_done_text_that_is_not_the_last_message_is_kept(rig: Rig) -> None:
+    await rig.journal.send(AssistantMessage(message=assistant_message([TextBlock(text="a")])))
+    await rig.journal.send(Done(text="something else", usage=Usage()))
+    (done,) = [e for e in await rig.store.events_after(rig.session_id) if e.type == "done"]
+    assert done.payload["text"] == "something else" and "text_of" not in done.payload

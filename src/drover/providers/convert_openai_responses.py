@@ -173,22 +173,45 @@ class InputPlan:
         return cast(list[ResponseInputItemParam], self.items)
 
 
+class _Digest:
+    """:func:`items_digest` computed as items come, so the digest of any prefix is at hand too:
+    the whole input and the part before the last assistant message cost one pass, not two."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256(b"[")
+        self._count = 0
+
+    def add(self, item: Item) -> None:
+        text = json.dumps(item, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        self._hash.update((("," if self._count else "") + text).encode("utf-8", "surrogatepass"))
+        self._count += 1
+
+    def value(self) -> str:
+        done = self._hash.copy()
+        done.update(b"]")
+        return done.hexdigest()[:32]
+
+
 def plan_input(messages: Iterable[Message], *, stored: bool) -> InputPlan:
     converted = convert_messages(messages, stored=stored)
-    full = [item for _message, items in converted for item in items]
-    digest = items_digest(full)
-    if not stored:
-        return InputPlan(full, digest)
     last = max((i for i, (m, _) in enumerate(converted) if m.role == "assistant"), default=None)
-    if last is None:
+    running, before = _Digest(), None
+    full: list[Item] = []
+    for position, (_message, items) in enumerate(converted):
+        if position == last:
+            before = running.value()
+        for item in items:
+            running.add(item)
+            full.append(item)
+    digest = running.value()
+    if not stored or last is None:
         return InputPlan(full, digest)
     meta = converted[last][0].meta
     response_id = meta.get("response_id")
     if meta.get("provider") != PROVIDER or not isinstance(response_id, str) or not response_id:
         return InputPlan(full, digest)
-    before = [item for _message, items in converted[:last] for item in items]
     after = [item for _message, items in converted[last + 1 :] for item in items]
-    if not after or meta.get("input_digest") != items_digest(before):
+    if not after or meta.get("input_digest") != before:
         return InputPlan(full, digest)
     return InputPlan(after, digest, previous_response_id=response_id)
 

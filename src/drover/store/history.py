@@ -21,12 +21,14 @@ turn had ended (a ``task`` call whose interrupted workers a later turn finished)
 out, and each of its results replaces the result of the same call wherever that stands.
 
 Both functions are pure, deterministic and idempotent: repairing a repaired history changes
-nothing.
+nothing. A stored tool call is consulted only for a result that is missing, which a finished
+turn never lacks: building with a :class:`CallsConsulted` first says which turns' calls are
+needed, so a resume loads those and not every call (and its output) of a long session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from drover.events import TERMINAL_TOOL_STATES
@@ -51,9 +53,12 @@ from drover.store.base import (
 LATE_RESULTS = "drover_late_results"
 
 
+Calls = Iterable[ToolCallRecord] | Mapping[str, ToolCallRecord]
+
+
 def build_history(
     turns: Iterable[tuple[TurnRecord, Sequence[StoredMessage]]],
-    tool_calls: Iterable[ToolCallRecord] = (),
+    tool_calls: Calls = (),
 ) -> list[Message]:
     """The messages of ``turns`` (with their stored messages), in turn order, repaired.
 
@@ -77,6 +82,35 @@ def build_history(
     return [_with_late(m, late) for m in repair_history(kept, tool_calls)]
 
 
+class CallsConsulted(Mapping[str, ToolCallRecord]):
+    """An empty table of tool calls that remembers which call ids a build looked up in it.
+
+    Build with it first: when :attr:`ids` stays empty (every result present, the usual case)
+    the history is final and no stored call was needed; otherwise :meth:`turns` names the turns
+    whose calls to load before building again."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def __getitem__(self, call_id: str) -> ToolCallRecord:
+        self.ids.add(call_id)
+        raise KeyError(call_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def turns(self, turns: Iterable[tuple[TurnRecord, Sequence[StoredMessage]]]) -> list[str]:
+        """The ids of the turns (of ``turns``) that made a looked-up call, in order."""
+        return [
+            turn.id
+            for turn, stored in turns
+            if any(use.id in self.ids for s in stored for use in s.message.tool_uses)
+        ]
+
+
 def _with_late(message: Message, late: Mapping[str, ToolResultBlock]) -> Message:
     if not any(r.tool_use_id in late for r in message.tool_results):
         return message
@@ -86,11 +120,10 @@ def _with_late(message: Message, late: Mapping[str, ToolResultBlock]) -> Message
     return replace(message, content=content)
 
 
-def repair_history(
-    messages: Iterable[Message], tool_calls: Iterable[ToolCallRecord] = ()
-) -> list[Message]:
-    """``messages`` made valid for every provider (see the module docstring)."""
-    calls = {c.call_id: c for c in tool_calls}
+def repair_history(messages: Iterable[Message], tool_calls: Calls = ()) -> list[Message]:
+    """``messages`` made valid for every provider (see the module docstring); ``tool_calls``
+    as records or by call id."""
+    calls = tool_calls if isinstance(tool_calls, Mapping) else {c.call_id: c for c in tool_calls}
     cleaned = [m for m in map(_clean, messages) if m is not None]
     out: list[Message] = []
     i = 0

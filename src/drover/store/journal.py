@@ -10,10 +10,10 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             by a timer that fires ``flush_interval`` after the first unflushed
                             delta (so a stalled stream is still written)
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
-``tool_state``              the tool call is upserted before ``send`` returns; at
-                            ``input-streaming`` all buffered text is flushed first, the
-                            redaction's held tail included (the text blocks before a tool_use
-                            are finished), and at ``input-available`` what arrived since
+``tool_state``              the tool call is upserted; at ``input-streaming`` all buffered
+                            text is flushed first, the redaction's held tail included (the
+                            text blocks before a tool_use are finished), and at
+                            ``input-available`` what arrived since
 ``assistant_message``       authoritative: the timer is cancelled, the message appended and the
                             step's deltas deleted in the same write
 ``tool_results``            the results message is appended
@@ -45,13 +45,24 @@ those numbers. A coalesced text row covers its deltas' numbers and marks where e
 numbers of deltas a finished message or a discarding retry supersedes before they were written
 are covered by that message's or retry's row, so every number handed out lands in some row.
 
-Writes queue in order and are made before ``send`` returns (the text gates aside), so a tool
-call is durably ``running`` before its tool starts. A write that fails is retried at once, with a
-short backoff, up to ``max_attempts`` times while later writes wait behind it. One that still
-fails — or a write to a turn this process no longer holds (:class:`~drover.errors.LeaseLostError`)
-— fails the journal: :attr:`Journal.failure` says why (the original error as its cause), nothing
-more is written, so the durable record stays a consistent prefix of the turn, and
-``on_failure`` is called so the owner can stop the turn. ``send`` itself never raises but for
+Writes queue in order (:mod:`drover.store.journal_queue`). Those a guarantee waits on are made
+before ``send`` returns, together with every write queued before them, in one transaction when
+the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
+call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
+(an output is never lost once reported); a permission question and its call's state; the
+assistant message; the results message (durable before the next model request); a discarding
+retry; the turn's end. The rest — ``step_started``, ``usage``, ``tool_start``/``tool_done``,
+``compacted``, the ``input-available`` state — are numbered and published at once and written
+with the next of those or by the flush timer, at most ``flush_interval`` later: a crash loses
+at most that much of them, at the tail of the log. A tool step thus costs five commits
+(the eager flush, the message, ``running``, the call's end, the results) instead of seventeen.
+
+A write that fails is retried at once, with a short backoff, up to ``max_attempts`` times while
+later writes wait behind it. One that still fails — or a write to a turn this process no longer
+holds (:class:`~drover.errors.LeaseLostError`) — fails the journal: :attr:`Journal.failure`
+says why (the original error as its cause), nothing more is written, so the durable record
+stays a consistent prefix of the turn, and ``on_failure`` is called so the owner can stop the
+turn. ``send`` itself never raises but for
 the cancellation that interrupts the turn.
 """
 
@@ -61,14 +72,13 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, assert_never, cast
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import (
+    TERMINAL_TOOL_STATES,
     AssistantMessage,
     Compacted,
     Done,
@@ -91,7 +101,18 @@ from drover.events import (
     turn_status,
 )
 from drover.messages import Message
-from drover.store.base import EventLog, TurnJournal
+from drover.store.base import EventLog, EventRecord, TurnJournal
+from drover.store.batch import (
+    TEXT_OF,
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    DiscardPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
+from drover.store.journal_queue import WriteQueue
 from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 from drover.store.worker_log import WorkerLog, worker_event
@@ -101,13 +122,14 @@ log = logging.getLogger(__name__)
 FinishedContentHook = Callable[[Message], Awaitable[None] | None]
 
 
-@dataclass(slots=True)
-class _Write:
-    what: str
-    run: Callable[[], Awaitable[Any]]
-    attempts: int = 0
-    #: The write that ends the turn.
-    ends_turn: bool = False
+#: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
+#: it is flushed with it), a call waiting for the user (what a client reads of the session
+#: shows the question), a call about to run (never recorded as not run once it may have
+#: started), and a call's end (its output is never lost once reported). ``input-available``
+#: goes with the next write (the assistant message), at the latest the flush timer's.
+_MADE_AT_ONCE = frozenset(
+    {"input-streaming", "awaiting-permission", "running", *TERMINAL_TOOL_STATES}
+)
 
 
 class Journal:
@@ -155,11 +177,14 @@ class Journal:
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        self._writes = WriteQueue(
+            store, max_attempts=max_attempts, retry_delay=retry_delay, on_failure=self._fail
+        )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
         self.failure: StoreError | None = None
-        #: Whether the turn's end was recorded.
-        self.ended = False
+        # (seq in the turn, text) of the last finished assistant message stored.
+        self._answer: tuple[int, str] | None = None
         self._step = 0
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], StreamMarks] = {}
@@ -170,8 +195,6 @@ class Journal:
         self._unflushed = 0
         self._last_flush = clock()
         self._timer: asyncio.Task[None] | None = None
-        self._queue: deque[_Write] = deque()
-        self._lock = asyncio.Lock()
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
 
@@ -183,8 +206,13 @@ class Journal:
 
     @property
     def backlog(self) -> int:
-        """Writes waiting to be retried."""
-        return len(self._queue)
+        """Writes not yet made (deferred, or waiting to be retried)."""
+        return len(self._writes)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the turn's end was recorded."""
+        return self._writes.ended
 
     @property
     def timer_pending(self) -> bool:
@@ -210,7 +238,7 @@ class Journal:
             await worker.aclose()
         if self.failure is None:
             self._take_text(final=True)
-            if await self._drain():
+            if await self._writes.drain():
                 await self._numbers.release()
 
     def _worker_journal(self, event: WorkerEvent) -> Journal:
@@ -256,32 +284,43 @@ class Journal:
             case ThinkingDelta():
                 return
             case TurnStarted():
+                # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0
             case StepStarted():
                 self._step = event.step
+                await self._log(event)
+                self._defer()
+                return
             case Retry():
                 if event.discard_partial:
                     self._drop_text(self._step)
                     step = self._step
-                    self._turn_write(
-                        "discard partial text", lambda t: self.store.discard_partial_text(t, step)
+                    await self._log(
+                        event,
+                        before=lambda: self._turn_write(
+                            "discard partial text", lambda t: DiscardPartialText(t, step)
+                        ),
                     )
+                    await self._drain()
+                    return
             case AssistantMessage():
                 self._cancel_timer()
                 self._drop_text(self._step)
                 message, step = self._redactor.redact_message(event.message), self._step
-                self._turn_write(
-                    "append assistant message",
-                    lambda t: self.store.append_message(
-                        t, message, partial=event.partial, step=step
+                await self._log(
+                    event,
+                    before=lambda: self._turn_write(
+                        "append assistant message",
+                        lambda t: AppendMessage(t, message, event.partial, step),
+                        done=None if event.partial else partial(self._answered, message),
                     ),
                 )
-                await self._log(event)
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
                 return
             case ToolStateChanged():
+                urgent = False
                 if event.state == "input-streaming":
                     # A tool_use block begins: the text blocks before it are finished, so all
                     # their text is written now (nothing held back), before the tool's state
@@ -289,15 +328,25 @@ class Journal:
                     self._cancel_timer()
                     self._take_text(final=True)
                 elif event.state == "input-available":
+                    # Text that came after the call began (rare) is written with its input.
                     self._cancel_timer()
-                    self._take_text(final=False)
-                self._upsert(event)
+                    urgent = self._take_text(final=False)
+                await self._log(event, before=partial(self._upsert, event))
+                if urgent or event.state in _MADE_AT_ONCE:
+                    await self._drain()
+                else:
+                    self._defer()
+                return
+            case PermissionRequest():
+                pass  # the turn waits for the user: written at once
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
-                self._turn_write(
-                    "append tool results", lambda t: self.store.append_message(t, message)
+                await self._log(
+                    event,
+                    before=lambda: self._turn_write(
+                        "append tool results", lambda t: AppendMessage(t, message)
+                    ),
                 )
-                await self._log(event)
                 await self._drain()
                 await self._finished(message)
                 return
@@ -315,37 +364,53 @@ class Journal:
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
                 # The terminal event is numbered when written, after those the store logs
                 # closing the turn (see _end_turn).
-                self._turn_write(
-                    "end the turn", lambda t: self._end_turn(t, event, reason, error), ends=True
-                )
+                self._end_turn(event, reason, error)
                 await self._drain()
                 return
-            case ToolStart() | ToolDone() | PermissionRequest() | UsageReport() | Compacted():
-                pass
+            case ToolStart() | ToolDone() | UsageReport() | Compacted():
+                # Nothing waits on these: they go with the next write a guarantee needs.
+                await self._log(event)
+                self._defer()
+                return
             case _:
                 assert_never(event)
         await self._log(event)
         await self._drain()
 
-    async def _end_turn(
-        self, turn_id: str, event: Done | Incomplete | Error, reason: str | None, error: str | None
+    def _end_turn(
+        self, event: Done | Incomplete | Error, reason: str | None, error: str | None
     ) -> None:
-        logged = await self.store.end_turn(
-            turn_id,
-            turn_status(event),
+        turn_id = self._turn_id
+        if turn_id is None:
+            log.warning("journal: end the turn before the turn started; skipped")
+            return
+
+        payload = self._redactor.redact_obj(event_to_dict(event))
+        stored = payload
+        if self._answer is not None and payload.get("text") == self._answer[1]:
+            # The answer is the message just stored: the event refers to it (read back whole).
+            stored = {(TEXT_OF if k == "text" else k): v for k, v in payload.items()}
+            stored[TEXT_OF] = self._answer[0]
+
+        def ended(logged: list[EventRecord]) -> None:
+            # Calls closed and text folded by the store, then the terminal event: written and
+            # numbered in one transaction, so published only now (the event as it happened).
+            for i, record in enumerate(logged):
+                self._numbers.advance_past(record.end_seq)
+                shown = payload if i == len(logged) - 1 else dict(record.payload)
+                self._numbers.publish(record.end_seq, turn_id, shown)
+
+        write = EndTurn(
+            turn_id=turn_id,
+            status=turn_status(event),
             reason=reason,
             error=error,
             usage=event.usage,
             owner=self._owner,
-            event=self._redactor.redact_obj(event_to_dict(event)),
+            event=stored,
             first_seq=self._numbers.next,
         )
-        self.ended = True
-        # Calls closed and text folded by the store, then the terminal event: written and
-        # numbered in one transaction, so published only now.
-        for record in logged:
-            self._numbers.advance_past(record.end_seq)
-            self._numbers.publish(record.end_seq, turn_id, dict(record.payload))
+        self._writes.push("end the turn", write, done=ended, ends_turn=True)
 
     # -- text ----------------------------------------------------------------------------------
 
@@ -366,8 +431,10 @@ class Journal:
             or self._clock() - self._last_flush >= self._interval
         )
 
-    def _take_text(self, *, final: bool) -> None:
-        """Queue the buffered text that is safe to write (all of it when ``final``)."""
+    def _take_text(self, *, final: bool) -> bool:
+        """Queue the buffered text that is safe to write (all of it when ``final``); whether
+        there was any."""
+        took = False
         turn_id = self._turn_id
         for key, stream in sorted(self._texts.items()):
             text = stream.take(final=final)
@@ -377,16 +444,16 @@ class Journal:
                 span = marks.release(marks.unwritten() - stream.held_chars, len(text))
             if text and turn_id is not None:
                 step, index = key
-                write = partial(self.store.append_partial_text, turn_id, step, index, text)
-                if span is not None:
-                    first, last, cuts = span
-                    write = partial(write, seq=first, last_seq=last, marks=cuts)
-                self._queue.append(_Write("append partial text", write))
+                first, last, cuts = span if span is not None else (None, None, None)
+                write = AppendPartialText(turn_id, step, index, text, first, last, cuts)
+                self._writes.push("append partial text", write)
+                took = True
         if final:
             self._texts.clear()
             self._marks.clear()
         self._unflushed = 0
         self._last_flush = self._clock()
+        return took
 
     def _drop_text(self, step: int) -> None:
         for key in [k for k in self._texts if k[0] == step]:
@@ -402,6 +469,11 @@ class Journal:
         self._cancel_timer()
         self._take_text(final=False)
         await self._drain()
+
+    def _defer(self) -> None:
+        """Leave the queued writes for the next drain, at the latest the timer's."""
+        if len(self._writes):
+            self._start_timer()
 
     def _start_timer(self) -> None:
         if self._timer is None:
@@ -427,15 +499,25 @@ class Journal:
     # -- writes --------------------------------------------------------------------------------
 
     def _turn_write(
-        self, what: str, run: Callable[[str], Awaitable[Any]], *, ends: bool = False
+        self,
+        what: str,
+        make: Callable[[str], JournalWrite],
+        done: Callable[[Any], None] | None = None,
     ) -> None:
         turn_id = self._turn_id
         if turn_id is None:
             log.warning("journal: %s before the turn started; skipped", what)
             return
-        self._queue.append(_Write(what, lambda: run(turn_id), ends_turn=ends))
+        self._writes.push(what, make(turn_id), done=done)
+
+    def _answered(self, message: Message, seq: Any) -> None:
+        """A finished assistant message was stored as the turn's message ``seq``."""
+        if isinstance(seq, int) and seq > 0:
+            self._answer = (seq, message.text)
 
     def _upsert(self, event: ToolStateChanged) -> None:
+        """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before
+        ``send`` returns)."""
         read_only = False
         if self._is_read_only is not None:
             try:
@@ -447,9 +529,9 @@ class Journal:
         step = self._step
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: self.store.upsert_tool_call(
-                t,
-                event.call_id,
+            lambda t: UpsertToolCall(
+                turn_id=t,
+                call_id=event.call_id,
                 call_index=event.call_index,
                 name=event.name,
                 state=event.state,
@@ -462,54 +544,32 @@ class Journal:
             ),
         )
 
-    async def _log(self, event: Event, **extra: Any) -> None:
+    async def _log(
+        self, event: Event, *, before: Callable[[], object] | None = None, **extra: Any
+    ) -> None:
+        """Number ``event`` and queue its log row; ``before`` queues the write the row goes
+        with, after the number is taken, so nothing can be made between the two."""
         payload = self._redactor.redact_obj({**event_to_dict(event), **extra})
         turn_id = self._turn_id
         seq = await self._numbers.take()
+        if before is not None:
+            before()
         first: int | None = None
         if seq is not None:
             first, self._absorb = self._absorb, None
             self._publish(seq, turn_id, payload)
-        self._queue.append(
-            _Write(
-                f"log the {event.type} event",
-                partial(
-                    self.store.append_event,
-                    self.session_id,
-                    turn_id,
-                    payload,
-                    seq=seq if first is None else first,
-                    last_seq=seq,
-                ),
-            )
-        )
+        write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
+        self._writes.push(f"log the {event.type} event", write)
 
     def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
         self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
 
     async def _drain(self) -> bool:
-        """Make the queued writes in order, retrying a failed one before the next; False when
-        the journal failed."""
-        async with self._lock:
-            while self._queue and self.failure is None:
-                write = self._queue[0]
-                write.attempts += 1
-                try:
-                    await write.run()
-                except asyncio.CancelledError:
-                    # The store completes a write it has started: it must not be made twice.
-                    self._queue.popleft()
-                    self.ended = self.ended or write.ends_turn
-                    raise
-                except Exception as exc:
-                    if isinstance(exc, LeaseLostError) or write.attempts >= self._max_attempts:
-                        self._fail(write.what, exc)
-                        break
-                    log.warning("journal: could not %s (%s); retrying", write.what, exc)
-                    await asyncio.sleep(min(1.0, self._retry_delay * 2 ** (write.attempts - 1)))
-                    continue
-                self._queue.popleft()
-        return self.failure is None
+        """Make the queued writes (see :mod:`~drover.store.journal_queue`); False when the
+        journal failed."""
+        if self.failure is not None:
+            return False
+        return await self._writes.drain()
 
     def _fail(self, what: str, exc: Exception) -> None:
         if self.failure is not None:
@@ -519,7 +579,8 @@ class Journal:
         failure.__cause__ = exc
         self.failure = failure
         log.error("journal: %s; nothing more of this turn is recorded", failure)
-        self._queue.clear()
+        self._writes.failed = True
+        self._writes.clear()
         self._texts.clear()
         self._marks.clear()
         self._cancel_timer()

@@ -20,6 +20,9 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+json_value = _json
+
+
 def session_from_row(row: Row) -> SessionRecord:
     return SessionRecord(
         id=str(row["id"]),

@@ -14,13 +14,16 @@ never takes a number a client may already hold (see :mod:`drover.store.numbering
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 from drover.errors import StoreError
+from drover.messages import message_from_dict
 from drover.store.base import EventRecord
+from drover.store.batch import TEXT_OF, AppendEvent
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
-from drover.store.rows import event_from_row
+from drover.store.rows import event_from_row, json_value
 
 T = TypeVar("T")
 Mode: TypeAlias = Literal["read", "write", "snapshot"]
@@ -141,15 +144,16 @@ class SqlLog:
         seq: int | None = None,
         last_seq: int | None = None,
     ) -> int:
-        now = self._clock()
         if "type" not in event:
             raise ValueError("an event needs a type")
+        write = AppendEvent(session_id, turn_id, event, seq, last_seq)
+        return await self._perform(self._append_event(write, self._clock()), "write")
 
-        def insert() -> Plan[int]:
-            yield from self._need_session(session_id)
-            return (yield from self._log(session_id, turn_id, event, now, seq, last_seq))
-
-        return await self._perform(insert(), "write")
+    def _append_event(self, w: AppendEvent, now: float) -> Plan[int]:
+        if "type" not in w.event:
+            raise ValueError("an event needs a type")
+        yield from self._need_session(w.session_id)
+        return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:
         found = await self._select(
@@ -170,10 +174,33 @@ class SqlLog:
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
-        found = await self._select(
-            "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
-            session_id,
-            after_seq,
-            self.dialect.no_limit if limit is None else limit,
+        def read() -> Plan[list[EventRecord]]:
+            found = yield from rows(
+                "SELECT * FROM events WHERE session_id = ? AND last_seq > ? "
+                "ORDER BY seq, part LIMIT ?",
+                session_id,
+                after_seq,
+                self.dialect.no_limit if limit is None else limit,
+            )
+            records = [event_from_row(r) for r in found]
+            for i, record in enumerate(records):
+                if TEXT_OF in record.payload and record.turn_id is not None:
+                    records[i] = yield from self._with_text(record, record.turn_id)
+            return records
+
+        return await self._perform(read(), "read")
+
+    def _with_text(self, record: EventRecord, turn_id: str) -> Plan[EventRecord]:
+        """A terminal event stored with a reference to its answer (``text_of``, the message's
+        seq in the turn) as the log always showed it: with the answer's ``text``, in place."""
+        found = yield from rows(
+            "SELECT body FROM messages WHERE turn_id = ? AND seq = ?",
+            turn_id,
+            record.payload[TEXT_OF],
         )
-        return [event_from_row(r) for r in found]
+        text = message_from_dict(json_value(found[0]["body"])).text if found else ""
+        payload = {
+            ("text" if k == TEXT_OF else k): (text if k == TEXT_OF else v)
+            for k, v in record.payload.items()
+        }
+        return replace(record, payload=payload)

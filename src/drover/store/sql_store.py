@@ -48,6 +48,15 @@ from drover.store.base import (
     partial_messages,
     session_title,
 )
+from drover.store.batch import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    DiscardPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
 from drover.store.dialect import Plan, Row, atomic, execute, rows
 from drover.store.rows import (
     encode_marks,
@@ -336,35 +345,42 @@ class SqlStore(SqlLog):
         event: Mapping[str, Any] | None = None,
         first_seq: int | None = None,
     ) -> list[EventRecord]:
-        if status == "running":
+        write = EndTurn(
+            turn_id=turn_id,
+            status=status,
+            reason=reason,
+            error=error,
+            usage=usage,
+            owner=owner,
+            event=event,
+            first_seq=first_seq,
+        )
+        return await self._perform(self._end_turn(write, self._clock()), "write")
+
+    def _end_turn(self, w: EndTurn, now: float) -> Plan[list[EventRecord]]:
+        if w.status == "running":
             raise StoreError("a turn cannot end as running")
-        now = self._clock()
         d = self.dialect
-        usage_json = None if usage is None else d.json(usage.to_dict())
-
-        def update() -> Plan[list[EventRecord]]:
-            session_id = yield from self._turn_session(turn_id, owner)
-            logged: list[EventRecord] = []
-            yield from self._settle(session_id, turn_id, now, logged, first_seq)
-            yield from execute(
-                "UPDATE turns SET status = ?, reason = ?, error = ?, usage = ?::jsonb, "
-                "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
-                status,
-                d.clean(reason),
-                d.clean(error),
-                usage_json,
-                now,
-                now,
-                turn_id,
-            )
-            yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
-            if event is not None:
-                seq = None if first_seq is None else first_seq + len(logged)
-                seq = yield from self._log(session_id, turn_id, event, now, seq)
-                logged.append(logged_event(session_id, seq, turn_id, event, now))
-            return logged
-
-        return await self._perform(update(), "write")
+        session_id = yield from self._turn_session(w.turn_id, w.owner)
+        logged: list[EventRecord] = []
+        yield from self._settle(session_id, w.turn_id, now, logged, w.first_seq)
+        yield from execute(
+            "UPDATE turns SET status = ?, reason = ?, error = ?, usage = ?::jsonb, "
+            "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+            w.status,
+            d.clean(w.reason),
+            d.clean(w.error),
+            None if w.usage is None else d.json(w.usage.to_dict()),
+            now,
+            now,
+            w.turn_id,
+        )
+        yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
+        if w.event is not None:
+            seq = None if w.first_seq is None else w.first_seq + len(logged)
+            seq = yield from self._log(session_id, w.turn_id, w.event, now, seq)
+            logged.append(logged_event(session_id, seq, w.turn_id, w.event, now))
+        return logged
 
     async def turns(self, session_id: str) -> list[TurnRecord]:
         found = await self._select(
@@ -452,18 +468,17 @@ class SqlStore(SqlLog):
     async def append_message(
         self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
     ) -> int:
-        now = self._clock()
+        write = AppendMessage(turn_id, message, partial, step)
+        return await self._perform(self._append_message(write, self._clock()), "write")
 
-        def insert() -> Plan[int]:
-            yield from self._turn_session(turn_id)
-            seq = yield from self._add_message(turn_id, message, partial, now)
-            if step is not None:
-                yield from execute(
-                    "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", turn_id, step
-                )
-            return seq
-
-        return await self._perform(insert(), "write")
+    def _append_message(self, w: AppendMessage, now: float) -> Plan[int]:
+        yield from self._turn_session(w.turn_id)
+        seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
+        if w.step is not None:
+            yield from execute(
+                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
+            )
+        return seq
 
     async def append_partial_text(
         self,
@@ -476,34 +491,32 @@ class SqlStore(SqlLog):
         last_seq: int | None = None,
         marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
-        now = self._clock()
-        first = seq
-        encoded = None if seq is None else encode_marks(seq, marks)
-        event = flushed_text_event(text, block_index, step)
+        write = AppendPartialText(turn_id, step, block_index, text, seq, last_seq, marks)
+        return await self._perform(self._append_partial_text(write, self._clock()), "write")
 
-        def insert() -> Plan[int]:
-            session_id = yield from self._turn_session(turn_id)
-            yield from self._numbered(
-                "partial_text",
-                "text, turn_id, step, block_index",
-                "?, ?, ?, ?",
-                (self.dialect.text(text), turn_id, step, block_index),
-                ("turn_id", "step", "block_index"),
-            )
-            return (
-                yield from self._log_text(session_id, turn_id, event, now, first, last_seq, encoded)
-            )
-
-        return await self._perform(insert(), "write")
+    def _append_partial_text(self, w: AppendPartialText, now: float) -> Plan[int]:
+        encoded = None if w.seq is None else encode_marks(w.seq, w.marks)
+        event = flushed_text_event(w.text, w.block_index, w.step)
+        session_id = yield from self._turn_session(w.turn_id)
+        yield from self._numbered(
+            "partial_text",
+            "text, turn_id, step, block_index",
+            "?, ?, ?, ?",
+            (self.dialect.text(w.text), w.turn_id, w.step, w.block_index),
+            ("turn_id", "step", "block_index"),
+        )
+        return (
+            yield from self._log_text(session_id, w.turn_id, event, now, w.seq, w.last_seq, encoded)
+        )
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        def delete() -> Plan[None]:
-            yield from self._turn_session(turn_id)
-            yield from execute(
-                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", turn_id, step
-            )
+        await self._perform(self._discard(DiscardPartialText(turn_id, step)), "write")
 
-        await self._perform(delete(), "write")
+    def _discard(self, w: DiscardPartialText) -> Plan[None]:
+        yield from self._turn_session(w.turn_id)
+        yield from execute(
+            "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
+        )
 
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
         now = self._clock()
@@ -541,17 +554,59 @@ class SqlStore(SqlLog):
         read_only: bool = False,
         step: int = 0,
     ) -> None:
-        now = self._clock()
+        write = UpsertToolCall(
+            turn_id=turn_id,
+            call_id=call_id,
+            call_index=call_index,
+            name=name,
+            state=state,
+            input=input,
+            output=output,
+            is_error=is_error,
+            outcome_unknown=outcome_unknown,
+            read_only=read_only,
+            step=step,
+        )
+        await self._perform(self._upsert_call(write, self._clock()), "write")
+
+    def _upsert_call(self, w: UpsertToolCall, now: float) -> Plan[None]:
         d = self.dialect
-        input_json = None if input is None else d.json(dict(input))
-        values = (turn_id, call_id, step, call_index, name, state, input_json, d.clean(output))
-        flags = (is_error, outcome_unknown, read_only, now, now)
+        input_json = None if w.input is None else d.json(dict(w.input))
+        yield from self._turn_session(w.turn_id)
+        yield from execute(
+            _UPSERT_CALL,
+            *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
+            *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+        )
 
-        def upsert() -> Plan[None]:
-            yield from self._turn_session(turn_id)
-            yield from execute(_UPSERT_CALL, *values, *flags)
+    # -- group commit --------------------------------------------------------------------------
 
-        await self._perform(upsert(), "write")
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """See :class:`~drover.store.batch.BatchWriter`: one hop, one transaction."""
+        now = self._clock()
+
+        def batch() -> Plan[list[Any]]:
+            out: list[Any] = []
+            for write in writes:
+                out.append((yield from self._write_plan(write, now)))
+            return out
+
+        return await self._perform(batch(), "write")
+
+    def _write_plan(self, write: JournalWrite, now: float) -> Plan[Any]:
+        match write:
+            case AppendMessage():
+                return self._append_message(write, now)
+            case AppendPartialText():
+                return self._append_partial_text(write, now)
+            case DiscardPartialText():
+                return self._discard(write)
+            case AppendEvent():
+                return self._append_event(write, now)
+            case UpsertToolCall():
+                return self._upsert_call(write, now)
+            case EndTurn():
+                return self._end_turn(write, now)
 
     async def tool_calls(
         self, turn_id: str | None = None, *, session_id: str | None = None

@@ -1,0 +1,183 @@
+"""``drover sessions`` and ``drover show`` on a journal of many sessions (issue #12).
+
+A journal of ``--sessions`` sessions (default 10,000) is built in a real SQLite file: one
+session is recorded through the real store (a user prompt, three tool steps with their calls,
+an answer, the event log of a real turn: coalesced text rows, tool states, the messages, the
+terminal event), then copied with SQL under new ids and spread over time, so the file looks like
+a long-used journal (~10 turns… no: one turn each, ~40 log rows each). Then, timed as the user
+runs them — a new process each time, start-up included — ``drover sessions`` and ``drover show
+ID`` (the newest session and the oldest), and the same calls in-process (the query part only).
+Target: each ≤ 200 ms.
+
+    .venv/bin/python bench/admin_scale.py            # --sessions 10000 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import REPO, forbid_network, median, print_environment, table, words
+
+from drover.events import event_to_dict
+from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
+from drover.store import SqliteStore
+
+COPIED = ("sessions", "turns", "messages", "tool_calls", "events", "partial_text")
+
+
+async def record_one(path: Path) -> str:
+    async with SqliteStore(path) as store:
+        session = await store.create_session(workdir="/tmp/w", model="openai:bench")
+        turn = await store.begin_turn(session.id, user_message("look things up"), "b:1:1", 30.0)
+        for step in range(1, 4):
+            call = f"call_{step}"
+            text = words(300, seed=step)
+            for i in range(0, len(text), 100):
+                await store.append_partial_text(turn.id, step, 0, text[i : i + 100])
+            use = ToolUseBlock(id=call, name="lookup", input={"n": step})
+            message = Message(role="assistant", content=(TextBlock(text=text), use))
+            await store.append_message(turn.id, message, step=step)
+            await store.append_event(session.id, turn.id, event_to_dict_message(message))
+            for state in ("input-available", "running", "output-available"):
+                await store.upsert_tool_call(
+                    turn.id,
+                    call,
+                    call_index=0,
+                    name="lookup",
+                    state=state,
+                    input={"n": step},
+                    output="x" * 500 if state == "output-available" else None,
+                    step=step,
+                )
+                await store.append_event(
+                    session.id,
+                    turn.id,
+                    {"type": "tool_state", "call_id": call, "name": "lookup", "state": state},
+                )
+            result = Message(role="user", content=(ToolResultBlock(tool_use_id=call, content="x"),))
+            await store.append_message(turn.id, result)
+        answer = Message(role="assistant", content=(TextBlock(text=words(500)),))
+        await store.append_message(turn.id, answer, step=4)
+        await store.end_turn(turn.id, "completed", event={"type": "done", "text": words(500)})
+        return session.id
+
+
+def event_to_dict_message(message: Message) -> dict[str, object]:
+    from drover.events import AssistantMessage
+
+    return event_to_dict(AssistantMessage(message=message))
+
+
+def copy_sessions(path: Path, source: str, count: int) -> tuple[str, str]:
+    """``count - 1`` copies of ``source`` under new ids (``s00001``…), older and older; the
+    ids of the newest and the oldest session."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    cols = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in COPIED}
+    conn.execute(
+        "CREATE TEMP TABLE n AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+        f"WHERE i < {count - 1}) SELECT i, printf('s%05d', i) AS sid, printf('t%05d', i) AS tid "
+        "FROM c"
+    )
+    (turn,) = conn.execute("SELECT id FROM turns WHERE session_id = ?", (source,)).fetchone()
+    for name in COPIED:
+        columns = cols[name]
+        out = []
+        for c in columns:
+            if (name == "sessions" and c == "id") or c == "session_id":
+                out.append("n.sid")
+            elif (name == "turns" and c == "id") or c == "turn_id":
+                out.append("n.tid")
+            elif c in ("created_at", "updated_at", "ended_at"):
+                out.append(f"x.{c} - n.i * 3600")
+            else:
+                out.append(f"x.{c}")
+        if name == "sessions":
+            where = "x.id = :s"
+        elif name == "turns" or "session_id" in columns:
+            where = "x.session_id = :s"
+        else:
+            where = "x.turn_id = :t"
+        conn.execute(
+            f"INSERT INTO {name} ({', '.join(columns)}) SELECT {', '.join(out)} "
+            f"FROM {name} x, n WHERE {where}",
+            {"s": source, "t": turn},
+        )
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+    return source, f"s{count - 1:05d}"
+
+
+def cli(db: Path, *args: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "drover.cli.main", *args, "--db", str(db)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    return time.perf_counter() - start
+
+
+async def in_process(db: Path, newest: str, oldest: str, runs: int) -> list[float]:
+    from drover.cli.admin import session_report
+
+    out = []
+    async with SqliteStore(db) as store:
+        for what in ("sessions", newest, oldest):
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                if what == "sessions":
+                    for record in await store.list_sessions(limit=50):
+                        await store.turns(record.id)
+                else:
+                    await session_report(store, what)
+                times.append(time.perf_counter() - start)
+            out.append(median(times))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    forbid_network()
+    with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
+        print_environment("bench/admin_scale.py — sessions and show on a large journal", Path(tmp))
+        db = Path(tmp) / "many.db"
+        source = asyncio.run(record_one(db))
+        newest, oldest = copy_sessions(db, source, args.sessions)
+        size = db.stat().st_size
+        inproc = asyncio.run(in_process(db, newest, oldest, args.runs))
+        rows = []
+        for (name, argv), query in zip(
+            [
+                ("drover sessions", ["sessions"]),
+                ("drover show NEWEST", ["show", newest]),
+                ("drover show OLDEST", ["show", oldest]),
+            ],
+            inproc,
+            strict=True,
+        ):
+            walls = [cli(db, *argv) for _ in range(args.runs)]
+            rows.append([name, f"{median(walls) * 1e3:.0f} ms", f"{query * 1e3:.1f} ms"])
+    print(f"journal: {args.sessions} sessions, {size / 1e6:.1f} MB")
+    print()
+    print(table(["command", "process (wall)", "queries in-process"], rows))
+    print()
+    print("process: a new `python -m drover.cli.main …` each time, start-up included; median")
+    print("queries: the store calls the command makes, in one process, median")
+
+
+if __name__ == "__main__":
+    main()

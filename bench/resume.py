@@ -1,0 +1,170 @@
+"""How long a long session takes to resume (issue #12): load, repair, build the next request.
+
+A session of ``--steps`` tool steps (default 1,000: 2,000 messages, each step ~200 characters of
+text and one tool call whose output is ~2 KiB) is written into a real SQLite file, spread over
+``--turns`` turns (default 20) the way a user's long session grows, with every tool call's row.
+The last turn is left ``running`` by a dead owner and recovered, so what is resumed carries
+pending work too. Then, timed, as the next turn would do it:
+
+* **load** — :func:`drover.runner.load_history` (turns, their messages, the session's tool
+  calls) from a freshly opened store;
+* **repair** — included in ``load`` (``build_history`` repairs as it builds); shown separately
+  by re-running :func:`drover.store.history.repair_history` over the loaded messages;
+* **request** — the next request's wire form for each provider: drover's converter
+  (``to_chat_messages``, ``plan_input``, ``to_anthropic_messages``) and, beside it, the
+  official SDK's own request transform of that wire form (``maybe_transform``), which runs
+  inside every ``create`` call.
+
+Medians of ``--runs`` (default 7) runs, wall time and (beside it) the process's CPU time, all
+threads (steadier on a busy machine). Target: load + repair + drover's conversion ≤ 50 ms.
+
+    .venv/bin/python bench/resume.py            # --steps 1000 --turns 20 --runs 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common import forbid_network, median, print_environment, table, words
+
+from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
+from drover.runner import load_history
+from drover.store import SqliteStore
+from drover.store.history import repair_history
+
+
+async def build(path: Path, steps: int, turns: int) -> str:
+    per_turn = max(1, steps // turns)
+    async with SqliteStore(path) as store:
+        session = await store.create_session(workdir="/tmp", model="openai:bench")
+        step = 0
+        for t in range(turns):
+            turn = await store.begin_turn(session.id, user_message(f"task {t}"), "bench:1:1", 30.0)
+            for s in range(1, per_turn + 1):
+                call_id = f"call_{step}"
+                text = words(200, seed=step)
+                use = ToolUseBlock(id=call_id, name="lookup", input={"n": step})
+                await store.append_message(
+                    turn.id, Message(role="assistant", content=(TextBlock(text=text), use)), step=s
+                )
+                output = words(2048, seed=step + 1)
+                await store.upsert_tool_call(
+                    turn.id,
+                    call_id,
+                    call_index=0,
+                    name="lookup",
+                    state="output-available",
+                    input={"n": step},
+                    output=output,
+                    read_only=True,
+                    step=s,
+                )
+                result = ToolResultBlock(tool_use_id=call_id, content=output)
+                await store.append_message(turn.id, Message(role="user", content=(result,)))
+                step += 1
+            if t < turns - 1:
+                await store.append_message(
+                    turn.id, Message(role="assistant", content=(TextBlock(text="done"),))
+                )
+                await store.end_turn(turn.id, "completed")
+        # The last turn's owner is gone: recovery makes its work pending.
+        await store.recover_orphans(lambda owner: False)
+        return session.id
+
+
+def timed(fn: Callable[[], Any], runs: int) -> tuple[str, Any]:
+    """Median wall and CPU time of ``runs`` calls, as a cell; the last result."""
+    walls, cpus, result = [], [], None
+    for _ in range(runs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        cpus.append(time.process_time() - cpu)
+        walls.append(time.perf_counter() - wall)
+    return cell(median(walls), median(cpus)), result
+
+
+def cell(wall: float, cpu: float) -> str:
+    return f"{wall * 1e3:.1f} ms ({cpu * 1e3:.1f} CPU)"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    forbid_network()
+    with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
+        print_environment("bench/resume.py — resume of a long session", Path(tmp))
+        path = Path(tmp) / "resume.db"
+        session_id = await build(path, args.steps, args.turns)
+        walls, cpus = [], []
+        history = None
+        for _ in range(args.runs):
+            async with SqliteStore(path) as store:
+                wall, cpu = time.perf_counter(), time.process_time()
+                history = await load_history(store, session_id)
+                cpus.append(time.process_time() - cpu)
+                walls.append(time.perf_counter() - wall)
+        assert history is not None
+        messages = history.committed + history.pending
+        repair, _ = timed(lambda: repair_history(messages), args.runs)
+        load = cell(median(walls), median(cpus))
+        rows = [["load_history (load + repair)", load, ""], ["  of which repair", repair, ""]]
+        rows += request_rows(messages, args.runs)
+    print(f"session: {len(messages)} messages ({args.steps} tool steps, {args.turns} turns)")
+    print()
+    print(table(["step", "drover", "SDK transform"], rows))
+
+
+def request_rows(messages: list[Message], runs: int) -> list[list[str]]:
+    from openai._utils import maybe_transform as o_transform
+    from openai.types.chat import completion_create_params
+    from openai.types.responses import response_create_params
+
+    from drover.providers.convert_anthropic import to_anthropic_messages
+    from drover.providers.convert_openai_chat import to_chat_messages
+    from drover.providers.convert_openai_responses import plan_input
+
+    rows = []
+    cases: list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]] = [
+        (
+            "request: Chat Completions",
+            lambda: to_chat_messages("system", messages),
+            lambda wire: o_transform(
+                {"messages": wire, "model": "m", "stream": True},
+                completion_create_params.CompletionCreateParamsStreaming,
+            ),
+        ),
+        (
+            "request: Responses",
+            lambda: plan_input(messages, stored=True).items,
+            lambda wire: o_transform(
+                {"input": wire, "model": "m", "stream": True},
+                response_create_params.ResponseCreateParamsStreaming,
+            ),
+        ),
+        (
+            "request: Anthropic",
+            lambda: to_anthropic_messages(messages),
+            None,  # the Anthropic SDK sends its body as given (no transform)
+        ),
+    ]
+    for name, convert, transform in cases:
+        took, wire = timed(convert, runs)
+        sdk = "none"
+        if transform is not None:
+            sdk, _ = timed(functools.partial(transform, wire), max(1, runs // 2))
+        rows.append([name, took, sdk])
+    return rows
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,139 @@
+"""The journal's write queue: writes in order, ready ones committed together, failures retried.
+
+A :class:`~drover.store.journal.Journal` pushes each write it decides on (a value of
+:mod:`drover.store.batch`) and drains the queue when a guarantee needs the writes durable. A
+drain makes everything queued so far: with a store that is a
+:class:`~drover.store.batch.BatchWriter`, in one executor hop and one transaction (group
+commit); otherwise one write at a time.
+
+Failures keep the queue's order. A write that fails is retried at once, with a short backoff,
+up to ``max_attempts`` times while later writes wait behind it; a batch that fails is made
+again one write at a time, so a write that keeps failing is found and counted alone and those
+before it are kept. One that still fails — or any write refused because this process no longer
+holds the turn (:class:`~drover.errors.LeaseLostError`) — fails the queue: ``on_failure`` is
+told, nothing more is written, and the durable record stays a consistent prefix of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from drover.errors import LeaseLostError
+from drover.store.batch import BatchWriter, JournalWrite, apply
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Queued:
+    what: str
+    write: JournalWrite
+    #: Called with the write's result once it is durable.
+    done: Callable[[Any], None] | None = None
+    #: The write that ends the turn.
+    ends_turn: bool = False
+    attempts: int = 0
+
+
+class WriteQueue:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        max_attempts: int,
+        retry_delay: float,
+        on_failure: Callable[[str, Exception], None],
+    ) -> None:
+        self._store = store
+        self._batching = isinstance(store, BatchWriter)
+        self._max_attempts = max_attempts
+        self._retry_delay = retry_delay
+        self._on_failure = on_failure
+        self._queue: deque[Queued] = deque()
+        self._lock = asyncio.Lock()
+        # Writes at the head still to be made one at a time (their batch failed).
+        self._solo = 0
+        self.failed = False
+        #: Whether the write that ends the turn was made (or started: it completes).
+        self.ended = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def push(
+        self,
+        what: str,
+        write: JournalWrite,
+        *,
+        done: Callable[[Any], None] | None = None,
+        ends_turn: bool = False,
+    ) -> None:
+        self._queue.append(Queued(what, write, done, ends_turn))
+
+    def clear(self) -> None:
+        self._queue.clear()
+        self._solo = 0
+
+    async def drain(self) -> bool:
+        """Make the queued writes in order; False when the queue failed."""
+        async with self._lock:
+            while self._queue and not self.failed:
+                if self._batching and self._solo == 0 and len(self._queue) > 1:
+                    await self._batch(list(self._queue))
+                else:
+                    await self._one(self._queue[0])
+        return not self.failed
+
+    async def _batch(self, batch: list[Queued]) -> None:
+        writes = [q.write for q in batch]
+        try:
+            results: list[Any] = await self._store.write_batch(writes)
+        except asyncio.CancelledError:
+            # The store completes a batch it has started: it must not be made twice.
+            self._made(batch)
+            raise
+        except Exception as exc:
+            if isinstance(exc, LeaseLostError):
+                self._fail(batch[0].what, exc)
+                return
+            log.warning(
+                "journal: could not make %d writes together (%s); one by one", len(batch), exc
+            )
+            self._solo = len(batch)
+            return
+        self._made(batch, results)
+
+    async def _one(self, queued: Queued) -> None:
+        queued.attempts += 1
+        try:
+            result = await apply(self._store, queued.write)
+        except asyncio.CancelledError:
+            self._made([queued])
+            raise
+        except Exception as exc:
+            if isinstance(exc, LeaseLostError) or queued.attempts >= self._max_attempts:
+                self._fail(queued.what, exc)
+                return
+            log.warning("journal: could not %s (%s); retrying", queued.what, exc)
+            delay = self._retry_delay * 2 ** (queued.attempts - 1)
+            await asyncio.sleep(min(1.0, delay))
+            return
+        self._made([queued], [result])
+
+    def _made(self, writes: list[Queued], results: list[Any] | None = None) -> None:
+        for i, queued in enumerate(writes):
+            self._queue.popleft()
+            self._solo = max(0, self._solo - 1)
+            self.ended = self.ended or queued.ends_turn
+            if results is not None and queued.done is not None:
+                queued.done(results[i])
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        self.failed = True
+        self.clear()
+        self._on_failure(what, exc)

@@ -1,0 +1,106 @@
+"""Group commit: ``write_batch`` makes the journal's writes in order, in one transaction, on
+every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from drover.errors import LeaseLostError
+from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
+from drover.store.base import Store
+from drover.store.batch import (
+    TEXT_OF,
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    BatchWriter,
+    EndTurn,
+    UpsertToolCall,
+    apply,
+)
+
+OWNER = "test-host:1:1"
+
+
+async def test_a_batch_makes_its_writes_in_order_and_returns_their_results(store: Store) -> None:
+    assert isinstance(store, BatchWriter)
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    use = ToolUseBlock(id="c1", name="bash", input={"command": "ls"})
+    message = assistant_message([TextBlock(text="Looking."), use])
+    results = await store.write_batch(
+        [
+            AppendPartialText(turn.id, 1, 0, "Looking.", seq=1, last_seq=1),
+            AppendEvent(session.id, turn.id, {"type": "step_started", "step": 1}, seq=2),
+            UpsertToolCall(
+                turn_id=turn.id, call_id="c1", call_index=0, name="bash", state="running", step=1
+            ),
+            # The message drops the step's text deltas, in the same transaction.
+            AppendMessage(turn.id, message, step=1),
+            AppendEvent(session.id, turn.id, {"type": "assistant_message"}, seq=3),
+        ]
+    )
+    assert results == [1, 2, None, 1, 3]
+    assert [e.type for e in await store.events_after(session.id)] == [
+        "text_delta",
+        "step_started",
+        "assistant_message",
+    ]
+    (call,) = await store.tool_calls(turn.id)
+    assert call.state == "running"
+    (stored,) = await store.turn_messages(turn.id)  # no partial message left from the deltas
+    assert stored.message == message and not stored.partial
+    ended = await store.write_batch(
+        [EndTurn(turn_id=turn.id, status="completed", owner=OWNER, event={"type": "done"})]
+    )
+    assert [[e.type for e in logged] for logged in ended] == [["tool_state", "done"]]
+
+
+async def test_a_batch_is_all_or_nothing(store: Store) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    with pytest.raises(LeaseLostError):
+        await store.write_batch(
+            [
+                AppendEvent(session.id, turn.id, {"type": "step_started", "step": 1}, seq=1),
+                AppendMessage(turn.id, assistant_message([TextBlock(text="lost")])),
+                # Another process holds the turn: the whole batch is refused.
+                EndTurn(turn_id=turn.id, status="completed", owner="other:2:2"),
+            ]
+        )
+    assert await store.events_after(session.id) == []
+    assert await store.turn_messages(turn.id) == []
+    assert (await store.turns(session.id))[0].status == "running"
+
+
+async def test_apply_makes_one_write_through_the_stores_method(store: Store) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    seq = await apply(store, AppendEvent(session.id, turn.id, {"type": "step_started"}))
+    assert [e.seq for e in await store.events_after(session.id)] == [seq]
+
+
+async def test_a_terminal_event_that_refers_to_its_answer_reads_back_with_the_text(
+    store: Store,
+) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    answer = assistant_message([TextBlock(text="The answer "), TextBlock(text="is 42.")])
+    seq, _ = await store.write_batch(
+        [
+            AppendMessage(turn.id, answer, step=1),
+            EndTurn(
+                turn_id=turn.id,
+                status="completed",
+                owner=OWNER,
+                event={"type": "done", TEXT_OF: 1, "usage": {"output_tokens": 3}},
+            ),
+        ]
+    )
+    assert seq == 1
+    (done,) = await store.events_after(session.id)
+    assert dict(done.payload) == {
+        "type": "done",
+        "text": "The answer is 42.",
+        "usage": {"output_tokens": 3},
+    }
