@@ -117,6 +117,8 @@ class Row:
     wal_peak: int
     io: dict[str, int]
     wall: float
+    #: Bytes of the pages each table and index holds at the end (``dbstat``), all rows.
+    by_table: dict[str, int]
 
 
 def _count(path: Path, sql: str) -> int:
@@ -125,6 +127,19 @@ def _count(path: Path, sql: str) -> int:
         return int(conn.execute(sql).fetchone()[0])
     finally:
         conn.close()
+
+
+def _by_table(path: Path) -> dict[str, int]:
+    """Bytes of the pages each table or index occupies (``dbstat``; empty when SQLite was
+    built without it)."""
+    conn = sqlite3.connect(path)
+    try:
+        found = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    return {str(name): int(size) for name, size in found}
 
 
 def _live_bytes(path: Path) -> int:
@@ -183,6 +198,7 @@ async def stream_answer(size: int, rate: Rate, workdir: Path, counter: CommitCou
         wal_peak=wal_peak,
         io=io,
         wall=wall,
+        by_table=_by_table(path),
     )
 
 
@@ -245,6 +261,24 @@ def report(rows: list[Row]) -> None:
     print("            (reused after each ~1000-page auto-checkpoint; the file keeps its largest")
     print("            size, that of the biggest transaction, as no journal_size_limit is set)")
     print("wall        real time of the run: deltas through the journal, the final writes")
+    print()
+    print("Where the bytes are at the end (dbstat: pages of each table and index ÷ n, the")
+    print("session's and turn's rows included; tables under 0.01 n left out):")
+    names = sorted({name for r in rows for name in r.by_table})
+    shown = [n for n in names if any(r.by_table.get(n, 0) / r.size >= 0.01 for r in rows)]
+    if not shown:
+        print("  (dbstat is not available in this SQLite build)")
+        return
+    print(
+        table(
+            ["answer", "rate", *shown],
+            [
+                [human_bytes(r.size), r.rate.name]
+                + [_ratio(r.by_table.get(n, 0), r.size) for n in shown]
+                for r in rows
+            ],
+        )
+    )
 
 
 async def main() -> None:

@@ -1,0 +1,275 @@
+"""The turn's work in the SQL journal: messages, streamed text, tool calls, group commit.
+
+:class:`SqlWork` holds the plans every write of a running turn builds on (lock the turn's
+session, number a row) and the writes a :class:`~drover.store.journal.Journal` makes while the
+turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, see
+:mod:`drover.store.batch`). Sessions, the turn's start and end, settling and recovery are in
+:class:`~drover.store.sql_store.SqlStore`, which builds on this class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from drover.errors import StoreError
+from drover.events import TERMINAL_TOOL_STATES, ToolState
+from drover.messages import Message, message_to_dict
+from drover.store.base import (
+    StoredMessage,
+    ToolCallRecord,
+    check_writable,
+    flushed_text_event,
+    partial_messages,
+)
+from drover.store.batch import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    DiscardPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
+from drover.store.dialect import Plan, execute, rows
+from drover.store.rows import encode_marks, stored_message_from_row, tool_call_from_row
+from drover.store.sql_log import SqlLog, first_value
+
+TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
+# A call in a terminal state keeps it: a late write cannot reopen it.
+_UPSERT_CALL = (
+    "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
+    "is_error, outcome_unknown, read_only, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (turn_id, call_id) DO UPDATE SET "
+    "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
+    "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
+    "input = COALESCE(excluded.input, tool_calls.input), "
+    "output = COALESCE(excluded.output, tool_calls.output), "
+    "is_error = excluded.is_error, outcome_unknown = excluded.outcome_unknown, "
+    "read_only = excluded.read_only OR tool_calls.read_only, "
+    f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
+)
+
+
+class SqlWork(SqlLog):
+    """Writes of a running turn; :meth:`_end_turn` comes from the class that ends turns."""
+
+    # -- plans every write builds on -----------------------------------------------------------
+
+    def _turn_session(self, turn_id: str, owner: str | None = None) -> Plan[str]:
+        """Lock the session of a turn that is still running (under ``owner``, when given): the
+        only kind of turn whose work may still be written. Returns the session's id."""
+        found = yield from rows(
+            "SELECT s.id, t.status, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
+            f"WHERE t.id = ?{self.dialect.lock}",
+            turn_id,
+        )
+        if not found:
+            raise StoreError(f"no turn {turn_id}")
+        row = found[0]
+        check_writable(turn_id, str(row["status"]), row["owner"], owner)
+        return str(row["id"])
+
+    def _numbered(
+        self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: tuple[str, ...]
+    ) -> Plan[int]:
+        """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
+        ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
+        The caller holds the session's lock, so no other writer takes the same number."""
+        where = " AND ".join(f"{column} = ?" for column in scope)
+        scoped = params[-len(scope) :]
+        if self.dialect.returning:
+            found = yield from rows(
+                f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
+                f"FROM {table} WHERE {where} RETURNING seq",
+                *params,
+                *scoped,
+            )
+            return int(first_value(found, "seq"))
+        found = yield from rows(
+            f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}", *scoped
+        )
+        seq = int(first_value(found, "seq"))
+        yield from execute(
+            f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)", *params, seq
+        )
+        return seq
+
+    def _add_message(self, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
+        return self._numbered(
+            "messages",
+            "role, body, partial, created_at, turn_id",
+            "?, ?::jsonb, ?, ?, ?",
+            (message.role, self.dialect.json(message_to_dict(message)), partial, now, turn_id),
+            ("turn_id",),
+        )
+
+    def _deltas(self, turn_id: str) -> Plan[list[tuple[int, int, str]]]:
+        found = yield from rows(
+            "SELECT step, block_index, text FROM partial_text WHERE turn_id = ? "
+            "ORDER BY step, block_index, seq",
+            turn_id,
+        )
+        return [(int(r["step"]), int(r["block_index"]), str(r["text"])) for r in found]
+
+    def _end_turn(self, w: EndTurn, now: float) -> Plan[list[Any]]:
+        raise NotImplementedError
+
+    # -- the turn's work -----------------------------------------------------------------------
+
+    async def append_message(
+        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
+    ) -> int:
+        write = AppendMessage(turn_id, message, partial, step)
+        return await self._perform(self._append_message(write, self._clock()), "write")
+
+    def _append_message(self, w: AppendMessage, now: float) -> Plan[int]:
+        yield from self._turn_session(w.turn_id)
+        seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
+        if w.step is not None:
+            yield from execute(
+                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
+            )
+        return seq
+
+    async def append_partial_text(
+        self,
+        turn_id: str,
+        step: int,
+        block_index: int,
+        text: str,
+        *,
+        seq: int | None = None,
+        last_seq: int | None = None,
+        marks: Sequence[tuple[int, int]] | None = None,
+    ) -> int:
+        write = AppendPartialText(turn_id, step, block_index, text, seq, last_seq, marks)
+        return await self._perform(self._append_partial_text(write, self._clock()), "write")
+
+    def _append_partial_text(self, w: AppendPartialText, now: float) -> Plan[int]:
+        encoded = None if w.seq is None else encode_marks(w.seq, w.marks)
+        event = flushed_text_event(w.text, w.block_index, w.step)
+        session_id = yield from self._turn_session(w.turn_id)
+        yield from self._numbered(
+            "partial_text",
+            "text, turn_id, step, block_index",
+            "?, ?, ?, ?",
+            (self.dialect.text(w.text), w.turn_id, w.step, w.block_index),
+            ("turn_id", "step", "block_index"),
+        )
+        return (
+            yield from self._log_text(session_id, w.turn_id, event, now, w.seq, w.last_seq, encoded)
+        )
+
+    async def discard_partial_text(self, turn_id: str, step: int) -> None:
+        await self._perform(self._discard(DiscardPartialText(turn_id, step)), "write")
+
+    def _discard(self, w: DiscardPartialText) -> Plan[None]:
+        yield from self._turn_session(w.turn_id)
+        yield from execute(
+            "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
+        )
+
+    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
+        now = self._clock()
+
+        def load() -> Plan[list[StoredMessage]]:
+            # One snapshot for both reads: a fold committing in between cannot show twice.
+            found = yield from rows(
+                "SELECT * FROM messages WHERE turn_id = ? ORDER BY seq", turn_id
+            )
+            deltas = yield from self._deltas(turn_id)
+            out = [stored_message_from_row(r) for r in found]
+            first = out[-1].seq + 1 if out else 1
+            for seq, message in enumerate(partial_messages(deltas), first):
+                out.append(
+                    StoredMessage(
+                        turn_id=turn_id, seq=seq, message=message, partial=True, created_at=now
+                    )
+                )
+            return out
+
+        return await self._perform(load(), "snapshot")
+
+    async def upsert_tool_call(
+        self,
+        turn_id: str,
+        call_id: str,
+        *,
+        call_index: int,
+        name: str,
+        state: ToolState,
+        input: Mapping[str, Any] | None = None,
+        output: str | None = None,
+        is_error: bool = False,
+        outcome_unknown: bool = False,
+        read_only: bool = False,
+        step: int = 0,
+    ) -> None:
+        write = UpsertToolCall(
+            turn_id=turn_id,
+            call_id=call_id,
+            call_index=call_index,
+            name=name,
+            state=state,
+            input=input,
+            output=output,
+            is_error=is_error,
+            outcome_unknown=outcome_unknown,
+            read_only=read_only,
+            step=step,
+        )
+        await self._perform(self._upsert_call(write, self._clock()), "write")
+
+    def _upsert_call(self, w: UpsertToolCall, now: float) -> Plan[None]:
+        d = self.dialect
+        input_json = None if w.input is None else d.json(dict(w.input))
+        yield from self._turn_session(w.turn_id)
+        yield from execute(
+            _UPSERT_CALL,
+            *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
+            *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+        )
+
+    # -- group commit --------------------------------------------------------------------------
+
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """See :class:`~drover.store.batch.BatchWriter`: one hop, one transaction."""
+        now = self._clock()
+
+        def batch() -> Plan[list[Any]]:
+            out: list[Any] = []
+            for write in writes:
+                out.append((yield from self._write_plan(write, now)))
+            return out
+
+        return await self._perform(batch(), "write")
+
+    def _write_plan(self, write: JournalWrite, now: float) -> Plan[Any]:
+        match write:
+            case AppendMessage():
+                return self._append_message(write, now)
+            case AppendPartialText():
+                return self._append_partial_text(write, now)
+            case DiscardPartialText():
+                return self._discard(write)
+            case AppendEvent():
+                return self._append_event(write, now)
+            case UpsertToolCall():
+                return self._upsert_call(write, now)
+            case EndTurn():
+                return self._end_turn(write, now)
+
+    async def tool_calls(
+        self, turn_id: str | None = None, *, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        if (turn_id is None) == (session_id is None):
+            raise ValueError("pass exactly one of turn_id and session_id")
+        column, key = ("t.id", turn_id) if turn_id is not None else ("t.session_id", session_id)
+        found = await self._select(
+            "SELECT tc.* FROM tool_calls tc JOIN turns t ON t.id = tc.turn_id "
+            f"WHERE {column} = ? ORDER BY t.seq, tc.step, tc.call_index, tc.created_at",
+            key,
+        )
+        return [tool_call_from_row(r) for r in found]
