@@ -383,9 +383,9 @@ async def test_an_answer_costs_linear_bytes(rig: Rig) -> None:
 
 
 async def test_writes_ready_together_commit_together(rig: Rig) -> None:
-    """A tool step's writes in five transactions: the eager flush with the call's first state,
-    the assistant message, the call about to run, its end, the results message; the rest
-    rides along."""
+    """A tool step's writes in four transactions: the eager flush with the call's first state,
+    the assistant message, the call about to run, its end with the results message (the step's
+    last call); the rest rides along."""
     streaming = ToolStateChanged(call_id="c1", call_index=0, name="bash", state="input-streaming")
     available = ToolStateChanged(
         call_id="c1", call_index=0, name="bash", state="input-available", input={"c": 1}
@@ -414,16 +414,20 @@ async def test_writes_ready_together_commit_together(rig: Rig) -> None:
     await rig.journal.send(done)
     (call,) = await rig.store.tool_calls(rig.turn_id)  # durable before send returned
     assert (call.state, call.output) == ("output-available", "out")
+    # ... and so is the step's results message, before the loop even sends it.
+    stored = [m.message for m in await rig.store.turn_messages(rig.turn_id)]
+    assert stored == [message, results]
     await rig.journal.send(
         ToolDone(call_index=0, id="c1", name="bash", is_error=False, output_summary="out")
     )
     await rig.journal.send(ToolResults(message=results))
-    assert batches == [4, 5, 2, 3, 3] and rig.journal.backlog == 0
+    assert batches == [4, 5, 2, 4] and rig.journal.backlog == 2  # tool_done, tool_results rows
+    assert [m.message for m in await rig.store.turn_messages(rig.turn_id)] == stored
     await rig.journal.send(StepStarted(step=2))
-    assert rig.journal.backlog == 1
+    assert rig.journal.backlog == 3
     rig.clock.advance(0.25)  # what nothing waits on is written by the timer, at the latest
     await rig.store.wait_for(lambda: rig.journal.backlog == 0)
-    assert batches == [4, 5, 2, 3, 3]  # one write alone: no batch
+    assert batches == [4, 5, 2, 4, 3]
     stored = await rig.store.turn_messages(rig.turn_id)
     assert [s.message for s in stored][:2] == [message, results]
 

@@ -33,6 +33,16 @@ class AppendMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceMessage:
+    """Put ``message`` in place of the turn's message ``seq`` (a results message written
+    ahead, see :mod:`drover.store.step_results`, that the loop's differs from)."""
+
+    turn_id: str
+    seq: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
 class AppendPartialText:
     turn_id: str
     step: int
@@ -86,7 +96,13 @@ class EndTurn:
 
 
 JournalWrite: TypeAlias = (
-    AppendMessage | AppendPartialText | DiscardPartialText | AppendEvent | UpsertToolCall | EndTurn
+    AppendMessage
+    | ReplaceMessage
+    | AppendPartialText
+    | DiscardPartialText
+    | AppendEvent
+    | UpsertToolCall
+    | EndTurn
 )
 
 
@@ -103,6 +119,8 @@ async def apply(store: Any, write: JournalWrite) -> Any:
     match write:
         case AppendMessage(turn_id, message, partial, step):
             return await store.append_message(turn_id, message, partial=partial, step=step)
+        case ReplaceMessage(turn_id, seq, message):
+            return await store.replace_message(turn_id, seq, message)
         case AppendPartialText(turn_id, step, index, text, seq, last_seq, marks):
             return await store.append_partial_text(
                 turn_id, step, index, text, seq=seq, last_seq=last_seq, marks=marks

@@ -110,11 +110,13 @@ from drover.store.batch import (
     DiscardPartialText,
     EndTurn,
     JournalWrite,
+    ReplaceMessage,
     UpsertToolCall,
 )
 from drover.store.journal_queue import WriteQueue
 from drover.store.numbering import Numbering, Publish, StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
+from drover.store.step_results import StepResults
 from drover.store.worker_log import WorkerLog, worker_event
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,10 @@ class Journal:
         self._timer: asyncio.Task[None] | None = None
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
+        # The step's results message, written with its last call's end (when writes are
+        # made together), and its seq in the turn once stored.
+        self._results = StepResults()
+        self._ahead: tuple[Message, list[int]] | None = None
 
     # -- observable state ----------------------------------------------------------------------
 
@@ -288,6 +294,7 @@ class Journal:
                 self._turn_id, self._step = event.turn_id, 0
             case StepStarted():
                 self._step = event.step
+                self._results.clear()
                 await self._log(event)
                 self._defer()
                 return
@@ -306,6 +313,8 @@ class Journal:
             case AssistantMessage():
                 self._cancel_timer()
                 self._drop_text(self._step)
+                if not event.partial and self._writes.groups:
+                    self._results.expect(event.message)
                 message, step = self._redactor.redact_message(event.message), self._step
                 await self._log(
                     event,
@@ -332,6 +341,8 @@ class Journal:
                     self._cancel_timer()
                     urgent = self._take_text(final=False)
                 await self._log(event, before=partial(self._upsert, event))
+                if event.state in TERMINAL_TOOL_STATES:
+                    self._results_ahead(event)
                 if urgent or event.state in _MADE_AT_ONCE:
                     await self._drain()
                 else:
@@ -341,6 +352,25 @@ class Journal:
                 pass  # the turn waits for the user: written at once
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
+                ahead, self._ahead = self._ahead, None
+                if ahead is not None and ahead[0] == message:
+                    # Stored with the last call's end: only its log row is left, and nothing
+                    # waits on that.
+                    await self._log(event)
+                    self._defer()
+                    await self._finished(message)
+                    return
+                if ahead is not None and ahead[1]:
+                    seq = ahead[1][0]
+                    await self._log(
+                        event,
+                        before=lambda: self._turn_write(
+                            "replace tool results", lambda t: ReplaceMessage(t, seq, message)
+                        ),
+                    )
+                    await self._drain()
+                    await self._finished(message)
+                    return
                 await self._log(
                     event,
                     before=lambda: self._turn_write(
@@ -514,6 +544,26 @@ class Journal:
         """A finished assistant message was stored as the turn's message ``seq``."""
         if isinstance(seq, int) and seq > 0:
             self._answer = (seq, message.text)
+
+    def _results_ahead(self, event: ToolStateChanged) -> None:
+        """Queue the step's results message with its last call's end (see
+        :mod:`drover.store.step_results`)."""
+        built = self._results.ended(event.call_id, event.output, event.is_error)
+        if built is None:
+            return
+        message = self._redactor.redact_message(built)
+        stored: list[int] = []
+        self._ahead = (message, stored)
+
+        def done(seq: Any) -> None:
+            if isinstance(seq, int):
+                stored.append(seq)
+
+        self._turn_write(
+            "append tool results with the last call's end",
+            lambda t: AppendMessage(t, message),
+            done=done,
+        )
 
     def _upsert(self, event: ToolStateChanged) -> None:
         """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before

@@ -65,6 +65,11 @@ class WriteQueue:
     def __len__(self) -> int:
         return len(self._queue)
 
+    @property
+    def groups(self) -> bool:
+        """Whether queued writes are made together, in one transaction."""
+        return self._batching
+
     def push(
         self,
         what: str,

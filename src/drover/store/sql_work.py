@@ -29,6 +29,7 @@ from drover.store.batch import (
     DiscardPartialText,
     EndTurn,
     JournalWrite,
+    ReplaceMessage,
     UpsertToolCall,
 )
 from drover.store.dialect import Plan, execute, rows
@@ -132,6 +133,21 @@ class SqlWork(SqlLog):
                 "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
             )
         return seq
+
+    async def replace_message(self, turn_id: str, seq: int, message: Message) -> None:
+        write = ReplaceMessage(turn_id, seq, message)
+        await self._perform(self._replace_message(write), "write")
+
+    def _replace_message(self, w: ReplaceMessage) -> Plan[None]:
+        yield from self._turn_session(w.turn_id)
+        count = yield from execute(
+            "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? AND seq = ?",
+            self.dialect.json(message_to_dict(w.message)),
+            w.turn_id,
+            w.seq,
+        )
+        if count == 0:
+            raise StoreError(f"no message {w.seq} in turn {w.turn_id}")
 
     async def append_partial_text(
         self,
@@ -250,6 +266,8 @@ class SqlWork(SqlLog):
         match write:
             case AppendMessage():
                 return self._append_message(write, now)
+            case ReplaceMessage():
+                return self._replace_message(write)
             case AppendPartialText():
                 return self._append_partial_text(write, now)
             case DiscardPartialText():

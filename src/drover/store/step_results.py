@@ -1,0 +1,45 @@
+"""A tool step's results message, known as soon as its last call ends.
+
+The loop sends a step's results message (``tool_results``) after every call of the step has
+reported its end, and builds it from exactly those ends: one result per call, in the order of
+the assistant message's tool_use blocks, with each call's final output and error flag. So the
+journal can write the message in the same transaction as the last call's end instead of a
+transaction of its own — nothing is shown in between: the end is made before ``send``
+returns, and the message is durable before the ``tool_results`` event is even emitted, let
+alone printed or sent to the next model request.
+
+:class:`StepResults` follows one step: :meth:`expect` at the step's finished assistant
+message, :meth:`ended` at each call's final state; the message comes out when the last call
+ends. The journal compares it with the message the loop sends; if they ever differ (a result
+built some other way), the stored one is replaced by the loop's, in place.
+"""
+
+from __future__ import annotations
+
+from drover.messages import Message, ToolResultBlock, tool_result_message
+
+
+class StepResults:
+    def __init__(self) -> None:
+        self._order: tuple[str, ...] = ()
+        self._ends: dict[str, ToolResultBlock] = {}
+
+    def expect(self, message: Message) -> None:
+        """A finished assistant message: its tool calls are the step's."""
+        self._order = tuple(block.id for block in message.tool_uses)
+        self._ends = {}
+
+    def clear(self) -> None:
+        self._order, self._ends = (), {}
+
+    def ended(self, call_id: str, output: str | None, is_error: bool) -> Message | None:
+        """A call's final state; the step's results message when it was the last to end."""
+        if call_id not in self._order or output is None or call_id in self._ends:
+            return None
+        block = ToolResultBlock(tool_use_id=call_id, content=output, is_error=is_error)
+        self._ends[call_id] = block
+        if len(self._ends) < len(self._order):
+            return None
+        message = tool_result_message(self._ends[c] for c in self._order)
+        self.clear()
+        return message
