@@ -17,6 +17,7 @@ from drover.store.batch import (
     EndTurn,
     JournalWrite,
     UpsertToolCall,
+    with_message,
 )
 from drover.store.sqlite import SqliteStore
 
@@ -88,7 +89,7 @@ class RecordingStore(SqliteStore):
 
     async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
         """A group commit, recorded as the calls it stands for (failing before any is made)."""
-        recorded = [r for r in map(_as_call, writes) if r is not None]
+        recorded = [call for write in writes for call in _as_calls(write)]
         for name, args in recorded:
             self._before(name, args)
         results = await super().write_batch(writes)
@@ -181,6 +182,19 @@ class RecordingStore(SqliteStore):
         )
         self._after("end_turn", args)
         return logged
+
+
+def _as_calls(write: JournalWrite) -> list[tuple[str, tuple[Any, ...]]]:
+    """The recorded names and arguments of the store methods a batched write stands for (a
+    message with the log row that refers to it: both, the row with the message in place)."""
+    call = _as_call(write)
+    out = [] if call is None else [call]
+    if isinstance(write, AppendMessage) and write.logged is not None:
+        row = write.logged
+        out.append(
+            ("append_event", (row.session_id, row.turn_id, with_message(row.event, write.message)))
+        )
+    return out
 
 
 def _as_call(write: JournalWrite) -> tuple[str, tuple[Any, ...]] | None:

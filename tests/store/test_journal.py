@@ -376,10 +376,18 @@ async def test_an_answer_costs_linear_bytes(rig: Rig) -> None:
     assert conn.execute("SELECT COUNT(*) FROM partial_text").fetchone()[0] == 0
     (body,) = conn.execute("SELECT body FROM messages").fetchone()
     assert body.count(answer[:-1]) == 1
-    logged = conn.execute("SELECT SUM(LENGTH(payload)) FROM events").fetchone()[0]
-    # The answer once as coalesced deltas and once in the finished message, plus framing.
-    assert 2 * len(answer) <= logged < 2 * len(answer) + 100 * len(writes) + 1000
+    logged = conn.execute(
+        "SELECT SUM(LENGTH(payload)) + SUM(COALESCE(LENGTH(marks), 0)) FROM events"
+    ).fetchone()[0]
+    # The answer once, in the finished message: its coalesced rows are folded into one that
+    # refers to the message's text and keeps where each delta ended (~5 bytes per delta).
+    assert conn.execute("SELECT COUNT(*) FROM events WHERE type = 'text_delta'").fetchone() == (1,)
+    assert logged < 6 * len(deltas) + 1000
     conn.close()
+    records = await rig.store.events_after(rig.session_id)
+    (folded,) = [r for r in records if r.type == "text_delta"]
+    assert folded.payload["text"] == answer  # all of it was flushed before the message
+    assert len(folded.marks or ()) == len(deltas)  # a replay can still start after any delta
 
 
 async def test_writes_ready_together_commit_together(rig: Rig) -> None:
@@ -421,13 +429,13 @@ async def test_writes_ready_together_commit_together(rig: Rig) -> None:
         ToolDone(call_index=0, id="c1", name="bash", is_error=False, output_summary="out")
     )
     await rig.journal.send(ToolResults(message=results))
-    assert batches == [4, 5, 2, 4] and rig.journal.backlog == 2  # tool_done, tool_results rows
+    assert batches == [4, 4, 2, 4] and rig.journal.backlog == 2  # tool_done, tool_results rows
     assert [m.message for m in await rig.store.turn_messages(rig.turn_id)] == stored
     await rig.journal.send(StepStarted(step=2))
     assert rig.journal.backlog == 3
     rig.clock.advance(0.25)  # what nothing waits on is written by the timer, at the latest
     await rig.store.wait_for(lambda: rig.journal.backlog == 0)
-    assert batches == [4, 5, 2, 4, 3]
+    assert batches == [4, 4, 2, 4, 3]  # the message carries its log row: one write
     stored = await rig.store.turn_messages(rig.turn_id)
     assert [s.message for s in stored][:2] == [message, results]
 

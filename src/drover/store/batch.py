@@ -15,13 +15,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from drover.events import ToolState, TurnStatus
-from drover.messages import Message, Usage
+from drover.messages import Message, Usage, message_to_dict
 from drover.store.base import EventRecord
 
 #: In a stored terminal event, the seq (in its turn) of the message whose text is the event's
 #: ``text``: the journal stores an answer once, in its message, and a store puts it back in
 #: place when it reads the log (:meth:`~drover.store.base.EventLog.events_after`).
 TEXT_OF = "text_of"
+#: In a stored ``assistant_message``/``tool_results`` event, the seq (in its turn) of the
+#: message the event carries: the message is stored once, in ``messages``, and put back in
+#: place (as ``message``) when the log is read.
+MESSAGE_OF = "message_of"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,12 @@ class AppendMessage:
     message: Message
     partial: bool = False
     step: int | None = None
+    #: The event-log row that carries the message, logged in the same write with
+    #: :data:`MESSAGE_OF` set to the message's seq (its payload holds the key, value None).
+    logged: AppendEvent | None = None
+    #: The first number of the step's coalesced text rows: they are folded into the message
+    #: (:mod:`drover.store.fold`) in the same write.
+    fold_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +124,30 @@ class BatchWriter(Protocol):
         ...
 
 
+def with_message(event: Mapping[str, Any], message: Message) -> dict[str, Any]:
+    """A row that refers to its message (:data:`MESSAGE_OF`) with the message in place."""
+    body = message_to_dict(message)
+    return {
+        ("message" if k == MESSAGE_OF else k): (body if k == MESSAGE_OF else v)
+        for k, v in event.items()
+    }
+
+
 async def apply(store: Any, write: JournalWrite) -> Any:
-    """Make one write through the store's method of the same name."""
+    """Make one write through the store's method of the same name (a message with its log
+    row or its folding: in one transaction of its own when the store makes batches)."""
+    whole = isinstance(write, AppendMessage) and (write.logged, write.fold_from) != (None, None)
+    if whole and isinstance(store, BatchWriter):
+        return (await store.write_batch([write]))[0]
     match write:
-        case AppendMessage(turn_id, message, partial, step):
-            return await store.append_message(turn_id, message, partial=partial, step=step)
+        case AppendMessage(turn_id, message, partial, step, row):
+            seq = await store.append_message(turn_id, message, partial=partial, step=step)
+            if row is not None:
+                event = with_message(row.event, message)
+                await store.append_event(
+                    row.session_id, row.turn_id, event, seq=row.seq, last_seq=row.last_seq
+                )
+            return seq
         case ReplaceMessage(turn_id, seq, message):
             return await store.replace_message(turn_id, seq, message)
         case AppendPartialText(turn_id, step, index, text, seq, last_seq, marks):

@@ -100,9 +100,10 @@ from drover.events import (
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message
+from drover.messages import Message, message_to_dict
 from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
+    MESSAGE_OF,
     TEXT_OF,
     AppendEvent,
     AppendMessage,
@@ -202,6 +203,8 @@ class Journal:
         # The step's results message, written with its last call's end (when writes are
         # made together), and its seq in the turn once stored.
         self._results = StepResults()
+        # The first number of each step's coalesced text rows (folded into its message).
+        self._fold_from: dict[int, int] = {}
         self._ahead: tuple[Message, list[int]] | None = None
 
     # -- observable state ----------------------------------------------------------------------
@@ -301,6 +304,7 @@ class Journal:
             case Retry():
                 if event.discard_partial:
                     self._drop_text(self._step)
+                    self._fold_from.pop(self._step, None)
                     step = self._step
                     await self._log(
                         event,
@@ -316,14 +320,19 @@ class Journal:
                 if not event.partial and self._writes.groups:
                     self._results.expect(event.message)
                 message, step = self._redactor.redact_message(event.message), self._step
-                await self._log(
-                    event,
-                    before=lambda: self._turn_write(
+                fold_from = None if event.partial else self._fold_from.pop(step, None)
+
+                def append(row: AppendEvent | None) -> bool:
+                    # The message, with its log row referring to it when it can (stored once).
+                    ref = None if row is None else self._referring(row, message)
+                    self._turn_write(
                         "append assistant message",
-                        lambda t: AppendMessage(t, message, event.partial, step),
+                        lambda t: AppendMessage(t, message, event.partial, step, ref, fold_from),
                         done=None if event.partial else partial(self._answered, message),
-                    ),
-                )
+                    )
+                    return ref is not None
+
+                await self._log(event, attach=append)
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
@@ -355,8 +364,23 @@ class Journal:
                 ahead, self._ahead = self._ahead, None
                 if ahead is not None and ahead[0] == message:
                     # Stored with the last call's end: only its log row is left, and nothing
-                    # waits on that.
-                    await self._log(event)
+                    # waits on that; it refers to the message.
+                    stored = ahead[1]
+
+                    def refer(row: AppendEvent | None) -> bool:
+                        ref = None if row is None or not stored else self._referring(row, message)
+                        if ref is None or row is None:
+                            return False
+                        event_row = {**ref.event, MESSAGE_OF: stored[0]}
+                        self._writes.push(
+                            "log the tool_results event",
+                            AppendEvent(
+                                row.session_id, row.turn_id, event_row, row.seq, row.last_seq
+                            ),
+                        )
+                        return True
+
+                    await self._log(event, attach=refer)
                     self._defer()
                     await self._finished(message)
                     return
@@ -476,6 +500,8 @@ class Journal:
                 step, index = key
                 first, last, cuts = span if span is not None else (None, None, None)
                 write = AppendPartialText(turn_id, step, index, text, first, last, cuts)
+                if first is not None:
+                    self._fold_from[step] = min(first, self._fold_from.get(step, first))
                 self._writes.push("append partial text", write)
                 took = True
         if final:
@@ -595,10 +621,17 @@ class Journal:
         )
 
     async def _log(
-        self, event: Event, *, before: Callable[[], object] | None = None, **extra: Any
+        self,
+        event: Event,
+        *,
+        before: Callable[[], object] | None = None,
+        attach: Callable[[AppendEvent | None], bool] | None = None,
+        **extra: Any,
     ) -> None:
         """Number ``event`` and queue its log row; ``before`` queues the write the row goes
-        with, after the number is taken, so nothing can be made between the two."""
+        with, after the number is taken, so nothing can be made between the two. ``attach``
+        does the same with the row at hand (None when the session is not numbered): True when
+        it queued the row itself, inside its write."""
         payload = self._redactor.redact_obj({**event_to_dict(event), **extra})
         turn_id = self._turn_id
         seq = await self._numbers.take()
@@ -609,7 +642,20 @@ class Journal:
             first, self._absorb = self._absorb, None
             self._publish(seq, turn_id, payload)
         write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
+        if attach is not None and attach(write if seq is not None else None):
+            return
         self._writes.push(f"log the {event.type} event", write)
+
+    def _referring(self, row: AppendEvent, message: Message) -> AppendEvent | None:
+        """``row`` with its ``message`` as a reference (:data:`MESSAGE_OF`, set by the store),
+        when the row carries exactly that message and the store writes both at once."""
+        if not self._writes.groups or row.event.get("message") != message_to_dict(message):
+            return None
+        event = {
+            (MESSAGE_OF if k == "message" else k): (None if k == "message" else v)
+            for k, v in row.event.items()
+        }
+        return AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)
 
     def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
         self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))

@@ -19,10 +19,11 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 from drover.errors import StoreError
-from drover.messages import message_from_dict
+from drover.messages import Message, message_from_dict, message_to_dict
 from drover.store.base import EventRecord
-from drover.store.batch import TEXT_OF, AppendEvent
+from drover.store.batch import MESSAGE_OF, TEXT_OF, AppendEvent
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
+from drover.store.fold import TEXT_AT, resolved
 from drover.store.rows import event_from_row, json_value
 
 T = TypeVar("T")
@@ -183,24 +184,45 @@ class SqlLog:
                 self.dialect.no_limit if limit is None else limit,
             )
             records = [event_from_row(r) for r in found]
-            for i, record in enumerate(records):
-                if TEXT_OF in record.payload and record.turn_id is not None:
-                    records[i] = yield from self._with_text(record, record.turn_id)
-            return records
+            return (yield from self._resolved(records))
 
         return await self._perform(read(), "read")
 
-    def _with_text(self, record: EventRecord, turn_id: str) -> Plan[EventRecord]:
-        """A terminal event stored with a reference to its answer (``text_of``, the message's
-        seq in the turn) as the log always showed it: with the answer's ``text``, in place."""
-        found = yield from rows(
-            "SELECT body FROM messages WHERE turn_id = ? AND seq = ?",
-            turn_id,
-            record.payload[TEXT_OF],
-        )
-        text = message_from_dict(json_value(found[0]["body"])).text if found else ""
-        payload = {
-            ("text" if k == TEXT_OF else k): (text if k == TEXT_OF else v)
-            for k, v in record.payload.items()
-        }
-        return replace(record, payload=payload)
+    def _resolved(self, records: list[EventRecord]) -> Plan[list[EventRecord]]:
+        """Rows stored with a reference to a message of their turn, as the log always showed
+        them: ``text_of`` (a terminal event's answer), ``message_of`` (the message an
+        ``assistant_message``/``tool_results`` event carries), ``text_at`` (a folded text
+        row's text). One read of the messages per turn referred to."""
+        bodies: dict[str, dict[int, Message]] = {}
+        out: list[EventRecord] = []
+        for record in records:
+            payload = record.payload
+            turn_id = record.turn_id
+            if turn_id is None or not (
+                TEXT_OF in payload or MESSAGE_OF in payload or TEXT_AT in payload
+            ):
+                out.append(record)
+                continue
+            if turn_id not in bodies:
+                found = yield from rows("SELECT seq, body FROM messages WHERE turn_id = ?", turn_id)
+                bodies[turn_id] = {
+                    int(r["seq"]): message_from_dict(json_value(r["body"])) for r in found
+                }
+            messages = bodies[turn_id]
+            if TEXT_AT in payload:
+                ref = payload[TEXT_AT]
+                new = resolved(payload, messages.get(int(ref[0])))
+            else:
+                key = TEXT_OF if TEXT_OF in payload else MESSAGE_OF
+                message = messages.get(int(payload[key]))
+                value: Any
+                if key == TEXT_OF:
+                    name, value = "text", "" if message is None else message.text
+                else:
+                    name, value = "message", None if message is None else message_to_dict(message)
+                new = {
+                    (name if k == key else k): (value if k == key else v)
+                    for k, v in payload.items()
+                }
+            out.append(replace(record, payload=new))
+        return out

@@ -23,6 +23,7 @@ from drover.store.base import (
     partial_messages,
 )
 from drover.store.batch import (
+    MESSAGE_OF,
     AppendEvent,
     AppendMessage,
     AppendPartialText,
@@ -33,7 +34,13 @@ from drover.store.batch import (
     UpsertToolCall,
 )
 from drover.store.dialect import Plan, execute, rows
-from drover.store.rows import encode_marks, stored_message_from_row, tool_call_from_row
+from drover.store.fold import by_block, fold_block
+from drover.store.rows import (
+    encode_marks,
+    event_from_row,
+    stored_message_from_row,
+    tool_call_from_row,
+)
 from drover.store.sql_log import SqlLog, first_value
 
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
@@ -126,13 +133,53 @@ class SqlWork(SqlLog):
         return await self._perform(self._append_message(write, self._clock()), "write")
 
     def _append_message(self, w: AppendMessage, now: float) -> Plan[int]:
-        yield from self._turn_session(w.turn_id)
+        session_id = yield from self._turn_session(w.turn_id)
         seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
         if w.step is not None:
             yield from execute(
                 "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
             )
+            if w.fold_from is not None and not w.partial:
+                yield from self._fold(session_id, w, seq, now)
+        if w.logged is not None:
+            row = w.logged
+            event = {k: (seq if k == MESSAGE_OF else v) for k, v in row.event.items()}
+            yield from self._log(row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
         return seq
+
+    def _fold(self, session_id: str, w: AppendMessage, message_seq: int, now: float) -> Plan[None]:
+        """Fold the step's coalesced text rows into the message (see :mod:`~drover.store.fold`)."""
+        found = yield from rows(
+            "SELECT * FROM events WHERE session_id = ? AND seq >= ? AND turn_id = ? "
+            "AND type = 'text_delta' ORDER BY seq, part",
+            session_id,
+            w.fold_from,
+            w.turn_id,
+        )
+        step = 0 if w.step is None else w.step
+        for group in by_block([event_from_row(r) for r in found], step).values():
+            folded = fold_block(group, w.message, message_seq)
+            if folded is None:
+                continue
+            low, high = group[0].seq, max(r.end_seq for r in group)
+            counted = yield from rows(
+                "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                session_id,
+                low,
+                high,
+            )
+            if int(first_value(counted, "n")) != len(group):
+                continue  # other rows between them: leave the block as it is
+            payload, marks = folded
+            yield from execute(
+                "DELETE FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                session_id,
+                low,
+                high,
+            )
+            yield from self._log(
+                session_id, w.turn_id, payload, now, low, high, encode_marks(low, marks)
+            )
 
     async def replace_message(self, turn_id: str, seq: int, message: Message) -> None:
         write = ReplaceMessage(turn_id, seq, message)
