@@ -133,6 +133,18 @@ def with_message(event: Mapping[str, Any], message: Message) -> dict[str, Any]:
     }
 
 
+def referring(row: AppendEvent, message: Message) -> AppendEvent | None:
+    """``row`` with its ``message`` replaced by :data:`MESSAGE_OF` (the store sets the number,
+    or the caller), when the row carries exactly that message; None otherwise."""
+    if row.event.get("message") != message_to_dict(message):
+        return None
+    event = {
+        (MESSAGE_OF if k == "message" else k): (None if k == "message" else v)
+        for k, v in row.event.items()
+    }
+    return AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)
+
+
 async def apply(store: Any, write: JournalWrite) -> Any:
     """Make one write through the store's method of the same name (a message with its log
     row or its folding: in one transaction of its own when the store makes batches)."""

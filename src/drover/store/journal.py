@@ -14,25 +14,26 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             text is flushed first, the redaction's held tail included (the
                             text blocks before a tool_use are finished), and at
                             ``input-available`` what arrived since
-``assistant_message``       authoritative: the timer is cancelled, the message appended and the
-                            step's deltas deleted in the same write
-``tool_results``            the results message is appended
+``assistant_message``       authoritative: the timer is cancelled; the message, its log row
+                            (referring to it) and the fold of the step's text rows into it
+                            (:mod:`drover.store.fold`) go in one write
+``tool_results``            the results message is appended — already done, as a rule, with
+                            the step's last call's end (:mod:`drover.store.step_results`)
 ``retry`` (discard)         the step's buffered and stored deltas are dropped
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
-``worker``                  handed to the worker's own journal (one per worker, made on its
-                            first event), which records it under this turn through a
-                            :class:`~drover.store.worker_log.WorkerLog`
+``worker``                  handed to the worker's own journal (one per worker), which records
+                            it under this turn through a :class:`~drover.store.worker_log.WorkerLog`
 ==========================  ================================================================
 
-Every event except the deltas is appended to the session's event log. Replay of text: each
-flush writes its text once as ``partial_text`` and once, in the same transaction, as one
-coalesced ``text_delta`` event ``{"text", "index", "step"}`` (see
-:meth:`~drover.store.base.Store.append_partial_text`). A replaying client concatenates the
-``text_delta`` events of a (step, index), drops them on a ``retry`` with ``discard_partial``
-and replaces them with the ``assistant_message`` that ends the step — exactly what a live
-client does with the raw deltas. An n-byte answer thus costs about n bytes of deltas, n of
-coalesced events, and n each for the message row and its event: O(n), never O(n²).
+Every event except the deltas is appended to the session's event log. Each text flush writes
+its text as ``partial_text`` (what recovery folds into a partial message) and, in the same
+transaction, as one coalesced ``text_delta`` row ``{"text", "index", "step"}`` with the marks
+where each live delta ends. When the step's message is stored, its ``partial_text`` rows are
+deleted and its coalesced rows become one row per block whose text refers to the message; the
+``assistant_message`` row refers to the message too, and ``done`` to the answer's message
+(the store puts the text back when the log is read). An n-byte answer thus costs n bytes of
+message and the marks of its deltas once the step ends: O(n), each byte stored once.
 
 Everything persisted is redacted first (text on every flush, messages, tool inputs and
 outputs, event payloads); streamed text goes through
@@ -49,13 +50,14 @@ Writes queue in order (:mod:`drover.store.journal_queue`). Those a guarantee wai
 before ``send`` returns, together with every write queued before them, in one transaction when
 the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
 call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
-(an output is never lost once reported); a permission question and its call's state; the
-assistant message; the results message (durable before the next model request); a discarding
-retry; the turn's end. The rest — ``step_started``, ``usage``, ``tool_start``/``tool_done``,
-``compacted``, the ``input-available`` state — are numbered and published at once and written
-with the next of those or by the flush timer, at most ``flush_interval`` later: a crash loses
-at most that much of them, at the tail of the log. A tool step thus costs five commits
-(the eager flush, the message, ``running``, the call's end, the results) instead of seventeen.
+(an output is never lost once reported; the step's last end carries the results message, so
+it is durable before the next model request); a permission question and its call's state; the
+assistant message; a discarding retry; the turn's end. The rest — ``step_started``,
+``usage``, ``tool_start``/``tool_done``, ``tool_results``, ``compacted``, the
+``input-available`` state — are numbered and published at once and written with the next of
+those or by the flush timer, at most ``flush_interval`` later: a crash loses at most that much
+of them, at the tail of the log. A one-call tool step thus costs four commits (the eager
+flush, the message, ``running``, the end with the results) instead of seventeen.
 
 A write that fails is retried at once, with a short backoff, up to ``max_attempts`` times while
 later writes wait behind it. One that still fails — or a write to a turn this process no longer
@@ -73,6 +75,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, assert_never, cast
 
@@ -100,24 +103,24 @@ from drover.events import (
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message, message_to_dict
+from drover.messages import Message
 from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
     MESSAGE_OF,
     TEXT_OF,
     AppendEvent,
     AppendMessage,
-    AppendPartialText,
     DiscardPartialText,
     EndTurn,
     JournalWrite,
     ReplaceMessage,
-    UpsertToolCall,
+    referring,
 )
 from drover.store.journal_queue import WriteQueue
-from drover.store.numbering import Numbering, Publish, StreamMarks
-from drover.store.redact import Redactor, StreamRedactor
-from drover.store.step_results import StepResults
+from drover.store.numbering import Numbering, Publish
+from drover.store.redact import Redactor
+from drover.store.step_results import StepResults, tool_call_write
+from drover.store.text_buffer import TextBuffers
 from drover.store.worker_log import WorkerLog, worker_event
 
 log = logging.getLogger(__name__)
@@ -189,23 +192,16 @@ class Journal:
         # (seq in the turn, text) of the last finished assistant message stored.
         self._answer: tuple[int, str] | None = None
         self._step = 0
-        self._texts: dict[tuple[int, int], StreamRedactor] = {}
-        self._marks: dict[tuple[int, int], StreamMarks] = {}
+        self._text = TextBuffers(self._redactor)
         self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
         self._wrap = wrap
-        # The first number of superseded deltas no row holds yet (the next row covers it).
-        self._absorb: int | None = None
-        self._unflushed = 0
         self._last_flush = clock()
         self._timer: asyncio.Task[None] | None = None
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
         # The step's results message, written with its last call's end (when writes are
-        # made together), and its seq in the turn once stored.
+        # made together).
         self._results = StepResults()
-        # The first number of each step's coalesced text rows (folded into its message).
-        self._fold_from: dict[int, int] = {}
-        self._ahead: tuple[Message, list[int]] | None = None
 
     # -- observable state ----------------------------------------------------------------------
 
@@ -303,8 +299,8 @@ class Journal:
                 return
             case Retry():
                 if event.discard_partial:
-                    self._drop_text(self._step)
-                    self._fold_from.pop(self._step, None)
+                    self._text.drop(self._step)
+                    self._text.fold_from(self._step)
                     step = self._step
                     await self._log(
                         event,
@@ -316,15 +312,15 @@ class Journal:
                     return
             case AssistantMessage():
                 self._cancel_timer()
-                self._drop_text(self._step)
+                self._text.drop(self._step)
                 if not event.partial and self._writes.groups:
                     self._results.expect(event.message)
                 message, step = self._redactor.redact_message(event.message), self._step
-                fold_from = None if event.partial else self._fold_from.pop(step, None)
+                fold_from = None if event.partial else self._text.fold_from(step)
 
                 def append(row: AppendEvent | None) -> bool:
                     # The message, with its log row referring to it when it can (stored once).
-                    ref = None if row is None else self._referring(row, message)
+                    ref = self._referring(row, message)
                     self._turn_write(
                         "append assistant message",
                         lambda t: AppendMessage(t, message, event.partial, step, ref, fold_from),
@@ -361,47 +357,22 @@ class Journal:
                 pass  # the turn waits for the user: written at once
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
-                ahead, self._ahead = self._ahead, None
-                if ahead is not None and ahead[0] == message:
-                    # Stored with the last call's end: only its log row is left, and nothing
-                    # waits on that; it refers to the message.
-                    stored = ahead[1]
-
-                    def refer(row: AppendEvent | None) -> bool:
-                        ref = None if row is None or not stored else self._referring(row, message)
-                        if ref is None or row is None:
-                            return False
-                        event_row = {**ref.event, MESSAGE_OF: stored[0]}
-                        self._writes.push(
-                            "log the tool_results event",
-                            AppendEvent(
-                                row.session_id, row.turn_id, event_row, row.seq, row.last_seq
-                            ),
-                        )
-                        return True
-
-                    await self._log(event, attach=refer)
+                ahead, seq = self._results.take_written()
+                if seq is not None and ahead == message:
+                    # Stored with the last call's end: only its log row is left (referring
+                    # to the message), and nothing waits on that.
+                    await self._log(event, attach=partial(self._push_ref, message, seq))
                     self._defer()
-                    await self._finished(message)
-                    return
-                if ahead is not None and ahead[1]:
-                    seq = ahead[1][0]
+                else:
+                    make: Callable[[str], JournalWrite] = (
+                        partial(AppendMessage, message=message)
+                        if seq is None
+                        else partial(ReplaceMessage, seq=seq, message=message)
+                    )
                     await self._log(
-                        event,
-                        before=lambda: self._turn_write(
-                            "replace tool results", lambda t: ReplaceMessage(t, seq, message)
-                        ),
+                        event, before=lambda: self._turn_write("record tool results", make)
                     )
                     await self._drain()
-                    await self._finished(message)
-                    return
-                await self._log(
-                    event,
-                    before=lambda: self._turn_write(
-                        "append tool results", lambda t: AppendMessage(t, message)
-                    ),
-                )
-                await self._drain()
                 await self._finished(message)
                 return
             case Done() | Incomplete() | Error() if self._wrap is not None:
@@ -470,56 +441,22 @@ class Journal:
 
     def _buffer(self, delta: TextDelta, seq: int | None) -> bool:
         """Buffer a delta numbered ``seq``; True when a gate says flush now."""
-        key = (self._step, delta.index)
-        stream = self._texts.get(key)
-        if stream is None:
-            stream = self._texts[key] = StreamRedactor(self._redactor)
-        stream.feed(delta.text)
-        if seq is not None:
-            self._marks.setdefault(key, StreamMarks()).feed(seq, len(delta.text))
-        if self._unflushed == 0:
+        if self._text.unflushed == 0:
             self._start_timer()
-        self._unflushed += len(delta.text.encode())
+        self._text.feed(self._step, delta.index, delta.text, seq)
         return (
-            self._unflushed >= self._flush_bytes
+            self._text.unflushed >= self._flush_bytes
             or self._clock() - self._last_flush >= self._interval
         )
 
     def _take_text(self, *, final: bool) -> bool:
         """Queue the buffered text that is safe to write (all of it when ``final``); whether
         there was any."""
-        took = False
-        turn_id = self._turn_id
-        for key, stream in sorted(self._texts.items()):
-            text = stream.take(final=final)
-            marks = self._marks.get(key)
-            span = None
-            if marks is not None:
-                span = marks.release(marks.unwritten() - stream.held_chars, len(text))
-            if text and turn_id is not None:
-                step, index = key
-                first, last, cuts = span if span is not None else (None, None, None)
-                write = AppendPartialText(turn_id, step, index, text, first, last, cuts)
-                if first is not None:
-                    self._fold_from[step] = min(first, self._fold_from.get(step, first))
-                self._writes.push("append partial text", write)
-                took = True
-        if final:
-            self._texts.clear()
-            self._marks.clear()
-        self._unflushed = 0
+        writes = self._text.take(self._turn_id, final=final)
+        for write in writes:
+            self._writes.push("append partial text", write)
         self._last_flush = self._clock()
-        return took
-
-    def _drop_text(self, step: int) -> None:
-        for key in [k for k in self._texts if k[0] == step]:
-            del self._texts[key]
-            marks = self._marks.pop(key, None)
-            first = None if marks is None else marks.first_unstarted()
-            if first is not None:
-                self._absorb = first if self._absorb is None else min(self._absorb, first)
-        if not self._texts:
-            self._unflushed = 0
+        return bool(writes)
 
     async def _flush(self) -> None:
         self._cancel_timer()
@@ -575,21 +512,13 @@ class Journal:
         """Queue the step's results message with its last call's end (see
         :mod:`drover.store.step_results`)."""
         built = self._results.ended(event.call_id, event.output, event.is_error)
-        if built is None:
-            return
-        message = self._redactor.redact_message(built)
-        stored: list[int] = []
-        self._ahead = (message, stored)
-
-        def done(seq: Any) -> None:
-            if isinstance(seq, int):
-                stored.append(seq)
-
-        self._turn_write(
-            "append tool results with the last call's end",
-            lambda t: AppendMessage(t, message),
-            done=done,
-        )
+        if built is not None:
+            message = self._results.written = self._redactor.redact_message(built)
+            self._turn_write(
+                "append tool results with the last call's end",
+                lambda t: AppendMessage(t, message),
+                done=self._results.stored,
+            )
 
     def _upsert(self, event: ToolStateChanged) -> None:
         """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before
@@ -600,24 +529,10 @@ class Journal:
                 read_only = bool(self._is_read_only(event.name))
             except Exception:
                 log.exception("journal: is_read_only failed for %s", event.name)
-        tool_input = None if event.input is None else self._redactor.redact_obj(dict(event.input))
-        output = None if event.output is None else self._redactor.redact(event.output)
-        step = self._step
+        step, redactor = self._step, self._redactor
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: UpsertToolCall(
-                turn_id=t,
-                call_id=event.call_id,
-                call_index=event.call_index,
-                name=event.name,
-                state=event.state,
-                input=tool_input,
-                output=output,
-                is_error=event.is_error,
-                outcome_unknown=event.outcome_unknown,
-                read_only=read_only,
-                step=step,
-            ),
+            lambda t: tool_call_write(event, t, step, read_only, redactor),
         )
 
     async def _log(
@@ -639,23 +554,25 @@ class Journal:
             before()
         first: int | None = None
         if seq is not None:
-            first, self._absorb = self._absorb, None
+            first = self._text.absorbed()
             self._publish(seq, turn_id, payload)
         write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
         if attach is not None and attach(write if seq is not None else None):
             return
         self._writes.push(f"log the {event.type} event", write)
 
-    def _referring(self, row: AppendEvent, message: Message) -> AppendEvent | None:
-        """``row`` with its ``message`` as a reference (:data:`MESSAGE_OF`, set by the store),
-        when the row carries exactly that message and the store writes both at once."""
-        if not self._writes.groups or row.event.get("message") != message_to_dict(message):
-            return None
-        event = {
-            (MESSAGE_OF if k == "message" else k): (None if k == "message" else v)
-            for k, v in row.event.items()
-        }
-        return AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)
+    def _referring(self, row: AppendEvent | None, message: Message) -> AppendEvent | None:
+        """``row`` referring to its ``message`` (see :func:`~drover.store.batch.referring`)
+        when the store writes them together."""
+        return None if row is None or not self._writes.groups else referring(row, message)
+
+    def _push_ref(self, message: Message, seq: int, row: AppendEvent | None) -> bool:
+        """Queue ``row`` referring to the stored message ``seq``; False when it cannot."""
+        ref = self._referring(row, message)
+        if ref is None:
+            return False
+        self._writes.push("log the event", replace(ref, event={**ref.event, MESSAGE_OF: seq}))
+        return True
 
     def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
         self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
@@ -677,8 +594,7 @@ class Journal:
         log.error("journal: %s; nothing more of this turn is recorded", failure)
         self._writes.failed = True
         self._writes.clear()
-        self._texts.clear()
-        self._marks.clear()
+        self._text.clear()
         self._cancel_timer()
         if self._on_failure is not None:
             self._on_failure(failure)

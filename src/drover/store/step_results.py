@@ -16,13 +16,48 @@ built some other way), the stored one is replaced by the loop's, in place.
 
 from __future__ import annotations
 
+from drover.events import ToolStateChanged
 from drover.messages import Message, ToolResultBlock, tool_result_message
+from drover.store.batch import UpsertToolCall
+from drover.store.redact import Redactor
+
+
+def tool_call_write(
+    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, redactor: Redactor
+) -> UpsertToolCall:
+    """The write of a call's new state, its input and output redacted."""
+    return UpsertToolCall(
+        turn_id=turn_id,
+        call_id=event.call_id,
+        call_index=event.call_index,
+        name=event.name,
+        state=event.state,
+        input=None if event.input is None else redactor.redact_obj(dict(event.input)),
+        output=None if event.output is None else redactor.redact(event.output),
+        is_error=event.is_error,
+        outcome_unknown=event.outcome_unknown,
+        read_only=read_only,
+        step=step,
+    )
 
 
 class StepResults:
     def __init__(self) -> None:
         self._order: tuple[str, ...] = ()
         self._ends: dict[str, ToolResultBlock] = {}
+        #: The results message written ahead, as stored (redacted), and its seq once stored.
+        self.written: Message | None = None
+        self.seq: int | None = None
+
+    def stored(self, seq: object) -> None:
+        if isinstance(seq, int):
+            self.seq = seq
+
+    def take_written(self) -> tuple[Message | None, int | None]:
+        """The results message written ahead and its seq, once."""
+        out = (self.written, self.seq)
+        self.written = self.seq = None
+        return out
 
     def expect(self, message: Message) -> None:
         """A finished assistant message: its tool calls are the step's."""
