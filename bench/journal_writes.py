@@ -117,6 +117,8 @@ class Row:
     wal_peak: int
     io: dict[str, int]
     wall: float
+    #: Time of the end of the answer: the message (its text rows folded in), ``done``, close.
+    final: float
     #: Bytes of the pages each table and index holds at the end (``dbstat``), all rows.
     by_table: dict[str, int]
 
@@ -148,8 +150,15 @@ def _live_bytes(path: Path) -> int:
     return pages * _count(path, "PRAGMA page_size")
 
 
-async def stream_answer(size: int, rate: Rate, workdir: Path, counter: CommitCounter) -> Row:
+async def stream_answer(
+    size: int, rate: Rate, workdir: Path, counter: CommitCounter, page_size: int | None = None
+) -> Row:
     path = workdir / f"journal-{size}-{rate.name}.db"
+    if page_size is not None:  # an empty file takes the page size its first table is made with
+        conn = sqlite3.connect(path)
+        conn.execute(f"PRAGMA page_size = {int(page_size)}")
+        conn.execute("VACUUM")
+        conn.close()
     text = words(size, seed=size)
     chunks = [text[i : i + rate.delta_bytes] for i in range(0, len(text), rate.delta_bytes)]
     with counter.watching():
@@ -170,10 +179,13 @@ async def stream_answer(size: int, rate: Rate, workdir: Path, counter: CommitCou
                 await asyncio.sleep(0)  # the woken flush timer takes its text first
             await journal.send(TextDelta(text=chunk, index=0))
         commits_streaming = counter.counts(path).commits - commits_before
+        flushes = _count(path, "SELECT COUNT(*) FROM events WHERE type = 'text_delta'")
+        final_started = time.perf_counter()
         message = assistant_message([TextBlock(text=text)])
         await journal.send(AssistantMessage(message=message))
         await journal.send(Done(text=text, usage=Usage()))
         await journal.aclose()
+        final = time.perf_counter() - final_started
         wall = time.perf_counter() - started
         io = io_delta(io_before, proc_io())
         commits_total = counter.counts(path).commits - commits_before
@@ -184,7 +196,6 @@ async def stream_answer(size: int, rate: Rate, workdir: Path, counter: CommitCou
         await store.close()
     stored = checkpointed_size(path) - base_size
     live = _live_bytes(path) - base_live
-    flushes = _count(path, "SELECT COUNT(*) FROM events WHERE type = 'text_delta'")
     return Row(
         size=size,
         rate=rate,
@@ -198,6 +209,7 @@ async def stream_answer(size: int, rate: Rate, workdir: Path, counter: CommitCou
         wal_peak=wal_peak,
         io=io,
         wall=wall,
+        final=final,
         by_table=_by_table(path),
     )
 
@@ -222,6 +234,7 @@ def report(rows: list[Row]) -> None:
         "WAL at end",
         "wall",
         "wall/write",
+        "final",
     ]
     body = []
     for r in rows:
@@ -243,13 +256,15 @@ def report(rows: list[Row]) -> None:
                 human_bytes(r.wal_peak),
                 f"{r.wall:.2f} s",
                 f"{1000 * r.wall / max(1, r.commits_total):.2f} ms",
+                f"{1000 * r.final:.0f} ms",
             ]
         )
     print(table(headers, body))
     print()
     print("answer      text streamed as deltas of the rate's size; n = its bytes")
     print("streamed    the fake clock's duration of the stream (deltas × delta size ÷ rate)")
-    print("flushes     partial-text writes (coalesced text_delta events in the log)")
+    print("flushes     partial-text writes (coalesced text_delta rows in the log before the")
+    print("            message; the message folds them into one row per block)")
     print("writes      SQLite commits while streaming / in all, counting the final message,")
     print("            the turn's end and the event log (traced COMMIT statements)")
     print("tx/s        commits ÷ streamed seconds: the load one live stream puts on the database")
@@ -258,9 +273,10 @@ def report(rows: list[Row]) -> None:
     print("write_bytes /proc/self/io write_bytes during the run (WAL + checkpoints), ÷ n")
     print("wchar       /proc/self/io wchar during the run (all write calls), ÷ n")
     print("WAL at end  size of the -wal file at the end of the run, before the store closed")
-    print("            (reused after each ~1000-page auto-checkpoint; the file keeps its largest")
-    print("            size, that of the biggest transaction, as no journal_size_limit is set)")
+    print("            (reused after each ~1000-page auto-checkpoint; journal_size_limit truncates")
+    print("            it to 4 MB after a checkpoint when a big transaction grew it past that)")
     print("wall        real time of the run: deltas through the journal, the final writes")
+    print("final       real time of the end: the message (the fold of its text rows), done, close")
     print()
     print("Where the bytes are at the end (dbstat: pages of each table and index ÷ n, the")
     print("session's and turn's rows included; tables under 0.01 n left out):")
@@ -285,6 +301,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="bytes")
     parser.add_argument("--dir", type=Path, default=None, help="where the databases go")
+    parser.add_argument(
+        "--page-size", type=int, default=None, help="SQLite page size of the new files"
+    )
     args = parser.parse_args()
     forbid_network()
     counter = CommitCounter()
@@ -292,6 +311,8 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="drover-bench-", dir=args.dir) as tmp:
         workdir = Path(tmp)
         print_environment("bench/journal_writes.py — journal writes per streamed answer", workdir)
+        if args.page_size:
+            print(f"page size: {args.page_size} B (SQLite's default: 4096)")
         print(
             "clock: deterministic fake clock, advanced by one delta's duration before each "
             "delta; gates 250 ms / 1024 B (the Journal defaults)"
@@ -302,7 +323,7 @@ async def main() -> None:
         rows = []
         for rate in RATES:
             for size in args.sizes:
-                rows.append(await stream_answer(size, rate, workdir, counter))
+                rows.append(await stream_answer(size, rate, workdir, counter, args.page_size))
                 print(f"  ran {human_bytes(size)} at the {rate.name} rate", flush=True)
         print()
         report(rows)
