@@ -34,12 +34,12 @@ async def test_folded_rows_replay_exactly_and_hold_the_text_once(store: Store) -
     journal = Journal(store, session.id, clock=clock, sleep=clock.sleep, turn_id=turn.id)
     await journal.send(StepStarted(step=1))
     for i, word in enumerate(WORDS[:60]):
-        clock.advance(0.1 if i % 7 == 0 else 0.0)  # the time gate cuts rows now and then
+        clock.advance(0.3 if i % 7 == 6 else 0.0)  # the time gate cuts rows now and then
         await journal.send(TextDelta(text=word, index=0))
     streaming = ToolStateChanged(call_id="c", call_index=1, name="bash", state="input-streaming")
     await journal.send(streaming)
     for i, word in enumerate(WORDS[60:]):
-        clock.advance(0.1 if i % 5 == 0 else 0.0)
+        clock.advance(0.3 if i % 5 == 4 else 0.0)
         await journal.send(TextDelta(text=word, index=2))
     before = await store.events_after(session.id)
     texts = [r for r in before if r.type == "text_delta"]

@@ -108,6 +108,23 @@ async def test_the_timer_flushes_a_stalled_stream(rig: Rig) -> None:
     assert not rig.journal.timer_pending
 
 
+async def test_after_a_pause_the_time_gate_counts_from_the_first_new_delta(rig: Rig) -> None:
+    """Nothing buffered for a while (a tool ran): the next delta is not written alone at once
+    — the oldest unwritten text is what the 250 ms bound is about — but 250 ms after it."""
+    await rig.deltas("one ")
+    rig.clock.advance(0.25)
+    await rig.store.wait_for(lambda: bool(rig.partial_writes()))
+    rig.clock.advance(5.0)  # idle, nothing buffered
+    await rig.deltas("two ")
+    assert rig.partial_writes() == ["one "]
+    rig.clock.advance(0.1)
+    await rig.deltas("three ")
+    assert rig.partial_writes() == ["one "]
+    rig.clock.advance(0.15)  # 250 ms after "two "
+    await rig.deltas("four ")
+    assert rig.partial_writes() == ["one ", "two three four "]
+
+
 async def test_size_gate(rig: Rig) -> None:
     chunk = "x" * 99 + " "
     await rig.deltas(*[chunk] * 10)

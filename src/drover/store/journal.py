@@ -440,9 +440,13 @@ class Journal:
     # -- text ----------------------------------------------------------------------------------
 
     def _buffer(self, delta: TextDelta, seq: int | None) -> bool:
-        """Buffer a delta numbered ``seq``; True when a gate says flush now."""
+        """Buffer a delta numbered ``seq``; True when a gate says flush now. The time gate
+        counts from the last flush or, after a pause with nothing buffered, from the first
+        delta since: the oldest unwritten text is what it bounds (as the timer does), so the
+        first delta of a step is not written alone because the previous step was slow."""
         if self._text.unflushed == 0:
             self._start_timer()
+            self._last_flush = self._clock()
         self._text.feed(self._step, delta.index, delta.text, seq)
         return (
             self._text.unflushed >= self._flush_bytes
