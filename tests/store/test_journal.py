@@ -400,6 +400,8 @@ async def test_an_answer_costs_linear_bytes(rig: Rig) -> None:
     # refers to the message's text and keeps where each delta ended (~5 bytes per delta).
     assert conn.execute("SELECT COUNT(*) FROM events WHERE type = 'text_delta'").fetchone() == (1,)
     assert logged < 6 * len(deltas) + 1000
+    # The pages the folded rows left free went back to the file system (auto_vacuum).
+    assert conn.execute("PRAGMA freelist_count").fetchone() == (0,)
     conn.close()
     records = await rig.store.events_after(rig.session_id)
     (folded,) = [r for r in records if r.type == "text_delta"]

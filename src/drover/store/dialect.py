@@ -103,6 +103,9 @@ class Dialect:
     returning: bool
     #: The ``LIMIT`` value that means no limit.
     no_limit: int | None
+    #: A statement that gives the pages a large delete freed back to the file system, in the
+    #: deleting transaction ("" when the backend reclaims space on its own).
+    reclaim: str = ""
     #: Statements already translated (a store runs the same few hundred over and over).
     _spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -130,4 +133,7 @@ SQLITE = Dialect(
     lock_skip="",
     returning=False,
     no_limit=-1,
+    # Files made by this version use auto_vacuum=INCREMENTAL (see sqlite_conn); in older ones
+    # it frees nothing and the free pages are reused by later writes.
+    reclaim="PRAGMA incremental_vacuum",
 )

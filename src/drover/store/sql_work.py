@@ -157,6 +157,7 @@ class SqlWork(SqlLog):
             w.turn_id,
         )
         step = 0 if w.step is None else w.step
+        folded_any = False
         for group in by_block([event_from_row(r) for r in found], step).values():
             folded = fold_block(group, w.message, message_seq)
             if folded is None:
@@ -180,6 +181,16 @@ class SqlWork(SqlLog):
             yield from self._log(
                 session_id, w.turn_id, payload, now, low, high, encode_marks(low, marks)
             )
+            folded_any = True
+        if folded_any and self.dialect.reclaim:
+            # The pages the fold freed go back now, in this transaction. Each step of SQLite's
+            # statement frees one page and the driver steps it once: run it once a page.
+            # (A file made before auto_vacuum was set keeps its free pages for later writes.)
+            mode = yield from rows("PRAGMA auto_vacuum")
+            found = yield from rows("PRAGMA freelist_count")
+            free = int(first_value(found, "freelist_count"))
+            for _ in range(free if int(first_value(mode, "auto_vacuum")) == 2 else 0):
+                yield from execute(self.dialect.reclaim)
 
     async def replace_message(self, turn_id: str, seq: int, message: Message) -> None:
         write = ReplaceMessage(turn_id, seq, message)

@@ -86,6 +86,10 @@ class SqliteConnection:
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            # Takes effect only in a new file (before its first table): the pages a finished
+            # answer's folded text rows leave free go back to the file system at once (the
+            # store's ``reclaim``) instead of staying in the file until reused.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self._enable_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             # A checkpoint truncates the WAL back to this size instead of leaving it as large
