@@ -43,6 +43,9 @@ from drover.store.rows import (
 )
 from drover.store.sql_log import SqlLog, first_value
 
+#: Free pages a fold leaves before it gives them back to the file system (128 KiB at 4 KiB).
+RECLAIM_PAGES = 32
+
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
 # A call in a terminal state keeps it: a late write cannot reopen it.
 _UPSERT_CALL = (
@@ -189,7 +192,10 @@ class SqlWork(SqlLog):
             mode = yield from rows("PRAGMA auto_vacuum")
             found = yield from rows("PRAGMA freelist_count")
             free = int(first_value(found, "freelist_count"))
-            for _ in range(free if int(first_value(mode, "auto_vacuum")) == 2 else 0):
+            # A few free pages are left for the next writes to reuse: giving them back would
+            # move the file's last pages (the ones being appended to) on every step.
+            worth = free >= RECLAIM_PAGES and int(first_value(mode, "auto_vacuum")) == 2
+            for _ in range(free if worth else 0):
                 yield from execute(self.dialect.reclaim)
 
     async def replace_message(self, turn_id: str, seq: int, message: Message) -> None:
