@@ -44,11 +44,12 @@ class AppendMessage:
 
 @dataclass(frozen=True, slots=True)
 class ReplaceMessage:
-    """Put ``message`` in place of the turn's message ``seq`` (a results message written
-    ahead, see :mod:`drover.store.step_results`, that the loop's differs from)."""
+    """Put ``message`` in place of the turn's message ``seq`` — its latest message when
+    ``seq`` is None — (a results message written ahead, see :mod:`drover.store.step_results`,
+    that the loop's differs from)."""
 
     turn_id: str
-    seq: int
+    seq: int | None
     message: Message
 
 

@@ -358,15 +358,17 @@ class Journal:
             case ToolResults():
                 message = self._redactor.redact_message(event.message)
                 ahead, seq = self._results.take_written()
-                if seq is not None and ahead == message:
-                    # Stored with the last call's end: only its log row is left (referring
-                    # to the message), and nothing waits on that.
-                    await self._log(event, attach=partial(self._push_ref, message, seq))
+                if ahead is not None and ahead == message:
+                    # Written with the last call's end (made, or queued before this: a
+                    # cancellation can leave its number unknown): only the log row is left,
+                    # referring to the message when its number is known; nothing waits on it.
+                    ref = None if seq is None else partial(self._push_ref, message, seq)
+                    await self._log(event, attach=ref)
                     self._defer()
                 else:
                     make: Callable[[str], JournalWrite] = (
                         partial(AppendMessage, message=message)
-                        if seq is None
+                        if ahead is None
                         else partial(ReplaceMessage, seq=seq, message=message)
                     )
                     await self._log(

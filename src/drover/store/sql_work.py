@@ -198,18 +198,28 @@ class SqlWork(SqlLog):
             for _ in range(free if worth else 0):
                 yield from execute(self.dialect.reclaim)
 
-    async def replace_message(self, turn_id: str, seq: int, message: Message) -> None:
+    async def replace_message(self, turn_id: str, seq: int | None, message: Message) -> None:
         write = ReplaceMessage(turn_id, seq, message)
         await self._perform(self._replace_message(write), "write")
 
     def _replace_message(self, w: ReplaceMessage) -> Plan[None]:
         yield from self._turn_session(w.turn_id)
-        count = yield from execute(
-            "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? AND seq = ?",
-            self.dialect.json(message_to_dict(w.message)),
-            w.turn_id,
-            w.seq,
-        )
+        body = self.dialect.json(message_to_dict(w.message))
+        if w.seq is None:  # the turn's latest message
+            count = yield from execute(
+                "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? "
+                "AND seq = (SELECT MAX(seq) FROM messages WHERE turn_id = ?)",
+                body,
+                w.turn_id,
+                w.turn_id,
+            )
+        else:
+            count = yield from execute(
+                "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? AND seq = ?",
+                body,
+                w.turn_id,
+                w.seq,
+            )
         if count == 0:
             raise StoreError(f"no message {w.seq} in turn {w.turn_id}")
 
