@@ -3,17 +3,13 @@
 The loop awaits :meth:`Journal.send` for every event. What each event does (seeds 003/004):
 
 ==========================  ================================================================
-``turn_started``            logged (the runner created the turn row before the turn began)
-``text_delta``              buffered per (step, block); flushed as appended ``partial_text``
-                            when ``flush_interval`` (250 ms) passed since the last flush or
-                            ``flush_bytes`` (1024 B) arrived since, checked on every delta and
-                            by a timer that fires ``flush_interval`` after the first unflushed
-                            delta (so a stalled stream is still written)
+``turn_started``            logged (the runner made the turn row before the turn began)
+``text_delta``              buffered per (step, block) and flushed once the oldest unwritten
+                            text is ``flush_interval`` (250 ms) old — checked on each delta and
+                            by a timer — or ``flush_bytes`` (1024 B) arrived since the last flush
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
-``tool_state``              the tool call is upserted; at ``input-streaming`` all buffered
-                            text is flushed first, the redaction's held tail included (the
-                            text blocks before a tool_use are finished), and at
-                            ``input-available`` what arrived since
+``tool_state``              the call is upserted; at ``input-streaming`` all buffered text is
+                            flushed first (held tail included), at ``input-available`` the rest
 ``assistant_message``       authoritative: the timer is cancelled; the message, its log row
                             (referring to it) and the fold of the step's text rows into it
                             (:mod:`drover.store.fold`) go in one write
@@ -22,8 +18,7 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``retry`` (discard)         the step's buffered and stored deltas are dropped
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
-``worker``                  handed to the worker's own journal (one per worker), which records
-                            it under this turn through a :class:`~drover.store.worker_log.WorkerLog`
+``worker``                  handed to the worker's journal (:mod:`drover.store.worker_log`)
 ==========================  ================================================================
 
 Every event except the deltas is appended to the session's event log. Each text flush writes
@@ -35,10 +30,8 @@ deleted and its coalesced rows become one row per block whose text refers to the
 (the store puts the text back when the log is read). An n-byte answer thus costs n bytes of
 message and the marks of its deltas once the step ends: O(n), each byte stored once.
 
-Everything persisted is redacted first (text on every flush, messages, tool inputs and
-outputs, event payloads); streamed text goes through
-:class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be the start
-of a secret until the next flush.
+Everything persisted is redacted first; streamed text through a
+:class:`~drover.store.redact.StreamRedactor` (:mod:`drover.store.text_buffer`).
 
 Numbering (:mod:`drover.store.numbering`): the journal numbers every event as it emits it —
 each live text delta included — and hands it to ``publish`` at once; rows are written with
@@ -59,13 +52,10 @@ those or by the flush timer, at most ``flush_interval`` later: a crash loses at 
 of them, at the tail of the log. A one-call tool step thus costs four commits (the eager
 flush, the message, ``running``, the end with the results) instead of seventeen.
 
-A write that fails is retried at once, with a short backoff, up to ``max_attempts`` times while
-later writes wait behind it. One that still fails — or a write to a turn this process no longer
-holds (:class:`~drover.errors.LeaseLostError`) — fails the journal: :attr:`Journal.failure`
-says why (the original error as its cause), nothing more is written, so the durable record
-stays a consistent prefix of the turn, and ``on_failure`` is called so the owner can stop the
-turn. ``send`` itself never raises but for
-the cancellation that interrupts the turn.
+A write that fails is retried (:mod:`~drover.store.journal_queue`); one that still fails, or
+a lost lease, fails the journal: :attr:`Journal.failure` says why, nothing more is written (the
+record stays a consistent prefix of the turn) and ``on_failure`` is called. ``send`` itself
+never raises but for the cancellation that interrupts the turn.
 """
 
 from __future__ import annotations
