@@ -331,13 +331,17 @@ def main() -> int:
         help="a src/ directory of another commit (e.g. from `git archive`): every figure is "
         "measured for it and for this checkout in the same run, alternating",
     )
+    parser.add_argument(
+        "--after", type=Path, help="with --before: a src/ directory instead of this checkout's"
+    )
     options = parser.parse_args()
     forbid_network()
     tmp = Path(tempfile.mkdtemp(prefix="drover-bench-server-"))
     print_environment("drover serve under load", tmp)
     versions: list[tuple[str, Path | None]] = [("this", None)]
     if options.before is not None:
-        versions = [("before", options.before.resolve()), ("after", None)]
+        after = None if options.after is None else options.after.resolve()
+        versions = [("before", options.before.resolve()), ("after", after)]
     rows, replays = [], []
     with FakeServerProcess() as fake:
         for n, turns in enumerate(int(t) for t in options.turns.split(",")):
