@@ -30,9 +30,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never, cast
+from typing import Any, assert_never
 
-from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+from openai.types.responses import FunctionToolParam
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
@@ -153,9 +153,13 @@ def to_responses_input(messages: Iterable[Message], *, stored: bool) -> list[Ite
     return [item for _message, items in convert_messages(messages, stored=stored) for item in items]
 
 
+#: The digest's JSON form; one encoder for every item (``json.dumps`` would build one per call).
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def items_digest(items: Sequence[Item]) -> str:
     """A stable fingerprint of input items (compared across requests and processes)."""
-    text = json.dumps(items, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    text = _DIGEST_JSON.encode(items)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -168,10 +172,6 @@ class InputPlan:
     digest: str
     previous_response_id: str | None = None
 
-    @property
-    def input(self) -> list[ResponseInputItemParam]:
-        return cast(list[ResponseInputItemParam], self.items)
-
 
 class _Digest:
     """:func:`items_digest` computed as items come, so the digest of any prefix is at hand too:
@@ -182,7 +182,7 @@ class _Digest:
         self._count = 0
 
     def add(self, item: Item) -> None:
-        text = json.dumps(item, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        text = _DIGEST_JSON.encode(item)
         self._hash.update((("," if self._count else "") + text).encode("utf-8", "surrogatepass"))
         self._count += 1
 

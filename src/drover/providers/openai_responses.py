@@ -48,7 +48,13 @@ from drover.providers.convert_openai_responses import (
 )
 from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS
 from drover.providers.retry import context_overflow, stream_error
-from drover.providers.sdk_provider import SdkOptions, SdkProvider, as_str, int_attr
+from drover.providers.sdk_provider import (
+    SdkOptions,
+    SdkProvider,
+    as_str,
+    int_attr,
+    untransformed,
+)
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -334,7 +340,8 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
         opening = self._client.responses.create(
             model=self._model,
-            input=plan.input,
+            input=[],  # sent as given through ``extra_body`` (see ``untransformed``)
+            extra_body=untransformed("input", plan.items),
             instructions=request.system or openai.omit,
             tools=to_responses_tools(request.tools) if request.tools else openai.omit,
             previous_response_id=plan.previous_response_id or openai.omit,
