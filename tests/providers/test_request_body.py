@@ -1,6 +1,7 @@
 """The OpenAI providers send the history past the SDK's request transform, and the body is the
 one the SDK would have built had the history gone through it: the same keys, in the same
-order, with the same values."""
+order, with the same values. A Responses request that cannot chain does not digest its input
+before it is sent."""
 
 from __future__ import annotations
 
@@ -71,3 +72,22 @@ async def test_history_skips_the_transform_and_the_body_is_unchanged(
     expected = await async_maybe_transform({**params, key: wire}, params_type)
     assert body == expected
     assert list(body) == list(expected)
+
+
+def test_a_plan_that_cannot_chain_leaves_its_digest_until_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from drover.providers import convert_openai_responses as convert
+
+    digests: list[int] = []
+    real = convert.items_digest
+
+    def counted(items: Any) -> str:
+        digests.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(convert, "items_digest", counted)
+    plan = plan_input(history(), stored=True)  # no response of this API to continue
+    assert digests == []  # nothing encoded for it before the request goes out
+    assert plan.digest == real(convert.to_responses_input(history(), stored=True))
+    assert plan.digest == plan.digest and digests == [len(plan.items)]  # once
