@@ -215,6 +215,11 @@ class FakeServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int:
+        """The server process's id (0 when it is not running)."""
+        return 0 if self._proc is None else self._proc.pid
+
+    @property
     def openai_base_url(self) -> str:
         return f"{self.base_url}/v1"
 

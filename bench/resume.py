@@ -10,13 +10,14 @@ pending work too. Then, timed, as the next turn would do it:
   calls) from a freshly opened store;
 * **repair** — included in ``load`` (``build_history`` repairs as it builds); shown separately
   by re-running :func:`drover.store.history.repair_history` over the loaded messages;
-* **request** — the next request's wire form for each provider: drover's converter
-  (``to_chat_messages``, ``plan_input``, ``to_anthropic_messages``) and, beside it, the
-  official SDK's own request transform of that wire form (``maybe_transform``), which runs
-  inside every ``create`` call.
+* **request** — the next request for each provider: drover's converter alone
+  (``to_chat_messages``, ``plan_input``, ``to_anthropic_messages``), then the whole request
+  as :mod:`request_build` times it — the provider's ``stream()`` until the HTTP request,
+  body encoded, reaches an in-process transport (whatever the official SDK does on the way
+  included) — and load + that request.
 
 Medians of ``--runs`` (default 7) runs, wall time and (beside it) the process's CPU time, all
-threads (steadier on a busy machine). Target: load + repair + drover's conversion ≤ 50 ms.
+threads (steadier on a busy machine). Target: load + repair + the whole next request ≤ 50 ms.
 
     .venv/bin/python bench/resume.py            # --steps 1000 --turns 20 --runs 7
 """
@@ -117,52 +118,41 @@ async def main() -> None:
         messages = history.committed + history.pending
         repair, _ = timed(lambda: repair_history(messages), args.runs)
         load = cell(median(walls), median(cpus))
-        rows = [["load_history (load + repair)", load, ""], ["  of which repair", repair, ""]]
-        rows += request_rows(messages, args.runs)
+        rows = [
+            ["load_history (load + repair)", load, "", ""],
+            ["  of which repair", repair, "", ""],
+        ]
+        rows += await request_rows(messages, args.runs, (median(walls), median(cpus)))
     print(f"session: {len(messages)} messages ({args.steps} tool steps, {args.turns} turns)")
     print()
-    print(table(["step", "drover", "SDK transform"], rows))
+    print(table(["step", "drover", "whole request", "load + request"], rows))
+    print()
+    print("wall (CPU). drover: drover's own step; whole request: from the provider's stream()")
+    print("call until the HTTP request (headers, whole JSON body) reaches an in-process transport.")
 
 
-def request_rows(messages: list[Message], runs: int) -> list[list[str]]:
-    from openai._utils import maybe_transform as o_transform
-    from openai.types.chat import completion_create_params
-    from openai.types.responses import response_create_params
+async def request_rows(
+    messages: list[Message], runs: int, load: tuple[float, float]
+) -> list[list[str]]:
+    """Per provider: drover's conversion alone, then the whole next request (conversion, the
+    SDK's own work, JSON encoding) up to the transport, and load + that request."""
+    from request_build import PROTOCOLS, TOOL, Probe, converter, provider_for, time_request
 
-    from drover.providers.convert_anthropic import to_anthropic_messages
-    from drover.providers.convert_openai_chat import to_chat_messages
-    from drover.providers.convert_openai_responses import plan_input
+    from drover.streaming import ModelRequest
 
     rows = []
-    cases: list[tuple[str, Callable[[], Any], Callable[[Any], Any] | None]] = [
-        (
-            "request: Chat Completions",
-            lambda: to_chat_messages("system", messages),
-            lambda wire: o_transform(
-                {"messages": wire, "model": "m", "stream": True},
-                completion_create_params.CompletionCreateParamsStreaming,
-            ),
-        ),
-        (
-            "request: Responses",
-            lambda: plan_input(messages, stored=True).items,
-            lambda wire: o_transform(
-                {"input": wire, "model": "m", "stream": True},
-                response_create_params.ResponseCreateParamsStreaming,
-            ),
-        ),
-        (
-            "request: Anthropic",
-            lambda: to_anthropic_messages(messages),
-            None,  # the Anthropic SDK sends its body as given (no transform)
-        ),
-    ]
-    for name, convert, transform in cases:
-        took, wire = timed(convert, runs)
-        sdk = "none"
-        if transform is not None:
-            sdk, _ = timed(functools.partial(transform, wire), max(1, runs // 2))
-        rows.append([name, took, sdk])
+    request = ModelRequest(system="system", messages=messages, tools=(TOOL,))
+    for protocol in PROTOCOLS:
+        took, _ = timed(functools.partial(converter(protocol), messages), runs)
+        probe = Probe(protocol)
+        provider = provider_for(protocol, probe)
+        await time_request(provider, probe, request)  # warm-up
+        timings = [await time_request(provider, probe, request) for _ in range(runs)]
+        await provider.aclose()
+        wall = median([w for w, _c in timings])
+        cpu = median([c for _w, c in timings])
+        total = cell(load[0] + wall, load[1] + cpu)
+        rows.append([f"request: {protocol}", took, cell(wall, cpu), total])
     return rows
 
 

@@ -55,8 +55,13 @@ def child_serve(argv: list[str]) -> int:
 
 
 class Server:
-    def __init__(self, fake_url: str, db: str, redis: str, workdir: Path) -> None:
+    def __init__(
+        self, fake_url: str, db: str, redis: str, workdir: Path, src: Path | None = None
+    ) -> None:
+        """``src``: a ``src`` directory to import drover from instead of this checkout's."""
         env = {**os.environ, "ANTHROPIC_API_KEY": "bench", "DROVER_CONFIG": "/nonexistent"}
+        if src is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
         argv = [sys.executable, __file__, "--child-serve", "--port", "0", "--model"]
         argv += ["anthropic:fake-model", "--base-url", fake_url, "--db", db, "--redis", redis]
         argv += ["--workdir", str(workdir), "--permission-mode", "allow", "--sandbox", "off"]
@@ -221,7 +226,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", default="1,2,3")
     parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a src/ directory of another commit: each process count is measured for it and "
+        "for this checkout (or --after) in the same run, alternating; takeover: after only",
+    )
+    parser.add_argument("--after", type=Path, help="with --before: instead of this checkout")
     options = parser.parse_args()
+    versions: list[tuple[str, Path | None]] = [("this", None)]
+    if options.before is not None:
+        after = None if options.after is None else options.after.resolve()
+        versions = [("before", options.before.resolve()), ("after", after)]
     forbid_network()
     from support import pg
     from support import redis as redis_support
@@ -231,10 +247,16 @@ def main() -> int:
     rows = []
     takeover = None
     with pg.cluster() as cluster, redis_support.server() as redis, FakeServerProcess() as fake:
-        for n in (int(p) for p in options.processes.split(",")):
+        counts = [int(p) for p in options.processes.split(",")]
+        runs = [
+            (n, label, src)
+            for i, n in enumerate(counts)
+            for label, src in (versions if i % 2 == 0 else versions[::-1])
+        ]
+        for n, label, src in runs:
             db = cluster.new_database()
             redis.command("FLUSHALL")
-            servers = [Server(fake.base_url, db, redis.url, tmp) for _ in range(n)]
+            servers = [Server(fake.base_url, db, redis.url, tmp, src) for _ in range(n)]
             try:
                 fake.load(
                     [{"text": words(TEXT)} for _ in range(options.turns)],
@@ -252,7 +274,7 @@ def main() -> int:
                 start = commits(db)
                 asyncio.run(serial_run(servers, SERIAL_TURNS))
                 per_step = (commits(db) - start) / (SERIAL_TURNS * 2)
-                if n == 2 and takeover is None:
+                if n == 2 and takeover is None and label != "before":
                     fake.load(
                         [{"text": words(4000)}, {"text": "resumed"}], chunk_size=CHUNK, delay=DELAY
                     )
@@ -265,6 +287,7 @@ def main() -> int:
                     server.stop()
             rows.append(
                 [
+                    label,
                     n,
                     f"{r['completed']}/{options.turns}",
                     f"{r['wall']:.1f}",
@@ -276,7 +299,7 @@ def main() -> int:
                     human_bytes(int(memory)),
                 ]
             )
-    head = ["procs", "turns done", "wall s", "turns/s", "deltas", "p50 ms", "p99 ms"]
+    head = ["server", "procs", "turns done", "wall s", "turns/s", "deltas", "p50 ms", "p99 ms"]
     print(table([*head, "PG commits/step", "Redis/stream"], rows))
     if takeover is not None:
         print(f"\ntakeover after SIGKILL (2 processes, lease 15 s): {takeover:.2f} s")

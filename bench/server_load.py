@@ -74,6 +74,42 @@ class StampingProvider:
         await self._inner.aclose()
 
 
+class Diagnosis:
+    """``BENCH_DIAG=1``: the server's collector pauses and event-loop lag, printed to stderr
+    when it exits (a task that sleeps 10 ms and notes how late it wakes)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.pauses: list[tuple[float, int]] = []
+        self.lags: list[float] = []
+        self._started = 0.0
+        gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._started, info["generation"]))
+
+    async def watch(self) -> None:
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.lags.append(time.perf_counter() - started - 0.01)
+
+    def report(self) -> None:
+        total = sum(p for p, _ in self.pauses) * 1000
+        worst = ", ".join(f"{p * 1000:.0f} ms (gen {g})" for p, g in sorted(self.pauses)[-5:])
+        print(
+            f"GC: {len(self.pauses)} collections, {total:.0f} ms; longest {worst}", file=sys.stderr
+        )
+        lags = sorted(self.lags)
+        if lags:
+            p50, p99 = lags[len(lags) // 2] * 1000, lags[int(len(lags) * 0.99)] * 1000
+            print(f"loop lag: p50 {p50:.1f} ms, p99 {p99:.1f} ms", file=sys.stderr, flush=True)
+
+
 def child_serve(argv: list[str]) -> int:
     from drover.cli.main import build_subparser
     from drover.cli.serve import run_serve
@@ -82,14 +118,26 @@ def child_serve(argv: list[str]) -> int:
 
     args = build_subparser("serve").parse_args(argv)
     inner = create_provider(args.model, load_config(), base_url=args.base_url)
-    serve = run_serve(args, provider=StampingProvider(inner))
+    diagnosis = Diagnosis() if os.environ.get("BENCH_DIAG") else None
+
+    async def serve() -> int:
+        watch = None
+        if diagnosis is not None:
+            watch = asyncio.get_running_loop().create_task(diagnosis.watch())
+        try:
+            return await run_serve(args, provider=StampingProvider(inner))
+        finally:
+            if watch is not None:
+                watch.cancel()
+                diagnosis.report()
+
     profile = os.environ.get("BENCH_PROFILE")  # a file: profile the server into it
     if not profile:
-        return asyncio.run(serve)
+        return asyncio.run(serve())
     import cProfile
 
     with cProfile.Profile() as profiler:
-        code = asyncio.run(serve)
+        code = asyncio.run(serve())
     profiler.dump_stats(f"{profile}.{os.getpid()}")
     return code
 
@@ -105,9 +153,33 @@ def rss(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_queue_seconds(pid: int) -> float:
+    """Time the process's threads spent runnable but waiting for a CPU (other processes had
+    it): the machine's contention, as this process felt it."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 class Server:
-    def __init__(self, fake_url: str, db: Path, workdir: Path) -> None:
+    def __init__(self, fake_url: str, db: Path, workdir: Path, src: Path | None = None) -> None:
+        """``src``: a ``src`` directory to import drover from instead of this checkout's (a
+        copy of another commit, to compare two versions in one run)."""
         env = {**os.environ, "ANTHROPIC_API_KEY": "bench", "DROVER_CONFIG": "/nonexistent"}
+        if src is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
         argv = [sys.executable, __file__, "--child-serve", "--port", "0", "--model"]
         argv += ["anthropic:fake-model", "--base-url", fake_url, "--db", str(db)]
         argv += ["--workdir", str(workdir), "--permission-mode", "allow"]
@@ -126,14 +198,18 @@ class Server:
 
 
 async def _count(client: Any, url: str) -> int:
-    """Read a replay to its terminal event, counting events (no JSON parsing: the client's
-    own cost is not the server's)."""
-    count = 0
+    """Read a replay to its terminal event, counting numbered events (no JSON parsing: the
+    client's own cost is not the server's). Frames may straddle chunks: the last few bytes
+    of each chunk are searched again with the next."""
+    count, tail = 0, b""
     async with client.stream("GET", url) as response:
         async for chunk in response.aiter_bytes():
-            count += chunk.count(b"\nid: ") + chunk.startswith(b"id: ")
-            if b"event: done\n" in chunk:
+            window = tail + chunk
+            # "\nid: " ends in the new bytes only if it starts after the tail's first byte.
+            count += window.count(b"\nid: ", 0) - tail.count(b"\nid: ")
+            if b"\nevent: done\n" in window:
                 return count
+            tail = window[-16:]
     return count
 
 
@@ -162,7 +238,7 @@ async def _stream(
     return count
 
 
-async def load_run(server: Server, turns: int) -> dict[str, Any]:
+async def load_run(server: Server, turns: int, fake_pid: int) -> dict[str, Any]:
     import httpx2
 
     limits = httpx2.Limits(max_connections=turns * 2 + 10, max_keepalive_connections=turns * 2)
@@ -176,6 +252,9 @@ async def load_run(server: Server, turns: int) -> dict[str, Any]:
         ]
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 120)
         before = rss(server.proc.pid)
+        cpu_before = cpu_seconds(server.proc.pid)
+        waited_before = run_queue_seconds(server.proc.pid)
+        fake_before, client_before = cpu_seconds(fake_pid), time.process_time()
         peak = [before]
         stop = threading.Event()
 
@@ -194,6 +273,10 @@ async def load_run(server: Server, turns: int) -> dict[str, Any]:
                 raise RuntimeError(f"post refused: {reply.status_code} {reply.text}")
         await asyncio.wait_for(asyncio.gather(*streams), 600)
         wall = time.monotonic() - started
+        cpu = cpu_seconds(server.proc.pid) - cpu_before
+        waited = run_queue_seconds(server.proc.pid) - waited_before
+        fake_cpu = cpu_seconds(fake_pid) - fake_before
+        client_cpu = time.process_time() - client_before
         stop.set()
         sampler.join()
     flat = sorted(d for per in delays for d in per)
@@ -206,6 +289,10 @@ async def load_run(server: Server, turns: int) -> dict[str, Any]:
         "wall": wall,
         "rate": len(flat) / wall,
         "per_stream": (peak[0] - before) / turns,
+        "cpu_per_delta": cpu / max(len(flat), 1),
+        # Share of one core each process used: near 100 % means that process was the limit.
+        "cpu_share": (cpu / wall, fake_cpu / wall, client_cpu / wall),
+        "waited": waited / wall,
     }
 
 
@@ -238,53 +325,83 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", default="100,250,500")
     parser.add_argument("--replay", type=int, default=10_000)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a src/ directory of another commit (e.g. from `git archive`): every figure is "
+        "measured for it and for this checkout in the same run, alternating",
+    )
+    parser.add_argument(
+        "--after", type=Path, help="with --before: a src/ directory instead of this checkout's"
+    )
     options = parser.parse_args()
     forbid_network()
     tmp = Path(tempfile.mkdtemp(prefix="drover-bench-server-"))
     print_environment("drover serve under load", tmp)
-    rows = []
+    versions: list[tuple[str, Path | None]] = [("this", None)]
+    if options.before is not None:
+        after = None if options.after is None else options.after.resolve()
+        versions = [("before", options.before.resolve()), ("after", after)]
+    rows, replays = [], []
     with FakeServerProcess() as fake:
-        for turns in (int(t) for t in options.turns.split(",")):
-            fake.load([{"text": words(TEXT)} for _ in range(turns)], chunk_size=CHUNK, delay=DELAY)
-            server = Server(fake.base_url, tmp / f"load-{turns}.db", tmp)
+        for n, turns in enumerate(int(t) for t in options.turns.split(",")):
+            # ABBA: neither version always runs first (the machine's load drifts).
+            for label, src in versions if n % 2 == 0 else versions[::-1]:
+                fake.load(
+                    [{"text": words(TEXT)} for _ in range(turns)], chunk_size=CHUNK, delay=DELAY
+                )
+                server = Server(fake.base_url, tmp / f"load-{label}-{turns}.db", tmp, src)
+                try:
+                    r = asyncio.run(load_run(server, turns, fake.pid))
+                finally:
+                    server.stop()
+                rows.append(
+                    [
+                        label,
+                        r["turns"],
+                        r["deltas"],
+                        f"{r['p50'] * 1000:.1f}",
+                        f"{r['p99'] * 1000:.1f}",
+                        f"{r['max'] * 1000:.1f}",
+                        f"{r['wall']:.1f}",
+                        f"{r['rate']:.0f}",
+                        f"{r['cpu_per_delta'] * 1e6:.0f}",
+                        "/".join(f"{share * 100:.0f}" for share in r["cpu_share"]),
+                        f"{r['waited'] * 100:.0f}",
+                        human_bytes(r["per_stream"]),
+                    ]
+                )
+                print(f"  {label}: {turns} turns done", flush=True)
+        for label, src in versions if options.replay else []:
+            # One answer of `replay` deltas, streamed as fast as the fake can.
+            text = "x " * (options.replay * CHUNK // 2)
+            fake.load([{"text": text}], chunk_size=CHUNK, delay=0)
+            server = Server(fake.base_url, tmp / f"replay-{label}.db", tmp, src)
             try:
-                r = asyncio.run(load_run(server, turns))
+                replays.append((label, asyncio.run(replay_run(server, options.replay))))
             finally:
                 server.stop()
-            rows.append(
-                [
-                    r["turns"],
-                    r["deltas"],
-                    f"{r['p50'] * 1000:.1f}",
-                    f"{r['p99'] * 1000:.1f}",
-                    f"{r['max'] * 1000:.1f}",
-                    f"{r['wall']:.1f}",
-                    f"{r['rate']:.0f}",
-                    human_bytes(r["per_stream"]),
-                ]
-            )
-            print(f"  {turns} turns done", flush=True)
-        # One answer of `replay` deltas, streamed as fast as the fake can.
-        fake.load([{"text": "x " * (options.replay * CHUNK // 2)}], chunk_size=CHUNK, delay=0)
-        server = Server(fake.base_url, tmp / "replay.db", tmp)
-        try:
-            rp = asyncio.run(replay_run(server, options.replay))
-        finally:
-            server.stop()
     print()
-    headers = ["turns", "deltas", "p50 ms", "p99 ms", "max ms", "wall s", "deltas/s", "mem/stream"]
+    headers = ["server", "turns", "deltas", "p50 ms", "p99 ms", "max ms", "wall s", "deltas/s"]
+    headers += ["CPU µs/delta", "CPU % srv/fake/cli", "srv waited %", "mem/stream"]
     print(table(headers, rows))
     print()
-    print(
-        f"replay: {rp['replayed']} events after Last-Event-ID 0 of a finished turn "
-        f"({rp['live']} were sent live): best {rp['best'] * 1000:.1f} ms, "
-        f"median {rp['median'] * 1000:.1f} ms of 5"
-    )
+    for label, rp in replays:
+        print(
+            f"replay ({label}): {rp['replayed']} events after Last-Event-ID 0 of a finished turn "
+            f"({rp['live']} were sent live): best {rp['best'] * 1000:.1f} ms, "
+            f"median {rp['median'] * 1000:.1f} ms of 5"
+        )
     print()
     print("p50/p99/max: delay of each text delta from leaving the provider adapter (server")
     print("process) to being parsed by its SSE client (this process), all turns concurrent;")
     pace = f"{CHUNK}-character deltas every {DELAY * 1000:.0f} ms"
     print(f"each turn streams {TEXT} characters in {pace}.")
+    print("CPU µs/delta: the server process's user+system CPU during the turns ÷ deltas.")
+    print("CPU % srv/fake/cli: CPU time of the server, the fake LLM and this client process")
+    print("during the turns ÷ wall time (100 = one core busy the whole time).")
+    print("srv waited %: time the server's threads were runnable but had no CPU (other")
+    print("processes on the machine had it) ÷ wall time (/proc/PID/task/*/schedstat).")
     print("mem/stream: server RSS peak during the turns minus before them, divided by turns.")
     return 0
 

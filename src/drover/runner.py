@@ -27,7 +27,7 @@ from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
-from drover.store.base import SessionRecord, Store, owner_id
+from drover.store.base import SessionRecord, SessionStore, Store, owner_id
 from drover.store.history import CallsConsulted, build_history
 from drover.store.journal import Journal
 from drover.store.redact import Redactor
@@ -47,7 +47,7 @@ class SplitHistory:
     pending: list[Message]
 
 
-async def load_history(store: Store, session_id: str) -> SplitHistory:
+async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     """Committed history up to the last completed turn; later turns' work is pending."""
     turns = await store.turns(session_id)
     last_done = max((i for i, t in enumerate(turns) if t.status == "completed"), default=-1)

@@ -31,7 +31,7 @@ import logging
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from drover.channel import EventSink
 from drover.convo import ConversationManager
@@ -51,7 +51,7 @@ from drover.events import (
 from drover.loop import AgentLoop, TurnControl, TurnScope, TurnWork
 from drover.messages import Message, ToolResultBlock, message_from_dict, user_message
 from drover.session import resume_message
-from drover.store.base import Store, ToolCallRecord, partial_messages
+from drover.store.base import EventLog, SessionStore, ToolCallRecord, partial_messages
 from drover.store.history import LATE_RESULTS, repair_history
 from drover.store.worker_log import scoped_call_id, worker_call_prefix
 from drover.tools.base import ToolContext, ToolOutput
@@ -269,6 +269,11 @@ def combine(outcomes: Sequence[WorkerOutcome]) -> ToolOutput:
     )
 
 
+class WorkerLogReader(SessionStore, EventLog, Protocol):
+    """What reading the workers' log takes from a store: a session's tool calls (the workers'
+    are stored under scoped ids) and its event log (where each worker started and ended)."""
+
+
 class Coordinator:
     """The ``task`` tool and the prelude that resumes its interrupted workers.
 
@@ -276,7 +281,9 @@ class Coordinator:
     still run and are journaled by whoever records the parent, but are not resumed.
     """
 
-    def __init__(self, store: Store | None = None, settings: WorkerSettings | None = None):
+    def __init__(
+        self, store: WorkerLogReader | None = None, settings: WorkerSettings | None = None
+    ):
         self.store = store
         self.settings = settings or WorkerSettings()
         # One permission request at a time across all workers of a turn (all its task calls).

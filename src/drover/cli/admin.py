@@ -6,14 +6,17 @@ import argparse
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drover.config import list_models, load_config
 from drover.errors import DroverError
 from drover.messages import message_to_dict
 from drover.store import open_store
-from drover.store.base import Store, ToolCallRecord
+from drover.store.base import ToolCallRecord
 from drover.store.worker_log import worker_call_prefix
+
+if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to read a journal
+    from drover.workers import WorkerLogReader
 
 
 def print_models() -> int:
@@ -42,7 +45,7 @@ async def print_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-async def session_report(store: Store, session_id: str) -> dict[str, Any]:
+async def session_report(store: WorkerLogReader, session_id: str) -> dict[str, Any]:
     """Everything the journal holds about a session, as JSON-ready data."""
     record = await store.get_session(session_id)
     if record is None:
@@ -94,7 +97,7 @@ def _call_dict(call: ToolCallRecord) -> dict[str, Any]:
     }
 
 
-async def _workers(store: Store, session_id: str) -> dict[str, list[dict[str, Any]]]:
+async def _workers(store: WorkerLogReader, session_id: str) -> dict[str, list[dict[str, Any]]]:
     """The workers of each ``task`` call (by call id), from the event log: prompt, how each
     last ended, and its tool calls (stored under scoped ids, see ``drover.store.worker_log``)."""
     found: dict[str, dict[int, dict[str, Any]]] = {}

@@ -25,6 +25,7 @@ from drover.convo import ConversationManager
 from drover.errors import ConfigError
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
+from drover.server import heap
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
@@ -218,6 +219,7 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
             if shared is not None:
                 print(f"drover serve: {shared.describe()}", file=sys.stderr, flush=True)
             print(f"drover serve: listening on http://{shown}:{port}", flush=True)
+            heap.settle()
             await server.serve(sockets=[sock])
         finally:
             with contextlib.suppress(Exception):

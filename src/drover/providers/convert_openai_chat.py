@@ -54,8 +54,12 @@ def error_content(result: ToolResultBlock) -> str:
     return ERROR_PREFIX + result.content
 
 
+#: ``json.dumps(..., ensure_ascii=False)``, its encoder built once rather than per call.
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def arguments_json(block: NeutralToolUse) -> str:
-    return json.dumps(dict(block.input), ensure_ascii=False)
+    return _ARGUMENTS_JSON.encode(dict(block.input))
 
 
 def _text(blocks: Iterable[ContentBlock]) -> str:

@@ -29,10 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, assert_never, cast
+from typing import Any, assert_never
 
-from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+from openai.types.responses import FunctionToolParam
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
@@ -153,24 +152,46 @@ def to_responses_input(messages: Iterable[Message], *, stored: bool) -> list[Ite
     return [item for _message, items in convert_messages(messages, stored=stored) for item in items]
 
 
+#: The digest's JSON form; one encoder for every item (``json.dumps`` would build one per call).
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def items_digest(items: Sequence[Item]) -> str:
     """A stable fingerprint of input items (compared across requests and processes)."""
-    text = json.dumps(items, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    text = _DIGEST_JSON.encode(items)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-@dataclass(frozen=True, slots=True)
 class InputPlan:
-    """What one request sends: all items, or those after ``previous_response_id``."""
+    """What one request sends: all items, or those after ``previous_response_id``.
 
-    items: list[Item]
-    #: Digest of the whole input this response is made from (kept as ``input_digest``).
-    digest: str
-    previous_response_id: str | None = None
+    :attr:`digest` is the whole input's :func:`items_digest`. It is computed when first read,
+    unless the chaining check already did (it reaches it for free): the provider reads it once
+    the response has ended, so a request that cannot chain goes out without encoding the
+    history a second time for it (the body's JSON is the first).
+    """
+
+    __slots__ = ("_digest", "_whole", "items", "previous_response_id")
+
+    def __init__(
+        self,
+        items: list[Item],
+        *,
+        whole: Sequence[Item] | None = None,
+        digest: str | None = None,
+        previous_response_id: str | None = None,
+    ) -> None:
+        self.items = items
+        self.previous_response_id = previous_response_id
+        self._whole = items if whole is None else whole
+        self._digest = digest
 
     @property
-    def input(self) -> list[ResponseInputItemParam]:
-        return cast(list[ResponseInputItemParam], self.items)
+    def digest(self) -> str:
+        """Digest of the whole input this response is made from (kept as ``input_digest``)."""
+        if self._digest is None:
+            self._digest = items_digest(self._whole)
+        return self._digest
 
 
 class _Digest:
@@ -182,7 +203,7 @@ class _Digest:
         self._count = 0
 
     def add(self, item: Item) -> None:
-        text = json.dumps(item, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        text = _DIGEST_JSON.encode(item)
         self._hash.update((("," if self._count else "") + text).encode("utf-8", "surrogatepass"))
         self._count += 1
 
@@ -194,26 +215,28 @@ class _Digest:
 
 def plan_input(messages: Iterable[Message], *, stored: bool) -> InputPlan:
     converted = convert_messages(messages, stored=stored)
+    full = [item for _message, items in converted for item in items]
     last = max((i for i, (m, _) in enumerate(converted) if m.role == "assistant"), default=None)
+    if not stored or last is None:
+        return InputPlan(full)
+    meta = converted[last][0].meta
+    response_id = meta.get("response_id")
+    if meta.get("provider") != PROVIDER or not isinstance(response_id, str) or not response_id:
+        return InputPlan(full)
+    after = [item for _message, items in converted[last + 1 :] for item in items]
+    if not after or not isinstance(meta.get("input_digest"), str):
+        return InputPlan(full)
+    # Only now is the digest of what came before the last response worth a pass.
     running, before = _Digest(), None
-    full: list[Item] = []
     for position, (_message, items) in enumerate(converted):
         if position == last:
             before = running.value()
         for item in items:
             running.add(item)
-            full.append(item)
     digest = running.value()
-    if not stored or last is None:
-        return InputPlan(full, digest)
-    meta = converted[last][0].meta
-    response_id = meta.get("response_id")
-    if meta.get("provider") != PROVIDER or not isinstance(response_id, str) or not response_id:
-        return InputPlan(full, digest)
-    after = [item for _message, items in converted[last + 1 :] for item in items]
-    if not after or meta.get("input_digest") != before:
-        return InputPlan(full, digest)
-    return InputPlan(after, digest, previous_response_id=response_id)
+    if meta.get("input_digest") != before:
+        return InputPlan(full, digest=digest)
+    return InputPlan(after, whole=full, digest=digest, previous_response_id=response_id)
 
 
 def to_responses_tools(tools: Sequence[ToolSpec]) -> list[FunctionToolParam]:

@@ -38,7 +38,14 @@ from openai.types.chat import ChatCompletionChunk
 from drover.messages import Usage
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
-from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, as_str, int_attr
+from drover.providers.sdk_provider import (
+    SdkErrors,
+    SdkOptions,
+    SdkProvider,
+    as_str,
+    int_attr,
+    untransformed,
+)
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -272,7 +279,10 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
         max_tokens = self._max_output(request)
         opening = self._client.chat.completions.create(
             model=self._model,
-            messages=to_chat_messages(request.system, request.messages),
+            messages=[],  # sent as given through ``extra_body`` (see ``untransformed``)
+            extra_body=untransformed(
+                "messages", to_chat_messages(request.system, request.messages)
+            ),
             tools=to_chat_tools(request.tools) if request.tools else openai.omit,
             stream=True,
             stream_options={"include_usage": True},

@@ -31,6 +31,7 @@ back only with it). ``store=False`` does the same from the start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Unpack
 
@@ -48,7 +49,13 @@ from drover.providers.convert_openai_responses import (
 )
 from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS
 from drover.providers.retry import context_overflow, stream_error
-from drover.providers.sdk_provider import SdkOptions, SdkProvider, as_str, int_attr
+from drover.providers.sdk_provider import (
+    SdkOptions,
+    SdkProvider,
+    as_str,
+    int_attr,
+    untransformed,
+)
 from drover.providers.sdk_stream import ClosableStream
 from drover.streaming import (
     BlockDelta,
@@ -114,11 +121,12 @@ _DELTAS: dict[str, BlockKind] = {
 class ResponsesEvents:
     """Maps one response's SDK events onto neutral stream events (no I/O)."""
 
-    def __init__(self, input_digest: str | None = None) -> None:
+    def __init__(self, input_digest: str | Callable[[], str] | None = None) -> None:
+        """``input_digest`` (or the function that computes it, called once the response has
+        ended) goes in the message meta."""
         self._items: dict[int, _Item] = {}
         self._meta: dict[str, Any] = {"provider": PROVIDER}
-        if input_digest is not None:
-            self._meta["input_digest"] = input_digest
+        self._digest = input_digest
         self._ended = False
 
     def feed(self, event: ResponseStreamEvent) -> list[StreamEvent]:
@@ -241,7 +249,10 @@ class ResponsesEvents:
             stop = _INCOMPLETE.get(as_str(getattr(details, "reason", None)), "other")
         self._ended = True
         usage = _usage(getattr(response, "usage", None))
-        out.append(StreamEnd(stop_reason=stop, usage=usage, meta=dict(self._meta)))
+        meta = dict(self._meta)
+        if self._digest is not None:
+            meta["input_digest"] = self._digest if isinstance(self._digest, str) else self._digest()
+        out.append(StreamEnd(stop_reason=stop, usage=usage, meta=meta))
         return out
 
 
@@ -321,7 +332,9 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             self._server_stores = False  # for good: this server keeps nothing we can use
             plan = plan_input(request.messages, stored=False)
             sdk_stream = await self._create(request, plan)
-        return sdk_stream, ResponsesEvents(plan.digest if self._server_stores else None)
+        # The digest is read once the response has ended, not before the request goes out.
+        digest = (lambda: plan.digest) if self._server_stores else None
+        return sdk_stream, ResponsesEvents(digest)
 
     async def _create(
         self, request: ModelRequest, plan: InputPlan
@@ -334,7 +347,8 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
         opening = self._client.responses.create(
             model=self._model,
-            input=plan.input,
+            input=[],  # sent as given through ``extra_body`` (see ``untransformed``)
+            extra_body=untransformed("input", plan.items),
             instructions=request.system or openai.omit,
             tools=to_responses_tools(request.tools) if request.tools else openai.omit,
             previous_response_id=plan.previous_response_id or openai.omit,

@@ -18,6 +18,7 @@ import bisect
 import json
 from collections import deque
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 #: Frames a feed keeps in memory (far more than one flush interval of deltas).
@@ -25,11 +26,17 @@ RING_SIZE = 2048
 #: Frames waiting for one subscriber before it is resynchronised from the log.
 QUEUE_SIZE = 4096
 _SEP = (",", ":")
+#: One encoder for every frame (``json.dumps`` with options builds a new one per call).
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=_SEP).encode
+#: A string as JSON, exactly as ``_dumps`` writes it (the C routine it calls).
+_quote = encode_basestring
+_TEXT_KEYS = frozenset(("type", "text", "index", "step"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
-    """One numbered event as the bytes written to every client (encoded once)."""
+    """One numbered event as the bytes written to every client (encoded once). Not frozen:
+    a frozen dataclass's constructor costs ~5x more, and replay builds thousands at once."""
 
     seq: int
     type: str
@@ -44,22 +51,38 @@ def _wire(seq: int, kind: str, data: str) -> bytes:
 
 
 def make_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
+    if payload.get("type") == "text_delta" and payload.keys() == _TEXT_KEYS:
+        text = payload["text"]
+        if isinstance(text, str):
+            return text_frame(seq, text, text_template(payload["index"], payload["step"], turn_id))
+    return _other_frame(seq, turn_id, payload)
+
+
+def _other_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
     body = {**payload, "seq": seq, "turn_id": turn_id}
     kind = str(payload.get("type", "message"))
-    return Frame(seq, kind, _wire(seq, kind, json.dumps(body, ensure_ascii=False, separators=_SEP)))
+    return Frame(seq, kind, _wire(seq, kind, _dumps(body)))
 
 
-def text_frame(seq: int, text: str, tail: str) -> Frame:
-    """A ``text_delta`` frame built from its text and the rest of its JSON (``tail``: from
-    ``,"index"`` to the closing brace but for ``seq``/``turn_id``; see :func:`text_tail`)."""
-    data = '{"type":"text_delta","text":' + json.dumps(text, ensure_ascii=False) + tail % seq
-    return Frame(seq, "text_delta", _wire(seq, "text_delta", data))
+def text_template(index: Any, step: Any, turn_id: str | None) -> str:
+    """The whole frame of a ``text_delta`` of one block, as a ``%`` template of its number,
+    its JSON-quoted text and its number again (see :func:`text_frame`): the fixed part of
+    the JSON is encoded once per block, not once per delta."""
+    rest = f',"index":{_dumps(index)},"step":{_dumps(step)},"seq":'.replace("%", "%%")
+    turn = _dumps(turn_id).replace("%", "%%")
+    return (
+        'id: %d\nevent: text_delta\ndata: {"type":"text_delta","text":%s'
+        + rest
+        + '%d,"turn_id":'
+        + turn
+        + "}\n\n"
+    )
 
 
-def text_tail(index: Any, step: Any, turn_id: str | None) -> str:
-    """The part of a text delta's JSON after its text, with ``%d`` for the number."""
-    turn = json.dumps(turn_id).replace("%", "%%")
-    return f',"index":{json.dumps(index)},"step":{json.dumps(step)},"seq":%d,"turn_id":{turn}}}'
+def text_frame(seq: int, text: str, template: str) -> Frame:
+    """A ``text_delta`` frame from its text and its block's :func:`text_template` (the same
+    bytes as :func:`make_frame` writes for the event)."""
+    return Frame(seq, "text_delta", (template % (seq, _quote(text), seq)).encode())
 
 
 class Subscription:
@@ -115,8 +138,23 @@ class SessionFeed:
         self._ring: deque[Frame] = deque(maxlen=ring_size)
         self._subscribers: set[Subscription] = set()
         self._changed = asyncio.Event()
+        self._template_key: tuple[str | None, Any, Any] | None = None
+        self._template = ""
 
     # -- publishing ----------------------------------------------------------------------------
+
+    def frame(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
+        """:func:`make_frame`, with the template of the block being streamed kept between
+        its deltas."""
+        if payload.get("type") == "text_delta" and payload.keys() == _TEXT_KEYS:
+            text = payload["text"]
+            if isinstance(text, str):
+                key = (turn_id, payload["index"], payload["step"])
+                if key != self._template_key:
+                    self._template = text_template(key[1], key[2], turn_id)
+                    self._template_key = key
+                return text_frame(seq, text, self._template)
+        return _other_frame(seq, turn_id, payload)
 
     def publish(self, frame: Frame) -> None:
         if self._ring and frame.seq <= self._ring[-1].seq:
@@ -194,7 +232,8 @@ class Hub:
     def publish(
         self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any]
     ) -> None:
-        self.feed(session_id).publish(make_frame(seq, turn_id, payload))
+        feed = self.feed(session_id)
+        feed.publish(feed.frame(seq, turn_id, payload))
 
     def close(self) -> None:
         """End every subscriber's stream."""

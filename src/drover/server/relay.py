@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from drover.server.hub import Frame, Hub, make_frame
+from drover.server.hub import Frame, Hub
 from drover.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,9 @@ class Relay:
     def publish(
         self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any]
     ) -> None:
-        frame = make_frame(seq, turn_id, payload)
-        self._hub.feed(session_id).publish(frame)
+        feed = self._hub.feed(session_id)
+        frame = feed.frame(seq, turn_id, payload)
+        feed.publish(frame)
         if self._redis is None:
             return
         kind = frame.type

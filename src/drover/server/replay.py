@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_tail
+from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_template
 from drover.store.base import EventRecord
 
 
@@ -60,12 +60,12 @@ def expand(rows: Sequence[EventRecord], after: int) -> list[Frame]:
         index, step = payload.get("index"), payload.get("step")
         key = (row.turn_id, step, index)
         text = str(payload.get("text", ""))
-        tail = text_tail(index, step, row.turn_id)
+        template = text_template(index, step, row.turn_id)
         pending, start = carry.pop(key, ""), 0
         for seq, end in row.marks:
             piece, pending, start = pending + text[start:end], "", end
             if seq > after and piece:
-                out.append(text_frame(seq, piece, tail))
+                out.append(text_frame(seq, piece, template))
         if start < len(text):
             carry[key] = pending + text[start:]
     out.sort(key=_by_seq)
