@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from drover.testing.server import FakeLLMServer
@@ -71,3 +73,30 @@ def test_show_of_an_unknown_session_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip() == "drover: error: no session nope in this journal"
     assert "Traceback" not in result.stderr
+
+
+READERS_IMPORTS = """
+import runpy, sys
+sys.argv = ["drover", *sys.argv[1:]]
+try:
+    runpy.run_module("drover.cli.main", run_name="__main__")
+except SystemExit:
+    pass
+heavy = ["drover.store.journal", "drover.store.history", "anthropic", "openai", "psycopg"]
+print("loaded:", *[name for name in heavy if name in sys.modules], file=sys.stderr)
+"""
+
+
+def test_the_reading_commands_load_neither_the_journal_writer_nor_an_sdk(tmp_path: Path) -> None:
+    """``drover sessions`` and ``drover show`` answer from the store alone: their start-up is
+    most of their time on a large journal (bench/admin_scale.py)."""
+    db = str(tmp_path / "j.db")
+    for command in (["sessions", "--db", db], ["show", "nope", "--db", db]):
+        done = subprocess.run(
+            [sys.executable, "-c", READERS_IMPORTS, *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stderr.splitlines()[-1] == "loaded:", (command, done.stderr)

@@ -9,6 +9,7 @@ from what was stored; :mod:`~drover.store.redact` keeps secrets out of it.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +29,13 @@ from drover.store.base import (
     TurnRecord,
     owner_alive,
 )
-from drover.store.history import build_history, repair_history
-from drover.store.journal import Journal
-from drover.store.redact import Redactor
 from drover.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
+    from drover.store.history import build_history, repair_history
+    from drover.store.journal import Journal
     from drover.store.postgres import PostgresStore
+    from drover.store.redact import Redactor
 
 __all__ = [
     "EventLog",
@@ -59,13 +60,23 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # psycopg takes a quarter of a second to import: only PostgreSQL users pay for it.
-    if name == "PostgresStore":
-        from drover.store.postgres import PostgresStore
+#: Names imported on first use: psycopg takes a quarter of a second to import (only PostgreSQL
+#: users pay for it), and the commands that only read the journal (``drover sessions``,
+#: ``drover show``) never load the journal's writer, history repair or redaction.
+_LAZY = {
+    "PostgresStore": "drover.store.postgres",
+    "Journal": "drover.store.journal",
+    "build_history": "drover.store.history",
+    "repair_history": "drover.store.history",
+    "Redactor": "drover.store.redact",
+}
 
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def default_db_path() -> Path:
