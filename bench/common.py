@@ -12,6 +12,7 @@ The fake LLM the benchmarks talk to lives in :mod:`fakeserver`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ipaddress
 import os
@@ -433,3 +434,23 @@ async def run_drover(
             await store.close()
     text = getattr(outcome.event, "text", "")
     return DroverRun(seconds=seconds, cpu=cpu, status=outcome.event.type, text=text)
+
+
+def add_version_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--before SRC`` / ``--after SRC``: measure another commit's ``src/`` beside this one."""
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a src/ directory of another commit (e.g. from `git archive`): " + what,
+    )
+    parser.add_argument(
+        "--after", type=Path, help="with --before: a src/ directory instead of this checkout's"
+    )
+
+
+def versions(options: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """The (label, src) pairs to measure: this checkout alone, or before and after."""
+    if options.before is None:
+        return [("this", None)]
+    after = None if options.after is None else options.after.resolve()
+    return [("before", options.before.resolve()), ("after", after)]

@@ -39,7 +39,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from common import forbid_network, human_bytes, print_environment, table, words
+from common import (
+    add_version_options,
+    forbid_network,
+    human_bytes,
+    print_environment,
+    table,
+    versions,
+    words,
+)
 from fakeserver import FakeServerProcess
 
 CHUNK = 8  # characters per delta
@@ -226,18 +234,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", default="1,2,3")
     parser.add_argument("--turns", type=int, default=60)
-    parser.add_argument(
-        "--before",
-        type=Path,
-        help="a src/ directory of another commit: each process count is measured for it and "
-        "for this checkout (or --after) in the same run, alternating; takeover: after only",
+    add_version_options(
+        parser,
+        "each process count is measured for it and for this checkout (or --after) in the same "
+        "run, alternating; takeover: after only",
     )
-    parser.add_argument("--after", type=Path, help="with --before: instead of this checkout")
     options = parser.parse_args()
-    versions: list[tuple[str, Path | None]] = [("this", None)]
-    if options.before is not None:
-        after = None if options.after is None else options.after.resolve()
-        versions = [("before", options.before.resolve()), ("after", after)]
+    measured = versions(options)
     forbid_network()
     from support import pg
     from support import redis as redis_support
@@ -251,7 +254,7 @@ def main() -> int:
         runs = [
             (n, label, src)
             for i, n in enumerate(counts)
-            for label, src in (versions if i % 2 == 0 else versions[::-1])
+            for label, src in (measured if i % 2 == 0 else measured[::-1])
         ]
         for n, label, src in runs:
             db = cluster.new_database()

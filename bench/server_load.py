@@ -35,7 +35,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import forbid_network, human_bytes, print_environment, table, words
+from common import (
+    add_version_options,
+    forbid_network,
+    human_bytes,
+    print_environment,
+    table,
+    versions,
+    words,
+)
 from fakeserver import FakeServerProcess
 
 CHUNK = 8  # characters per delta
@@ -325,28 +333,19 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", default="100,250,500")
     parser.add_argument("--replay", type=int, default=10_000)
-    parser.add_argument(
-        "--before",
-        type=Path,
-        help="a src/ directory of another commit (e.g. from `git archive`): every figure is "
-        "measured for it and for this checkout in the same run, alternating",
-    )
-    parser.add_argument(
-        "--after", type=Path, help="with --before: a src/ directory instead of this checkout's"
+    add_version_options(
+        parser, "every figure is measured for it and for this checkout in the same run, alternating"
     )
     options = parser.parse_args()
     forbid_network()
     tmp = Path(tempfile.mkdtemp(prefix="drover-bench-server-"))
     print_environment("drover serve under load", tmp)
-    versions: list[tuple[str, Path | None]] = [("this", None)]
-    if options.before is not None:
-        after = None if options.after is None else options.after.resolve()
-        versions = [("before", options.before.resolve()), ("after", after)]
+    measured = versions(options)
     rows, replays = [], []
     with FakeServerProcess() as fake:
         for n, turns in enumerate(int(t) for t in options.turns.split(",")):
             # ABBA: neither version always runs first (the machine's load drifts).
-            for label, src in versions if n % 2 == 0 else versions[::-1]:
+            for label, src in measured if n % 2 == 0 else measured[::-1]:
                 fake.load(
                     [{"text": words(TEXT)} for _ in range(turns)], chunk_size=CHUNK, delay=DELAY
                 )
@@ -372,7 +371,7 @@ def main() -> int:
                     ]
                 )
                 print(f"  {label}: {turns} turns done", flush=True)
-        for label, src in versions if options.replay else []:
+        for label, src in measured if options.replay else []:
             # One answer of `replay` deltas, streamed as fast as the fake can.
             text = "x " * (options.replay * CHUNK // 2)
             fake.load([{"text": text}], chunk_size=CHUNK, delay=0)
