@@ -49,9 +49,8 @@ class SplitHistory:
 
 async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     """Committed history up to the last completed turn; later turns' work is pending."""
-    turns = await store.turns(session_id)
-    last_done = max((i for i, t in enumerate(turns) if t.status == "completed"), default=-1)
-    loaded = [(turn, await store.turn_messages(turn.id)) for turn in turns]
+    loaded = await store.turns_with_messages(session_id)
+    last_done = max((i for i, (t, _) in enumerate(loaded) if t.status == "completed"), default=-1)
     # Stored calls only answer for missing results: none needed, none loaded.
     consulted = CallsConsulted()
     split = SplitHistory(

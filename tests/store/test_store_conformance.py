@@ -264,6 +264,38 @@ async def test_discard_partial_text_of_one_step(store: Store) -> None:
     assert synth.message.text == "kept"
 
 
+async def test_turns_with_messages_reads_every_turn_at_once(store: Store) -> None:
+    session_id, first = await _turn(store)
+    answer = assistant_message([TextBlock(text="one")])
+    await store.append_message(first, answer)
+    await store.end_turn(first, "completed")
+    second = await store.begin_turn(session_id, user_message("two"), OWNER, 30)
+    await store.append_message(second.id, answer)
+    await store.append_partial_text(second.id, 2, 0, "half")
+    await _turn(store)  # another session's turn is not read
+
+    loaded = await store.turns_with_messages(session_id)
+    assert [
+        (turn.id, [(s.seq, s.message, s.partial) for s in stored]) for turn, stored in loaded
+    ] == [
+        (first, [(1, answer, False)]),
+        (
+            second.id,
+            [
+                (1, answer, False),
+                (2, assistant_message([TextBlock(text="half", partial=True)]), True),
+            ],
+        ),
+    ]
+    assert [turn for turn, _ in loaded] == await store.turns(session_id)
+    for turn, stored in loaded:
+        expected = await store.turn_messages(turn.id)
+        assert [(s.turn_id, s.seq, s.message, s.partial) for s in stored] == [
+            (s.turn_id, s.seq, s.message, s.partial) for s in expected
+        ]
+    assert await store.turns_with_messages("missing") == []
+
+
 async def test_tool_calls_upsert_and_order(store: Store) -> None:
     session_id, turn_id = await _turn(store)
     await store.upsert_tool_call(

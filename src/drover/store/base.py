@@ -160,6 +160,12 @@ class SessionStore(Protocol):
         never folded into a message."""
         ...
 
+    async def turns_with_messages(
+        self, session_id: str
+    ) -> list[tuple[TurnRecord, list[StoredMessage]]]:
+        """:meth:`turns`, each with its :meth:`turn_messages`, read in one snapshot."""
+        ...
+
     async def tool_calls(
         self, turn_id: str | None = None, *, session_id: str | None = None
     ) -> list[ToolCallRecord]:

@@ -36,6 +36,7 @@ from drover.store.base import (
     ORPHAN_ERROR,
     EventRecord,
     SessionRecord,
+    StoredMessage,
     TurnRecord,
     interrupted_call,
     logged_event,
@@ -297,6 +298,23 @@ class SqlStore(SqlWork):
             "SELECT * FROM turns WHERE session_id = ? ORDER BY seq", session_id
         )
         return [turn_from_row(r) for r in found]
+
+    async def turns_with_messages(
+        self, session_id: str
+    ) -> list[tuple[TurnRecord, list[StoredMessage]]]:
+        now = self._clock()
+
+        def load() -> Plan[list[tuple[TurnRecord, list[StoredMessage]]]]:
+            found = yield from rows(
+                "SELECT * FROM turns WHERE session_id = ? ORDER BY seq", session_id
+            )
+            out = []
+            for row in found:
+                turn = turn_from_row(row)
+                out.append((turn, (yield from self._turn_messages(turn.id, now))))
+            return out
+
+        return await self._perform(load(), "snapshot")
 
     async def discard_pending(self, session_id: str) -> list[str]:
         now = self._clock()

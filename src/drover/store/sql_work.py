@@ -262,25 +262,27 @@ class SqlWork(SqlLog):
         )
 
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
-        now = self._clock()
+        # One snapshot for both reads: a fold committing in between cannot show twice.
+        return await self._perform(self._turn_messages(turn_id, self._clock()), "snapshot")
 
-        def load() -> Plan[list[StoredMessage]]:
-            # One snapshot for both reads: a fold committing in between cannot show twice.
-            found = yield from rows(
-                "SELECT * FROM messages WHERE turn_id = ? ORDER BY seq", turn_id
-            )
-            deltas = yield from self._deltas(turn_id)
-            out = [stored_message_from_row(r) for r in found]
-            first = out[-1].seq + 1 if out else 1
-            for seq, message in enumerate(partial_messages(deltas), first):
-                out.append(
-                    StoredMessage(
-                        turn_id=turn_id, seq=seq, message=message, partial=True, created_at=now
-                    )
+    def _turn_messages(self, turn_id: str, now: float) -> Plan[list[StoredMessage]]:
+        """The turn's messages, then those rebuilt from its unfolded deltas (``now`` their
+        time); run it in a snapshot."""
+        found = yield from rows(
+            "SELECT turn_id, seq, body, partial, created_at FROM messages WHERE turn_id = ? "
+            "ORDER BY seq",
+            turn_id,
+        )
+        deltas = yield from self._deltas(turn_id)
+        out = [stored_message_from_row(r) for r in found]
+        first = out[-1].seq + 1 if out else 1
+        for seq, message in enumerate(partial_messages(deltas), first):
+            out.append(
+                StoredMessage(
+                    turn_id=turn_id, seq=seq, message=message, partial=True, created_at=now
                 )
-            return out
-
-        return await self._perform(load(), "snapshot")
+            )
+        return out
 
     async def upsert_tool_call(
         self,
