@@ -65,6 +65,9 @@ _STOP_REASONS: dict[str, StopReason] = {
     "model_context_window_exceeded": "max_tokens",
 }
 
+#: The SDK's request encoding (``anthropic._utils._json``) for a body of plain JSON values.
+_BODY_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
 _DELTA_KINDS: dict[str, tuple[DeltaKind, str]] = {
     "text_delta": ("text", "text"),
     "thinking_delta": ("thinking", "thinking"),
@@ -258,17 +261,43 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
 
     async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], AnthropicEvents]:
         max_tokens = self._max_output(request)
-        thinking: ThinkingConfigParam | anthropic.Omit = anthropic.omit
+        thinking: ThinkingConfigParam | None = None
         if self._thinking_budget:
             thinking = {"type": "enabled", "budget_tokens": self._thinking_budget}
             max_tokens += self._thinking_budget
-        opening = self._client.messages.create(
-            model=self._model,
-            max_tokens=max_tokens,
-            messages=to_anthropic_messages(request.messages),
-            system=request.system or anthropic.omit,
-            tools=to_anthropic_tools(request.tools) if request.tools else anthropic.omit,
-            thinking=thinking,
+        # The parameters ``messages.create`` takes, in the order its body lists them.
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "messages": to_anthropic_messages(request.messages),
+            "model": self._model,
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if thinking is not None:
+            body["thinking"] = thinking
+        if request.tools:
+            body["tools"] = to_anthropic_tools(request.tools)
+        return await self._guard(self._send(body)), AnthropicEvents()
+
+    async def _send(self, body: dict[str, Any]) -> ClosableStream[Any]:
+        """POST ``body`` (``messages.create``'s parameters, streaming) as the SDK would.
+
+        ``create`` first copies the whole body (the SDK's ``prepare_request_data``: every dict
+        and list of the history, ~6 µs a message) and then encodes it; a body of plain JSON
+        values comes out of that copy as it went in, so drover encodes it itself, as the SDK's
+        encoder does, and posts the bytes: the same request, byte for byte
+        (``tests/providers/test_request_body.py``). A body the plain encoder refuses goes
+        through ``create``, which handles it (or fails) its own way.
+        """
+        try:
+            content = _BODY_JSON.encode(body).encode()
+        except (TypeError, ValueError):
+            return await self._client.messages.create(**body)  # type: ignore[no-any-return]
+        return await self._client.post(
+            "/v1/messages",
+            cast_to=anthropic.types.Message,
+            content=content,
             stream=True,
+            stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
         )
-        return await self._guard(opening), AnthropicEvents()
