@@ -11,7 +11,7 @@ All types are immutable and convert to and from plain JSON-compatible dicts
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, assert_never
 
@@ -85,6 +85,19 @@ class Message:
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
         return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+
+def answers_in_order(uses: Sequence[ToolUseBlock], content: Sequence[ContentBlock]) -> bool:
+    """Whether ``content`` starts with one result for each of ``uses`` (their ids distinct), in
+    their order, and holds no other result: a results message nothing needs to change."""
+    if len(content) < len(uses):
+        return False
+    ids: set[str] = set()
+    for use, block in zip(uses, content, strict=False):
+        if not isinstance(block, ToolResultBlock) or block.tool_use_id != use.id or use.id in ids:
+            return False
+        ids.add(use.id)
+    return not any(isinstance(b, ToolResultBlock) for b in content[len(uses) :])
 
 
 def user_message(text: str) -> Message:
@@ -174,31 +187,36 @@ def block_to_dict(block: ContentBlock) -> dict[str, Any]:
     return out
 
 
+def _copy(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A fresh dict of ``mapping`` (None or empty: an empty one)."""
+    return dict(mapping) if mapping else {}
+
+
 def block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
-    meta = dict(data.get("meta") or {})
+    meta = _copy(data.get("meta"))
     kind = data.get("type")
     if kind == "text":
         return TextBlock(text=str(data["text"]), partial=bool(data.get("partial")), meta=meta)
-    if kind == "thinking":
-        return ThinkingBlock(
-            thinking=str(data.get("thinking", "")),
-            signature=data.get("signature"),
-            redacted_data=data.get("redacted_data"),
+    if kind == "tool_result":
+        return ToolResultBlock(
+            tool_use_id=str(data["tool_use_id"]),
+            content=str(data.get("content", "")),
+            is_error=bool(data.get("is_error", False)),
             meta=meta,
         )
     if kind == "tool_use":
         return ToolUseBlock(
             id=str(data["id"]),
             name=str(data["name"]),
-            input=dict(data.get("input") or {}),
+            input=_copy(data.get("input")),
             input_error=data.get("input_error"),
             meta=meta,
         )
-    if kind == "tool_result":
-        return ToolResultBlock(
-            tool_use_id=str(data["tool_use_id"]),
-            content=str(data.get("content", "")),
-            is_error=bool(data.get("is_error", False)),
+    if kind == "thinking":
+        return ThinkingBlock(
+            thinking=str(data.get("thinking", "")),
+            signature=data.get("signature"),
+            redacted_data=data.get("redacted_data"),
             meta=meta,
         )
     raise ValueError(f"unknown content block type: {kind!r}")
@@ -220,8 +238,8 @@ def message_from_dict(data: Mapping[str, Any]) -> Message:
         raise ValueError(f"unknown message role: {role!r}")
     return Message(
         role=role,
-        content=tuple(block_from_dict(b) for b in data.get("content", ())),
-        meta=dict(data.get("meta") or {}),
+        content=tuple([block_from_dict(b) for b in data.get("content", ())]),
+        meta=_copy(data.get("meta")),
     )
 
 

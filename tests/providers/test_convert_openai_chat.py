@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -12,7 +14,7 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
+from drover.providers.convert_openai_chat import arguments_json, to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, fit_id
 from drover.testing import validate_chat
 
@@ -111,3 +113,16 @@ def test_tools() -> None:
             },
         }
     ]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"path": "é/ß", "opts": [1, None, True, 2.5, -0.0, 1e16], "n": {"deep": {"x": "\u2028"}}},
+        {"q": 'a "quoted" \\ back\nslash\x00', "日本": "語", "big": 10**30},
+    ],
+)
+def test_arguments_are_the_json_dumps_of_the_input(arguments: dict[str, object]) -> None:
+    block = ToolUseBlock(id="c", name="t", input=arguments)
+    assert arguments_json(block) == json.dumps(arguments, ensure_ascii=False)

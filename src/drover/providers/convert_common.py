@@ -27,6 +27,7 @@ from drover.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    answers_in_order,
 )
 
 #: The result given to a tool call whose result is missing from the history.
@@ -36,7 +37,7 @@ KeepBlock = Callable[[ContentBlock], bool]
 
 
 def has_text(block: TextBlock) -> bool:
-    return bool(block.text.strip())
+    return bool(block.text) and not block.text.isspace()  # as ``text.strip()``, copying nothing
 
 
 def normalise_history(
@@ -44,7 +45,11 @@ def normalise_history(
 ) -> list[Message]:
     kept: list[Message] = []
     for message in messages:
-        blocks = tuple(b for b in message.content if keep(b))
+        blocks = message.content
+        for block in blocks:
+            if not keep(block):
+                blocks = tuple(b for b in blocks if keep(b))
+                break
         if not blocks:
             continue
         if merge and kept and kept[-1].role == message.role:
@@ -53,7 +58,7 @@ def normalise_history(
         else:
             kept.append(
                 message
-                if blocks == message.content
+                if blocks is message.content
                 else Message(role=message.role, content=blocks, meta=message.meta)
             )
     return _pair_tool_calls(kept)
@@ -82,6 +87,8 @@ def _results_message(
     original: Message | None = None,
 ) -> Message:
     """A user message with one result per call first (in call order), then the rest."""
+    if original is not None and answers_in_order(calls, content):
+        return original
     wanted = {call.id for call in calls}
     found: dict[str, ToolResultBlock] = {}
     rest: list[ContentBlock] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import assert_never
 
 from openai.types.chat import (
@@ -56,14 +57,22 @@ def error_content(result: ToolResultBlock) -> str:
 
 #: ``json.dumps(..., ensure_ascii=False)``, its encoder built once rather than per call.
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False)
+#: The C encoder ``JSONEncoder.encode`` builds anew on every call (most of the cost of encoding
+#: a small input), built once: the same text for JSON values. No circular-reference check: a
+#: tool's input is decoded JSON. Where the C module is missing, the encoder above does it.
+_ENCODE_ARGUMENTS = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None, _ARGUMENTS_JSON.default, encode_basestring, None, ": ", ", ", False, False, True
+    )
+)
 
 
 def arguments_json(block: NeutralToolUse) -> str:
-    return _ARGUMENTS_JSON.encode(dict(block.input))
-
-
-def _text(blocks: Iterable[ContentBlock]) -> str:
-    return "\n\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+    if _ENCODE_ARGUMENTS is None:
+        return _ARGUMENTS_JSON.encode(dict(block.input))
+    return "".join(_ENCODE_ARGUMENTS(dict(block.input), 0))
 
 
 def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompletionMessageParam]:
@@ -76,34 +85,42 @@ def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompl
         if message.role == "assistant":
             out.append(_assistant(message, ids))
             continue
-        for result in message.tool_results:
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": ids.result(result.tool_use_id),
-                    "content": error_content(result),
-                }
-            )
-        text = _text(message.content)
+        texts: list[str] = []
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": ids.result(block.tool_use_id),
+                        "content": error_content(block),
+                    }
+                )
+            elif isinstance(block, TextBlock):
+                texts.append(block.text)
+        text = "\n\n".join(texts)
         if text:
             out.append({"role": "user", "content": text})
     return out
 
 
 def _assistant(message: Message, ids: ToolIdMapper) -> ChatCompletionAssistantMessageParam:
-    text = _text(message.content)
+    texts: list[str] = []
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, NeutralToolUse):
+            calls.append(
+                {
+                    "id": ids.call(block.id),
+                    "type": "function",
+                    "function": {"name": block.name, "arguments": arguments_json(block)},
+                }
+            )
     entry: ChatCompletionAssistantMessageParam = {
         "role": "assistant",
-        "content": text or None,
+        "content": "\n\n".join(texts) or None,
     }
-    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
-        {
-            "id": ids.call(call.id),
-            "type": "function",
-            "function": {"name": call.name, "arguments": arguments_json(call)},
-        }
-        for call in message.tool_uses
-    ]
     if calls:
         entry["tool_calls"] = calls
     return entry

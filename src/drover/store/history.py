@@ -39,6 +39,7 @@ from drover.messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    answers_in_order,
 )
 from drover.store.base import (
     MAY_HAVE_RUN_TEXT,
@@ -153,15 +154,19 @@ def repair_history(messages: Iterable[Message], tool_calls: Calls = ()) -> list[
 
 
 def _clean(message: Message) -> Message | None:
-    kept = tuple(b for b in message.content if not _empty(b))
-    if not kept:
+    content = message.content
+    if not content:
         return None
-    return message if len(kept) == len(message.content) else replace(message, content=kept)
+    for block in content:
+        if _empty(block):
+            kept = tuple(b for b in content if not _empty(b))
+            return replace(message, content=kept) if kept else None
+    return message
 
 
 def _empty(block: ContentBlock) -> bool:
     if isinstance(block, TextBlock):
-        return not block.text.strip()
+        return not block.text or block.text.isspace()  # as ``not text.strip()``, copying nothing
     if isinstance(block, ThinkingBlock):
         return not block.thinking and block.signature is None and block.redacted_data is None
     return False
@@ -170,6 +175,8 @@ def _empty(block: ContentBlock) -> bool:
 def _merge_results(
     uses: Sequence[ToolUseBlock], message: Message, calls: Mapping[str, ToolCallRecord]
 ) -> Message:
+    if answers_in_order(uses, message.content):
+        return message
     present: dict[str, ToolResultBlock] = {}
     for result in message.tool_results:
         present.setdefault(result.tool_use_id, result)
