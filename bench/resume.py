@@ -20,13 +20,16 @@ Medians of ``--runs`` (default 7) runs, wall time and (beside it) the process's 
 threads (steadier on a busy machine). Target: load + repair + the whole next request ≤ 50 ms.
 
     .venv/bin/python bench/resume.py            # --steps 1000 --turns 20 --runs 7
+    .venv/bin/python bench/resume.py --page-size 4096   # a file of other pages than the store's
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
@@ -100,12 +103,22 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--page-size", type=int, default=None, help="SQLite page size of the file (the store's)"
+    )
     args = parser.parse_args()
     forbid_network()
     with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
         print_environment("bench/resume.py — resume of a long session", Path(tmp))
         path = Path(tmp) / "resume.db"
+        if args.page_size is not None:  # an empty file takes the page size it is vacuumed with
+            conn = sqlite3.connect(path)
+            conn.execute(f"PRAGMA page_size = {int(args.page_size)}")
+            conn.execute("VACUUM")
+            conn.close()
         session_id = await build(path, args.steps, args.turns)
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         walls, cpus = [], []
         history = None
         for _ in range(args.runs):
@@ -124,6 +137,7 @@ async def main() -> None:
         ]
         rows += await request_rows(messages, args.runs, (median(walls), median(cpus)))
     print(f"session: {len(messages)} messages ({args.steps} tool steps, {args.turns} turns)")
+    print(f"page size: {page_size} B")
     print()
     print(table(["step", "drover", "whole request", "load + request"], rows))
     print()

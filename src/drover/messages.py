@@ -80,24 +80,29 @@ class Message:
 
     @property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:
-        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
+        return tuple([b for b in self.content if isinstance(b, ToolUseBlock)])
 
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
-        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+        return tuple([b for b in self.content if isinstance(b, ToolResultBlock)])
 
 
 def answers_in_order(uses: Sequence[ToolUseBlock], content: Sequence[ContentBlock]) -> bool:
     """Whether ``content`` starts with one result for each of ``uses`` (their ids distinct), in
     their order, and holds no other result: a results message nothing needs to change."""
-    if len(content) < len(uses):
+    n = len(uses)
+    if len(content) < n:
         return False
     ids: set[str] = set()
-    for use, block in zip(uses, content, strict=False):
-        if not isinstance(block, ToolResultBlock) or block.tool_use_id != use.id or use.id in ids:
+    for i in range(n):
+        block, use_id = content[i], uses[i].id
+        if not isinstance(block, ToolResultBlock) or block.tool_use_id != use_id:
             return False
-        ids.add(use.id)
-    return not any(isinstance(b, ToolResultBlock) for b in content[len(uses) :])
+        if n > 1:  # a single call cannot repeat its id
+            if use_id in ids:
+                return False
+            ids.add(use_id)
+    return len(content) == n or not any(isinstance(b, ToolResultBlock) for b in content[n:])
 
 
 def user_message(text: str) -> Message:
