@@ -40,6 +40,18 @@ def has_text(block: TextBlock) -> bool:
     return bool(block.text) and not block.text.isspace()  # as ``text.strip()``, copying nothing
 
 
+def split_user(message: Message) -> tuple[list[ToolResultBlock], str]:
+    """A user message's tool results in order, and its text blocks joined by blank lines."""
+    results: list[ToolResultBlock] = []
+    texts: list[str] = []
+    for block in message.content:
+        if isinstance(block, ToolResultBlock):
+            results.append(block)
+        elif isinstance(block, TextBlock):
+            texts.append(block.text)
+    return results, "\n\n".join(texts)
+
+
 def normalise_history(
     messages: Iterable[Message], *, keep: KeepBlock, merge: bool = True
 ) -> list[Message]:

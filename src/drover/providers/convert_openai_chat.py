@@ -29,7 +29,7 @@ from openai.types.chat import (
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
-from drover.providers.convert_common import has_text, normalise_history
+from drover.providers.convert_common import has_text, normalise_history, split_user
 from drover.providers.ids import CHAT_IDS, ToolIdMapper
 from drover.streaming import ToolSpec
 
@@ -85,19 +85,15 @@ def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompl
         if message.role == "assistant":
             out.append(_assistant(message, ids))
             continue
-        texts: list[str] = []
-        for block in message.content:
-            if isinstance(block, ToolResultBlock):
-                out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": ids.result(block.tool_use_id),
-                        "content": error_content(block),
-                    }
-                )
-            elif isinstance(block, TextBlock):
-                texts.append(block.text)
-        text = "\n\n".join(texts)
+        results, text = split_user(message)
+        for result in results:
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": ids.result(result.tool_use_id),
+                    "content": error_content(result),
+                }
+            )
         if text:
             out.append({"role": "user", "content": text})
     return out

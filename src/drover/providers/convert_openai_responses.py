@@ -35,7 +35,7 @@ from openai.types.responses import FunctionToolParam
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
-from drover.providers.convert_common import has_text, normalise_history
+from drover.providers.convert_common import has_text, normalise_history, split_user
 from drover.providers.convert_openai_chat import arguments_json, error_content
 from drover.providers.ids import RESPONSES_IDS, ToolIdMapper
 from drover.streaming import ToolSpec
@@ -119,15 +119,15 @@ def _assistant_items(message: Message, ids: ToolIdMapper, stored: bool) -> list[
 
 
 def _user_items(message: Message, ids: ToolIdMapper) -> list[Item]:
+    results, text = split_user(message)
     items: list[Item] = [
         {
             "type": "function_call_output",
             "call_id": ids.result(result.tool_use_id),
             "output": error_content(result),
         }
-        for result in message.tool_results
+        for result in results
     ]
-    text = "\n\n".join(b.text for b in message.content if isinstance(b, TextBlock))
     if text:
         items.append({"role": "user", "content": text})
     return items
