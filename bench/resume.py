@@ -17,7 +17,9 @@ pending work too. Then, timed, as the next turn would do it:
   included) — and load + that request.
 
 Medians of ``--runs`` (default 7) runs, wall time and (beside it) the process's CPU time, all
-threads (steadier on a busy machine). Target: load + repair + the whole next request ≤ 50 ms.
+threads (steadier on a busy machine), each run after a ``gc.collect()``: a full pass of the
+collector owed to earlier runs' garbage would otherwise land in some runs and not others.
+Target: load + repair + the whole next request ≤ 50 ms.
 
     .venv/bin/python bench/resume.py            # --steps 1000 --turns 20 --runs 7
     .venv/bin/python bench/resume.py --page-size 4096   # a file of other pages than the store's
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import sqlite3
 import tempfile
 import time
@@ -87,6 +90,7 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[str, Any]:
     """Median wall and CPU time of ``runs`` calls, as a cell; the last result."""
     walls, cpus, result = [], [], None
     for _ in range(runs):
+        gc.collect()  # every run starts from the same collector state (see main)
         wall, cpu = time.perf_counter(), time.process_time()
         result = fn()
         cpus.append(time.process_time() - cpu)
@@ -123,6 +127,9 @@ async def main() -> None:
         history = None
         for _ in range(args.runs):
             async with SqliteStore(path) as store:
+                # A pass of the collector owed to the garbage of earlier runs (their whole
+                # history) is not this run's: it would land in one run and not the next.
+                gc.collect()
                 wall, cpu = time.perf_counter(), time.process_time()
                 history = await load_history(store, session_id)
                 cpus.append(time.process_time() - cpu)
@@ -161,7 +168,10 @@ async def request_rows(
         probe = Probe(protocol)
         provider = provider_for(protocol, probe)
         await time_request(provider, probe, request)  # warm-up
-        timings = [await time_request(provider, probe, request) for _ in range(runs)]
+        timings = []
+        for _ in range(runs):
+            gc.collect()
+            timings.append(await time_request(provider, probe, request))
         await provider.aclose()
         wall = median([w for w, _c in timings])
         cpu = median([c for _w, c in timings])
