@@ -179,7 +179,7 @@ async def stream_answer(
                 await asyncio.sleep(0)  # the woken flush timer takes its text first
             await journal.send(TextDelta(text=chunk, index=0))
         commits_streaming = counter.counts(path).commits - commits_before
-        flushes = _count(path, "SELECT COUNT(*) FROM events WHERE type = 'text_delta'")
+        flushes = _count(path, "SELECT COUNT(*) FROM partial_text")
         final_started = time.perf_counter()
         message = assistant_message([TextBlock(text=text)])
         await journal.send(AssistantMessage(message=message))

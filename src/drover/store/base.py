@@ -223,14 +223,15 @@ class TurnJournal(Protocol):
         last_seq: int | None = None,
         marks: Sequence[tuple[int, int]] | None = None,
     ) -> int:
-        """Append streamed text, and in the same write a coalesced ``text_delta`` event
-        (``{"type", "text", "index", "step"}``) to the session's log; returns its seq. With
+        """Append streamed text; the session's log shows it from this write on as a coalesced
+        ``text_delta`` event (``{"type", "text", "index", "step"}``); returns its seq. With
         ``seq`` the row covers the numbers ``seq..last_seq`` and keeps the live deltas'
         ``marks`` (see :class:`EventRecord`)."""
         ...
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        """Drop a step's text deltas (its stream is being retried)."""
+        """Drop a step's text deltas from what recovery would keep (its stream is being
+        retried); the log keeps showing them, before the retry's row."""
         ...
 
     async def upsert_tool_call(

@@ -22,10 +22,11 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ==========================  ================================================================
 
 Every event except the deltas is appended to the session's event log. Each text flush writes
-its text as ``partial_text`` (what recovery folds into a partial message) and, in the same
-transaction, as one coalesced ``text_delta`` row ``{"text", "index", "step"}`` with the marks
-where each live delta ends. When the step's message is stored, its ``partial_text`` rows are
-deleted and its coalesced rows become one row per block whose text refers to the message; the
+one ``partial_text`` row: its text, the numbers of its deltas and the marks where each ends —
+the log's tail while the step streams (read back as a coalesced ``text_delta`` event
+``{"text", "index", "step"}``) and what recovery folds into a partial message. That one row is
+the whole cost of a flush (about one small page). When the step's message is stored, its rows
+move into the log as one row per block whose text refers to the message; the
 ``assistant_message`` row refers to the message too, and ``done`` to the answer's message
 (the store puts the text back when the log is read). An n-byte answer thus costs n bytes of
 message and the marks of its deltas once the step ends: O(n), each byte stored once.

@@ -45,6 +45,7 @@ TYPES: dict[str, dict[str, str]] = {
         "false": "0",
         "created": "",
         "no_rowid": " WITHOUT ROWID",
+        "serial": "INTEGER PRIMARY KEY",
     },
     "postgres": {
         "json": "JSONB",
@@ -54,6 +55,7 @@ TYPES: dict[str, dict[str, str]] = {
         # Creation order (SQLite's ``rowid``).
         "created": "n BIGINT GENERATED ALWAYS AS IDENTITY,",
         "no_rowid": "",
+        "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
     },
 }
 
@@ -191,6 +193,42 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
                 ),
             ),
             "ALTER TABLE sessions ADD COLUMN owner TEXT",
+        ),
+    ),
+    (
+        "0005_partial_text_log",
+        (
+            # A flush of streamed text writes one row here and nothing else: the log's tail
+            # while its step streams (numbers, marks, text), moved into ``events`` when the step
+            # ends. Keyed by its own increasing number, so SQLite appends it to the last page of
+            # one b-tree (no index to update). A row from before this step has no numbers: its
+            # log row is in ``events`` already, and it only feeds recovery.
+            """CREATE TABLE partial_text_log (
+                id {serial},
+                turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
+                session_id TEXT NOT NULL,
+                step INTEGER NOT NULL,
+                block_index INTEGER NOT NULL,
+                seq INTEGER,
+                last_seq INTEGER,
+                marks TEXT,
+                text TEXT NOT NULL,
+                created_at {time} NOT NULL
+            )""",
+            "INSERT INTO partial_text_log (turn_id, session_id, step, block_index, text, "
+            "created_at) SELECT p.turn_id, t.session_id, p.step, p.block_index, p.text, "
+            "t.updated_at FROM partial_text p JOIN turns t ON t.id = p.turn_id "
+            "ORDER BY p.turn_id, p.step, p.block_index, p.seq",
+            "DROP TABLE partial_text",
+            "ALTER TABLE partial_text_log RENAME TO partial_text",
+            # PostgreSQL's pages are not the bytes that matter; its readers are many processes.
+            PerBackend(
+                sqlite=(),
+                postgres=(
+                    "CREATE INDEX partial_text_by_session ON partial_text (session_id, seq)",
+                    "CREATE INDEX partial_text_by_turn ON partial_text (turn_id, step)",
+                ),
+            ),
         ),
     ),
 )

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from drover.messages import Usage, message_from_dict
-from drover.store.base import EventRecord, SessionRecord, StoredMessage, ToolCallRecord, TurnRecord
+from drover.store.base import (
+    EventRecord,
+    SessionRecord,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+    flushed_text_event,
+)
 from drover.store.dialect import Row
 
 
@@ -92,6 +99,22 @@ def event_from_row(row: Row) -> EventRecord:
         turn_id=row["turn_id"],
         type=str(row["type"]),
         payload=_json(row["payload"]),
+        created_at=float(row["created_at"]),
+        last_seq=max(seq, int(row["last_seq"] or 0)),
+        marks=decode_marks(seq, row["marks"]),
+    )
+
+
+def partial_text_record(row: Row) -> EventRecord:
+    """A ``partial_text`` row (a flush of a step still streaming) as the log row it stands for."""
+    seq = int(row["seq"])
+    step, index = int(row["step"]), int(row["block_index"])
+    return EventRecord(
+        session_id=str(row["session_id"]),
+        seq=seq,
+        turn_id=str(row["turn_id"]),
+        type="text_delta",
+        payload=flushed_text_event(str(row["text"]), index, step),
         created_at=float(row["created_at"]),
         last_seq=max(seq, int(row["last_seq"] or 0)),
         marks=decode_marks(seq, row["marks"]),

@@ -13,6 +13,7 @@ never takes a number a client may already hold (see :mod:`drover.store.numbering
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -24,7 +25,7 @@ from drover.store.base import EventRecord
 from drover.store.batch import MESSAGE_OF, TEXT_OF, AppendEvent
 from drover.store.dialect import Dialect, Plan, Row, execute, rows
 from drover.store.fold import TEXT_AT, resolved
-from drover.store.rows import event_from_row, json_value
+from drover.store.rows import event_from_row, json_value, partial_text_record
 
 T = TypeVar("T")
 Mode: TypeAlias = Literal["read", "write", "snapshot"]
@@ -73,11 +74,19 @@ class SqlLog:
 
     # -- the event log's writes ----------------------------------------------------------------
 
+    def _last_seq_sql(self) -> str:
+        """The greatest number the session's log holds, its streaming tail included."""
+        return (
+            f"{self.dialect.greatest}(COALESCE((SELECT MAX(last_seq) FROM events "
+            "WHERE session_id = ?), 0), COALESCE((SELECT MAX(last_seq) FROM partial_text "
+            "WHERE session_id = ?), 0))"
+        )
+
     def _next_event_seq(self, session_id: str) -> Plan[int]:
         found = yield from rows(
-            f"SELECT {self.dialect.greatest}(COALESCE((SELECT MAX(last_seq) FROM events "
-            "WHERE session_id = ?), 0), COALESCE((SELECT seq_reserved FROM sessions "
-            "WHERE id = ?), 0)) + 1 AS n",
+            f"SELECT {self.dialect.greatest}({self._last_seq_sql()}, COALESCE((SELECT "
+            "seq_reserved FROM sessions WHERE id = ?), 0)) + 1 AS n",
+            session_id,
             session_id,
             session_id,
         )
@@ -157,10 +166,7 @@ class SqlLog:
         return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:
-        found = await self._select(
-            "SELECT COALESCE(MAX(last_seq), 0) AS seq FROM events WHERE session_id = ?",
-            session_id,
-        )
+        found = await self._select(f"SELECT {self._last_seq_sql()} AS seq", session_id, session_id)
         return int(first_value(found, "seq"))
 
     async def next_event_seq(self, session_id: str) -> int:
@@ -175,15 +181,28 @@ class SqlLog:
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
+        most = self.dialect.no_limit if limit is None else limit
+
         def read() -> Plan[list[EventRecord]]:
             found = yield from rows(
                 "SELECT * FROM events WHERE session_id = ? AND last_seq > ? "
                 "ORDER BY seq, part LIMIT ?",
                 session_id,
                 after_seq,
-                self.dialect.no_limit if limit is None else limit,
+                most,
+            )
+            tail = yield from rows(
+                "SELECT * FROM partial_text WHERE session_id = ? AND last_seq > ? "
+                "ORDER BY id LIMIT ?",
+                session_id,
+                after_seq,
+                most,
             )
             records = [event_from_row(r) for r in found]
+            if tail:  # a step still streams: its rows go in number order among the others
+                streaming = [partial_text_record(r) for r in tail]
+                records = list(heapq.merge(records, streaming, key=lambda r: r.seq))
+                del records[len(records) if limit is None else limit :]
             return (yield from self._resolved(records))
 
         return await self._perform(read(), "read")

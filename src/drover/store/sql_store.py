@@ -106,7 +106,7 @@ class SqlStore(SqlWork):
         for message in partial_messages((yield from self._deltas(turn_id))):
             yield from self._add_message(turn_id, message, True, now)
             yield from log(event_to_dict(AssistantMessage(message=message, partial=True)))
-        yield from execute("DELETE FROM partial_text WHERE turn_id = ?", turn_id)
+        yield from self._retire(session_id, turn_id, None, now)
         held = yield from rows(
             "SELECT EXISTS (SELECT 1 FROM messages WHERE turn_id = ?) AS held", turn_id
         )

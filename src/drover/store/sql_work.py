@@ -19,7 +19,6 @@ from drover.store.base import (
     StoredMessage,
     ToolCallRecord,
     check_writable,
-    flushed_text_event,
     partial_messages,
 )
 from drover.store.batch import (
@@ -37,14 +36,14 @@ from drover.store.dialect import Plan, execute, rows
 from drover.store.fold import by_block, fold_block
 from drover.store.rows import (
     encode_marks,
-    event_from_row,
+    partial_text_record,
     stored_message_from_row,
     tool_call_from_row,
 )
 from drover.store.sql_log import SqlLog, first_value
 
-#: Free pages a fold leaves before it gives them back to the file system (128 KiB at 4 KiB).
-RECLAIM_PAGES = 32
+#: Bytes of free pages a finished step's text leaves before they go back to the file system.
+RECLAIM_BYTES = 128 * 1024
 
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
 # A call in a terminal state keeps it: a late write cannot reopen it.
@@ -119,7 +118,7 @@ class SqlWork(SqlLog):
     def _deltas(self, turn_id: str) -> Plan[list[tuple[int, int, str]]]:
         found = yield from rows(
             "SELECT step, block_index, text FROM partial_text WHERE turn_id = ? "
-            "ORDER BY step, block_index, seq",
+            "ORDER BY step, block_index, id",
             turn_id,
         )
         return [(int(r["step"]), int(r["block_index"]), str(r["text"])) for r in found]
@@ -139,63 +138,78 @@ class SqlWork(SqlLog):
         session_id = yield from self._turn_session(w.turn_id)
         seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
         if w.step is not None:
-            yield from execute(
-                "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
-            )
-            if w.fold_from is not None and not w.partial:
-                yield from self._fold(session_id, w, seq, now)
+            fold = (w.message, seq) if w.fold_from is not None and not w.partial else None
+            yield from self._retire(session_id, w.turn_id, w.step, now, fold)
         if w.logged is not None:
             row = w.logged
             event = {k: (seq if k == MESSAGE_OF else v) for k, v in row.event.items()}
             yield from self._log(row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
         return seq
 
-    def _fold(self, session_id: str, w: AppendMessage, message_seq: int, now: float) -> Plan[None]:
-        """Fold the step's coalesced text rows into the message (see :mod:`~drover.store.fold`)."""
-        found = yield from rows(
-            "SELECT * FROM events WHERE session_id = ? AND seq >= ? AND turn_id = ? "
-            "AND type = 'text_delta' ORDER BY seq, part",
-            session_id,
-            w.fold_from,
-            w.turn_id,
-        )
-        step = 0 if w.step is None else w.step
-        folded_any = False
-        for group in by_block([event_from_row(r) for r in found], step).values():
-            folded = fold_block(group, w.message, message_seq)
-            if folded is None:
-                continue
-            low, high = group[0].seq, max(r.end_seq for r in group)
-            counted = yield from rows(
-                "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                session_id,
-                low,
-                high,
-            )
-            if int(first_value(counted, "n")) != len(group):
-                continue  # other rows between them: leave the block as it is
-            payload, marks = folded
-            yield from execute(
-                "DELETE FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                session_id,
-                low,
-                high,
-            )
-            yield from self._log(
-                session_id, w.turn_id, payload, now, low, high, encode_marks(low, marks)
-            )
-            folded_any = True
-        if folded_any and self.dialect.reclaim:
-            # The pages the fold freed go back now, in this transaction. Each step of SQLite's
-            # statement frees one page and the driver steps it once: run it once a page.
-            # (A file made before auto_vacuum was set keeps its free pages for later writes.)
-            mode = yield from rows("PRAGMA auto_vacuum")
-            found = yield from rows("PRAGMA freelist_count")
-            free = int(first_value(found, "freelist_count"))
-            # A few free pages are left for the next writes to reuse: giving them back would
-            # move the file's last pages (the ones being appended to) on every step.
-            worth = free >= RECLAIM_PAGES and int(first_value(mode, "auto_vacuum")) == 2
-            for _ in range(free if worth else 0):
+    def _retire(
+        self,
+        session_id: str,
+        turn_id: str,
+        step: int | None,
+        now: float,
+        fold: tuple[Message, int] | None = None,
+    ) -> Plan[None]:
+        """Move the turn's streamed text rows (of ``step``, or all of them) from
+        ``partial_text`` into the log: folded into the step's message when ``fold`` names it
+        (the message and its seq) and that is exact (see :mod:`~drover.store.fold`), as they
+        are otherwise. A row from before the rows had numbers is only dropped."""
+        where = "turn_id = ?" if step is None else "turn_id = ? AND step = ?"
+        key = (turn_id,) if step is None else (turn_id, step)
+        found = yield from rows(f"SELECT * FROM partial_text WHERE {where} ORDER BY id", *key)
+        if not found:
+            return
+        yield from execute(f"DELETE FROM partial_text WHERE {where}", *key)
+        records = [partial_text_record(r) for r in found if r["seq"] is not None]
+        folded_seqs: set[int] = set()
+        if fold is not None and step is not None:
+            message, message_seq = fold
+            for group in by_block(records, step).values():
+                folded = fold_block(group, message, message_seq)
+                if folded is None:
+                    continue
+                low, high = group[0].seq, max(r.end_seq for r in group)
+                inside = sum(1 for r in records if low <= r.seq <= high)
+                logged = yield from rows(
+                    "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                    session_id,
+                    low,
+                    high,
+                )
+                if inside != len(group) or int(first_value(logged, "n")):
+                    continue  # other rows between them: leave the block as it is
+                payload, marks = folded
+                yield from self._log(
+                    session_id, turn_id, payload, now, low, high, encode_marks(low, marks)
+                )
+                folded_seqs.update(r.seq for r in group)
+        for r in records:
+            if r.seq not in folded_seqs:
+                encoded = encode_marks(r.seq, r.marks)
+                yield from self._log_text(
+                    session_id, turn_id, r.payload, r.created_at, r.seq, r.last_seq, encoded
+                )
+        yield from self._reclaim()
+
+    def _reclaim(self) -> Plan[None]:
+        """Give the pages the moved rows freed back to the file system, in this transaction,
+        once there are enough of them (a few stay for the next rows to reuse: giving them back
+        would move the file's last pages, the ones being appended to, every time)."""
+        if not self.dialect.reclaim:
+            return
+        mode = yield from rows("PRAGMA auto_vacuum")
+        if int(first_value(mode, "auto_vacuum")) != 2:
+            return  # a file made before auto_vacuum was set keeps them for later writes
+        size = yield from rows("PRAGMA page_size")
+        found = yield from rows("PRAGMA freelist_count")
+        free = int(first_value(found, "freelist_count"))
+        # Each step of SQLite's statement frees one page and the driver steps it once.
+        if free * int(first_value(size, "page_size")) >= RECLAIM_BYTES:
+            for _ in range(free):
                 yield from execute(self.dialect.reclaim)
 
     async def replace_message(self, turn_id: str, seq: int | None, message: Message) -> None:
@@ -238,28 +252,30 @@ class SqlWork(SqlLog):
         return await self._perform(self._append_partial_text(write, self._clock()), "write")
 
     def _append_partial_text(self, w: AppendPartialText, now: float) -> Plan[int]:
-        encoded = None if w.seq is None else encode_marks(w.seq, w.marks)
-        event = flushed_text_event(w.text, w.block_index, w.step)
+        """One row and nothing else: the log's streaming tail (moved into ``events`` when the
+        step ends, by :meth:`_retire`)."""
         session_id = yield from self._turn_session(w.turn_id)
-        yield from self._numbered(
-            "partial_text",
-            "text, turn_id, step, block_index",
-            "?, ?, ?, ?",
-            (self.dialect.text(w.text), w.turn_id, w.step, w.block_index),
-            ("turn_id", "step", "block_index"),
+        seq = w.seq
+        if seq is None:
+            seq = yield from self._next_event_seq(session_id)
+        encoded = None if w.seq is None else encode_marks(w.seq, w.marks)
+        yield from execute(
+            "INSERT INTO partial_text (turn_id, session_id, step, block_index, seq, last_seq, "
+            "marks, text, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            *(w.turn_id, session_id, w.step, w.block_index, seq, max(seq, w.last_seq or seq)),
+            *(encoded, self.dialect.text(w.text), now),
         )
-        return (
-            yield from self._log_text(session_id, w.turn_id, event, now, w.seq, w.last_seq, encoded)
-        )
+        return seq
 
     async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        await self._perform(self._discard(DiscardPartialText(turn_id, step)), "write")
+        write = DiscardPartialText(turn_id, step)
+        await self._perform(self._discard(write, self._clock()), "write")
 
-    def _discard(self, w: DiscardPartialText) -> Plan[None]:
-        yield from self._turn_session(w.turn_id)
-        yield from execute(
-            "DELETE FROM partial_text WHERE turn_id = ? AND step = ?", w.turn_id, w.step
-        )
+    def _discard(self, w: DiscardPartialText, now: float) -> Plan[None]:
+        """The step's text stays in the log (readers saw it, the retry event tells them to drop
+        it) but no longer feeds recovery."""
+        session_id = yield from self._turn_session(w.turn_id)
+        yield from self._retire(session_id, w.turn_id, w.step, now)
 
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
         now = self._clock()
@@ -345,7 +361,7 @@ class SqlWork(SqlLog):
             case AppendPartialText():
                 return self._append_partial_text(write, now)
             case DiscardPartialText():
-                return self._discard(write)
+                return self._discard(write, now)
             case AppendEvent():
                 return self._append_event(write, now)
             case UpsertToolCall():
