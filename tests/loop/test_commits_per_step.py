@@ -138,7 +138,7 @@ async def run_turn(
         for i in range(steps)
     ]
     script.append(Reply(text="All done.", chunk=6))
-    runner = Runner(store)
+    runner = Runner(store, lease_seconds=3600)  # no lease renewal within the test
     session = await runner.agent_session(
         record,
         provider=ScriptedProvider(script),
