@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
-from drover.events import Event, PermissionRequest, is_droppable
+from drover.events import Event, PermissionRequest, is_droppable, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,11 @@ class Fanout:
     consumer (a printer, a UI, a network client) is not: one that raises is detached and logged
     and the turn goes on without it. A permission request that no live consumer is left to
     answer is denied.
+
+    A reliable sink whose ``holds_back`` is true after it took an event has not made it
+    durable yet, though it must be before anyone is shown it (the journal's
+    ``hold_messages``): the event waits, and reaches the live consumers, in order, with the
+    first later event after which no sink holds back.
     """
 
     def __init__(self, sinks: Iterable[EventSink], *, live: Iterable[EventSink] = ()) -> None:
@@ -40,6 +45,8 @@ class Fanout:
         self._had_live = bool(self._live)
         #: Consumers detached after they raised, with what they raised.
         self.detached: list[tuple[EventSink, Exception]] = []
+        # Events taken by the reliable sinks and not yet shown (see holds_back above).
+        self._held: list[Event] = []
 
     async def send(self, event: Event) -> None:
         # An interruption while one sink handles the event still lets every other consumer
@@ -50,6 +57,21 @@ class Fanout:
                 await sink.send(event)
         except asyncio.CancelledError as exc:
             cancelled = exc
+        self._held.append(event)
+        # A question and a turn's end are never held (nothing may keep them from the user).
+        urgent = isinstance(event, PermissionRequest) or is_terminal(event)
+        if urgent or not any(getattr(sink, "holds_back", False) for sink in self._sinks):
+            shown, self._held = self._held, []
+            for each in shown:
+                cancelled = await self._show(each) or cancelled
+        if isinstance(event, PermissionRequest) and self._had_live and not self._live:
+            event.decide("deny")
+        if cancelled is not None:
+            raise cancelled
+
+    async def _show(self, event: Event) -> asyncio.CancelledError | None:
+        """Send ``event`` to every live consumer; the cancellation one of them raised."""
+        cancelled: asyncio.CancelledError | None = None
         for consumer in tuple(self._live):
             try:
                 await consumer.send(event)
@@ -64,10 +86,7 @@ class Fanout:
                     event.type,
                     exc,
                 )
-        if isinstance(event, PermissionRequest) and self._had_live and not self._live:
-            event.decide("deny")
-        if cancelled is not None:
-            raise cancelled
+        return cancelled
 
 
 class EventRecorder:

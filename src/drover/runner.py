@@ -208,6 +208,7 @@ class Runner:
             owner=self.owner,
             on_failure=lambda failure: control.stop("error", str(failure)),
             publish=None if on_event is None else functools.partial(on_event, session.id),
+            hold_messages=True,  # the Fanout shows what the journal holds back only later
         )
         sink = Fanout([journal], live=live)
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))

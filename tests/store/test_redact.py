@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,13 @@ from drover.messages import (
     user_message,
 )
 from drover.store.journal import Journal
-from drover.store.redact import REDACTED, Redactor, StreamRedactor
+from drover.store.redact import (
+    _BUILTIN_MARKS,
+    _BUILTIN_PATTERNS,
+    REDACTED,
+    Redactor,
+    StreamRedactor,
+)
 from drover.store.sqlite import SqliteStore
 
 from .helpers import FakeClock
@@ -258,3 +265,26 @@ async def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
     assert b"[REDACTED]" in raw()
     await store.close()
     assert_clean(raw())
+
+
+def test_every_builtin_match_holds_a_mark_the_quick_check_looks_for() -> None:
+    """Text without any of ``_BUILTIN_MARKS`` skips the built-in patterns: each of them must
+    contain one in every match, or a credential would slip through unredacted."""
+    corpus = "\n".join(
+        [
+            *SECRETS,
+            PEM,
+            "ASIAZ7EXAMPLE3QW9XYZ gho_R2l0SHViVG9rZW5Gb3JUZXN0aW5nMTIzNDU2 xapp-1-A0123456789-x",
+            f"Authorization: bearer token1234 BEARER {'x' * 24}",
+            f"postgresql://admin:{PASSWORD}@db:5432/x",
+            "-----BEGIN EC PRIVATE KEY-----\nunterminated",
+        ]
+    )
+    for pattern in _BUILTIN_PATTERNS:
+        matches = list(re.finditer(pattern, corpus))
+        assert matches, f"the corpus does not exercise {pattern!r}"
+        for m in matches:
+            assert _BUILTIN_MARKS.search(m.group(0)), (pattern, m.group(0))
+    assert Redactor().redact("nothing secret here, 12345 words.") == (
+        "nothing secret here, 12345 words."
+    )

@@ -50,8 +50,13 @@ assistant message; a discarding retry; the turn's end. The rest — ``step_start
 ``usage``, ``tool_start``/``tool_done``, ``tool_results``, ``compacted``, the
 ``input-available`` state — are numbered and published at once and written with the next of
 those or by the flush timer, at most ``flush_interval`` later: a crash loses at most that much
-of them, at the tail of the log. A one-call tool step thus costs four commits (the eager
-flush, the message, ``running``, the end with the results) instead of seventeen.
+of them, at the tail of the log. With ``hold_messages`` (the Runner's journal) a finished
+message with tool calls is not made before ``send`` returns but with its first call's next
+state, which is (``running``, a permission question, the call's end); the
+:class:`~drover.channel.Fanout` holds it back from the printer and other live consumers until
+then (:attr:`Journal.holds_back`), so nothing is shown before it is durable. A one-call tool
+step thus costs three commits (the eager flush; the message with ``running``; the end with
+the results) instead of seventeen.
 
 A write that fails is retried (:mod:`~drover.store.journal_queue`); one that still fails, or
 a lost lease, fails the journal: :attr:`Journal.failure` says why, nothing more is written (the
@@ -150,6 +155,7 @@ class Journal:
         publish: Publish | None = None,
         numbering: Numbering | None = None,
         wrap: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        hold_messages: bool = False,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
@@ -160,7 +166,12 @@ class Journal:
         ``publish`` sees every event with its number as soon as it is numbered.
         A worker's journal shares its parent's ``numbering`` (one writer of the session's
         log numbers every event) and ``wrap``s what it publishes as the worker's event; its
-        end is an event of the log, not the end of the parent's turn."""
+        end is an event of the log, not the end of the parent's turn.
+        ``hold_messages``: the sink that shows events to live consumers holds each one back
+        while :attr:`holds_back` is true (:class:`~drover.channel.Fanout` does), so a step's
+        assistant message with tool calls need not be durable when ``send`` returns: it is
+        written with the next write that is (the call's ``running``, a permission question
+        or the call's end), and shown only then."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -193,6 +204,11 @@ class Journal:
         # The step's results message, written with its last call's end (when writes are
         # made together).
         self._results = StepResults()
+        self._hold = hold_messages
+        # The write count up to which the last event is not yet durable (see holds_back), and
+        # the finished messages written with a later write, for on_finished_content.
+        self._held_upto = 0
+        self._finished_later: list[Message] = []
 
     # -- observable state ----------------------------------------------------------------------
 
@@ -214,6 +230,13 @@ class Journal:
     def timer_pending(self) -> bool:
         return self._timer is not None
 
+    @property
+    def holds_back(self) -> bool:
+        """Whether an event ``send`` took is not durable yet although a guarantee says it is
+        made before it is shown: it must not reach a live consumer until this is false
+        again (with ``hold_messages``; see :class:`~drover.channel.Fanout`)."""
+        return self.failure is None and self._writes.made < self._held_upto
+
     # -- the sink ------------------------------------------------------------------------------
 
     async def send(self, event: Event) -> None:
@@ -221,6 +244,10 @@ class Journal:
             return
         try:
             await self._handle(event)
+            if self._finished_later and not self.holds_back:
+                finished, self._finished_later = self._finished_later, []
+                for message in finished:
+                    await self._finished(message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in recording: the record can no longer be trusted
@@ -236,6 +263,9 @@ class Journal:
             self._take_text(final=True)
             if await self._writes.drain():
                 await self._numbers.release()
+                finished, self._finished_later = self._finished_later, []
+                for message in finished:
+                    await self._finished(message)
 
     def _worker_journal(self, event: WorkerEvent) -> Journal:
         key = (event.call_id, event.worker)
@@ -320,6 +350,13 @@ class Journal:
                     return ref is not None
 
                 await self._log(event, attach=append)
+                if self._holds(event):
+                    # Written with the call's next state, which is made at once (running,
+                    # awaiting permission, its end); not shown before (holds_back).
+                    self._held_upto = self._writes.pushed
+                    self._finished_later.append(message)
+                    self._defer()
+                    return
                 await self._drain()
                 if not event.partial:
                     await self._finished(message)
@@ -429,6 +466,20 @@ class Journal:
             first_seq=self._numbers.next,
         )
         self._writes.push("end the turn", write, done=ended, ends_turn=True)
+
+    def _holds(self, event: AssistantMessage) -> bool:
+        """Whether ``event`` waits for the next write instead of being made before ``send``
+        returns: a finished message with tool calls (the next event is one of their states)
+        in a turn's own journal, when a holding sink shows the events and the store makes
+        writes together. An answer without calls is made at once: the turn's end refers to
+        it by its number."""
+        return (
+            self._hold
+            and self._wrap is None
+            and self._writes.groups
+            and not event.partial
+            and bool(event.message.tool_uses)
+        )
 
     # -- text ----------------------------------------------------------------------------------
 

@@ -61,6 +61,9 @@ class WriteQueue:
         self.failed = False
         #: Whether the write that ends the turn was made (or started: it completes).
         self.ended = False
+        #: Writes pushed and writes made (or started: they complete) since the queue began.
+        self.pushed = 0
+        self.made = 0
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -79,6 +82,7 @@ class WriteQueue:
         ends_turn: bool = False,
     ) -> None:
         self._queue.append(Queued(what, write, done, ends_turn))
+        self.pushed += 1
 
     def clear(self) -> None:
         self._queue.clear()
@@ -133,6 +137,7 @@ class WriteQueue:
     def _made(self, writes: list[Queued], results: list[Any] | None = None) -> None:
         for i, queued in enumerate(writes):
             self._queue.popleft()
+            self.made += 1
             self._solo = max(0, self._solo - 1)
             self.ended = self.ended or queued.ends_turn
             if results is not None and queued.done is not None:
