@@ -122,7 +122,8 @@ async def main() -> None:
             # Warm-up (imports, connection pool, caches); the 'on' one also counts commits.
             with counter.watching():
                 await one_run("on", fake, provider, args.steps, workdir, 0)
-            commits = counter.counts(workdir / "loop-0.db").commits
+            counted = counter.counts(workdir / "loop-0.db")
+            commits, statements = counted.commits, counted.statements
             size = checkpointed_size(workdir / "loop-0.db")
             await one_run("off", fake, provider, args.steps, workdir, 0)
             order = [("on", "off"), ("off", "on")]
@@ -137,10 +138,10 @@ async def main() -> None:
                     )
         finally:
             await provider.aclose()
-    report(samples, args.steps, commits, size)
+    report(samples, args.steps, commits, statements, size)
 
 
-def report(samples: list[Sample], steps: int, commits: int, size: int) -> None:
+def report(samples: list[Sample], steps: int, commits: int, statements: int, size: int) -> None:
     on = [s for s in samples if s.mode == "on"]
     off = [s for s in samples if s.mode == "off"]
     rows = []
@@ -190,7 +191,8 @@ def report(samples: list[Sample], steps: int, commits: int, size: int) -> None:
         f"{1000 * (own_on - own_off) / (steps + 1):.2f} ms"
     )
     print(
-        f"SQLite commits in one 'on' run: {commits} ({commits / (steps + 1):.1f} per step); "
+        f"SQLite commits in one 'on' run: {commits} ({commits / (steps + 1):.1f} per step, "
+        f"{statements / (steps + 1):.1f} statements per step); "
         f"database after checkpoint: {human_bytes(size)}"
     )
     print()

@@ -3,6 +3,8 @@ every backend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from drover.errors import LeaseLostError
@@ -18,6 +20,7 @@ from drover.store.batch import (
     UpsertToolCall,
     apply,
 )
+from drover.store.sqlite import SqliteStore
 
 OWNER = "test-host:1:1"
 
@@ -104,3 +107,41 @@ async def test_a_terminal_event_that_refers_to_its_answer_reads_back_with_the_te
         "text": "The answer is 42.",
         "usage": {"output_tokens": 3},
     }
+
+
+async def test_a_write_after_the_turn_ended_in_the_same_batch_is_refused(store: Store) -> None:
+    # A batch checks each turn once; the end of the turn must undo that check.
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    call = {"turn_id": turn.id, "call_index": 0, "name": "bash", "step": 1}
+    with pytest.raises(LeaseLostError):
+        await store.write_batch(
+            [
+                UpsertToolCall(**call, call_id="c1", state="input-available"),
+                EndTurn(turn_id=turn.id, status="completed", owner=OWNER),
+                UpsertToolCall(**call, call_id="c2", state="running"),
+            ]
+        )
+    assert (await store.turns(session.id))[0].status == "running"
+    assert await store.tool_calls(turn.id) == []
+
+
+async def test_a_batch_checks_its_turn_and_session_once(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "journal.db") as store:
+        session = await store.create_session(workdir="/w", model="m")
+        turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+        statements: list[str] = []
+        await store._call(lambda conn: conn.set_trace_callback(statements.append))
+        call = {"turn_id": turn.id, "call_id": "c1", "call_index": 0, "name": "bash", "step": 1}
+        await store.write_batch(
+            [
+                UpsertToolCall(**call, state="input-available"),
+                AppendEvent(session.id, turn.id, {"type": "usage"}, seq=1),
+                UpsertToolCall(**call, state="running"),
+                AppendEvent(session.id, turn.id, {"type": "tool_state"}, seq=2),
+            ]
+        )
+        await store._call(lambda conn: conn.set_trace_callback(None))
+    checks = [s for s in statements if "FROM turns t JOIN sessions" in s]
+    locks = [s for s in statements if "FROM sessions s WHERE s.id" in s]
+    assert (len(checks), len(locks)) == (1, 0)

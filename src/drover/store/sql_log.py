@@ -35,6 +35,23 @@ def first_value(found: list[Row], column: str) -> Any:
     return found[0][column]
 
 
+class Held:
+    """What one write transaction has locked and checked already — sessions, and running
+    turns (with the owner they were checked under) to their session — so that the writes of a
+    batch lock and check each once. A plan given none checks for itself."""
+
+    __slots__ = ("sessions", "turns")
+
+    def __init__(self) -> None:
+        self.sessions: set[str] = set()
+        self.turns: dict[tuple[str, str | None], str] = {}
+
+    def forget_turn(self, turn_id: str) -> None:
+        """The turn ended in this transaction: a later write must check it again (and fail)."""
+        for key in [k for k in self.turns if k[0] == turn_id]:
+            del self.turns[key]
+
+
 class SqlLog:
     dialect: Dialect
     _clock: Callable[[], float]
@@ -68,9 +85,13 @@ class SqlLog:
         )
         return bool(found)
 
-    def _need_session(self, session_id: str) -> Plan[None]:
+    def _need_session(self, session_id: str, held: Held | None = None) -> Plan[None]:
+        if held is not None and session_id in held.sessions:
+            return
         if not (yield from self._lock_session(session_id)):
             raise StoreError(f"no session {session_id}")
+        if held is not None:
+            held.sessions.add(session_id)
 
     # -- the event log's writes ----------------------------------------------------------------
 
@@ -159,10 +180,10 @@ class SqlLog:
         write = AppendEvent(session_id, turn_id, event, seq, last_seq)
         return await self._perform(self._append_event(write, self._clock()), "write")
 
-    def _append_event(self, w: AppendEvent, now: float) -> Plan[int]:
+    def _append_event(self, w: AppendEvent, now: float, held: Held | None = None) -> Plan[int]:
         if "type" not in w.event:
             raise ValueError("an event needs a type")
-        yield from self._need_session(w.session_id)
+        yield from self._need_session(w.session_id, held)
         return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:

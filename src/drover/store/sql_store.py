@@ -47,7 +47,7 @@ from drover.store.base import (
 from drover.store.batch import EndTurn
 from drover.store.dialect import Plan, Row, atomic, execute, rows
 from drover.store.rows import session_from_row, turn_from_row
-from drover.store.sql_log import first_value
+from drover.store.sql_log import Held, first_value
 from drover.store.sql_work import TERMINAL_SQL, SqlWork
 
 _TERMINAL = TERMINAL_SQL
@@ -268,11 +268,15 @@ class SqlStore(SqlWork):
         )
         return await self._perform(self._end_turn(write, self._clock()), "write")
 
-    def _end_turn(self, w: EndTurn, now: float) -> Plan[list[EventRecord]]:
+    def _end_turn(
+        self, w: EndTurn, now: float, held: Held | None = None
+    ) -> Plan[list[EventRecord]]:
         if w.status == "running":
             raise StoreError("a turn cannot end as running")
         d = self.dialect
-        session_id = yield from self._turn_session(w.turn_id, w.owner)
+        session_id = yield from self._turn_session(w.turn_id, w.owner, held)
+        if held is not None:
+            held.forget_turn(w.turn_id)  # ended below: nothing after may write to it
         logged: list[EventRecord] = []
         yield from self._settle(session_id, w.turn_id, now, logged, w.first_seq)
         yield from execute(

@@ -40,7 +40,7 @@ from drover.store.rows import (
     stored_message_from_row,
     tool_call_from_row,
 )
-from drover.store.sql_log import SqlLog, first_value
+from drover.store.sql_log import Held, SqlLog, first_value
 
 #: Bytes of free pages a finished step's text leaves before they go back to the file system.
 RECLAIM_BYTES = 128 * 1024
@@ -67,9 +67,13 @@ class SqlWork(SqlLog):
 
     # -- plans every write builds on -----------------------------------------------------------
 
-    def _turn_session(self, turn_id: str, owner: str | None = None) -> Plan[str]:
+    def _turn_session(
+        self, turn_id: str, owner: str | None = None, held: Held | None = None
+    ) -> Plan[str]:
         """Lock the session of a turn that is still running (under ``owner``, when given): the
         only kind of turn whose work may still be written. Returns the session's id."""
+        if held is not None and (turn_id, owner) in held.turns:
+            return held.turns[turn_id, owner]
         found = yield from rows(
             "SELECT s.id, t.status, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
             f"WHERE t.id = ?{self.dialect.lock}",
@@ -79,7 +83,11 @@ class SqlWork(SqlLog):
             raise StoreError(f"no turn {turn_id}")
         row = found[0]
         check_writable(turn_id, str(row["status"]), row["owner"], owner)
-        return str(row["id"])
+        session_id = str(row["id"])
+        if held is not None:
+            held.turns[turn_id, owner] = session_id
+            held.sessions.add(session_id)
+        return session_id
 
     def _numbered(
         self, table: str, columns: str, values: str, params: tuple[Any, ...], scope: tuple[str, ...]
@@ -123,7 +131,7 @@ class SqlWork(SqlLog):
         )
         return [(int(r["step"]), int(r["block_index"]), str(r["text"])) for r in found]
 
-    def _end_turn(self, w: EndTurn, now: float) -> Plan[list[Any]]:
+    def _end_turn(self, w: EndTurn, now: float, held: Held | None = None) -> Plan[list[Any]]:
         raise NotImplementedError
 
     # -- the turn's work -----------------------------------------------------------------------
@@ -134,8 +142,8 @@ class SqlWork(SqlLog):
         write = AppendMessage(turn_id, message, partial, step)
         return await self._perform(self._append_message(write, self._clock()), "write")
 
-    def _append_message(self, w: AppendMessage, now: float) -> Plan[int]:
-        session_id = yield from self._turn_session(w.turn_id)
+    def _append_message(self, w: AppendMessage, now: float, held: Held | None = None) -> Plan[int]:
+        session_id = yield from self._turn_session(w.turn_id, held=held)
         seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
         if w.step is not None:
             fold = (w.message, seq) if w.fold_from is not None and not w.partial else None
@@ -201,14 +209,16 @@ class SqlWork(SqlLog):
         would move the file's last pages, the ones being appended to, every time)."""
         if not self.dialect.reclaim:
             return
-        mode = yield from rows("PRAGMA auto_vacuum")
-        if int(first_value(mode, "auto_vacuum")) != 2:
+        found = yield from rows(
+            "SELECT a.auto_vacuum AS mode, f.freelist_count AS free, p.page_size AS page "
+            "FROM pragma_auto_vacuum a, pragma_freelist_count f, pragma_page_size p"
+        )
+        row = found[0]
+        if int(row["mode"]) != 2:
             return  # a file made before auto_vacuum was set keeps them for later writes
-        size = yield from rows("PRAGMA page_size")
-        found = yield from rows("PRAGMA freelist_count")
-        free = int(first_value(found, "freelist_count"))
+        free = int(row["free"])
         # Each step of SQLite's statement frees one page and the driver steps it once.
-        if free * int(first_value(size, "page_size")) >= RECLAIM_BYTES:
+        if free * int(row["page"]) >= RECLAIM_BYTES:
             for _ in range(free):
                 yield from execute(self.dialect.reclaim)
 
@@ -216,8 +226,8 @@ class SqlWork(SqlLog):
         write = ReplaceMessage(turn_id, seq, message)
         await self._perform(self._replace_message(write), "write")
 
-    def _replace_message(self, w: ReplaceMessage) -> Plan[None]:
-        yield from self._turn_session(w.turn_id)
+    def _replace_message(self, w: ReplaceMessage, held: Held | None = None) -> Plan[None]:
+        yield from self._turn_session(w.turn_id, held=held)
         body = self.dialect.json(message_to_dict(w.message))
         if w.seq is None:  # the turn's latest message
             count = yield from execute(
@@ -251,10 +261,12 @@ class SqlWork(SqlLog):
         write = AppendPartialText(turn_id, step, block_index, text, seq, last_seq, marks)
         return await self._perform(self._append_partial_text(write, self._clock()), "write")
 
-    def _append_partial_text(self, w: AppendPartialText, now: float) -> Plan[int]:
+    def _append_partial_text(
+        self, w: AppendPartialText, now: float, held: Held | None = None
+    ) -> Plan[int]:
         """One row and nothing else: the log's streaming tail (moved into ``events`` when the
         step ends, by :meth:`_retire`)."""
-        session_id = yield from self._turn_session(w.turn_id)
+        session_id = yield from self._turn_session(w.turn_id, held=held)
         seq = w.seq
         if seq is None:
             seq = yield from self._next_event_seq(session_id)
@@ -271,10 +283,10 @@ class SqlWork(SqlLog):
         write = DiscardPartialText(turn_id, step)
         await self._perform(self._discard(write, self._clock()), "write")
 
-    def _discard(self, w: DiscardPartialText, now: float) -> Plan[None]:
+    def _discard(self, w: DiscardPartialText, now: float, held: Held | None = None) -> Plan[None]:
         """The step's text stays in the log (readers saw it, the retry event tells them to drop
         it) but no longer feeds recovery."""
-        session_id = yield from self._turn_session(w.turn_id)
+        session_id = yield from self._turn_session(w.turn_id, held=held)
         yield from self._retire(session_id, w.turn_id, w.step, now)
 
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
@@ -330,10 +342,10 @@ class SqlWork(SqlLog):
         )
         await self._perform(self._upsert_call(write, self._clock()), "write")
 
-    def _upsert_call(self, w: UpsertToolCall, now: float) -> Plan[None]:
+    def _upsert_call(self, w: UpsertToolCall, now: float, held: Held | None = None) -> Plan[None]:
         d = self.dialect
         input_json = None if w.input is None else d.json(dict(w.input))
-        yield from self._turn_session(w.turn_id)
+        yield from self._turn_session(w.turn_id, held=held)
         yield from execute(
             _UPSERT_CALL,
             *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
@@ -347,29 +359,30 @@ class SqlWork(SqlLog):
         now = self._clock()
 
         def batch() -> Plan[list[Any]]:
+            held = Held()
             out: list[Any] = []
             for write in writes:
-                out.append((yield from self._write_plan(write, now)))
+                out.append((yield from self._write_plan(write, now, held)))
             return out
 
         return await self._perform(batch(), "write")
 
-    def _write_plan(self, write: JournalWrite, now: float) -> Plan[Any]:
+    def _write_plan(self, write: JournalWrite, now: float, held: Held | None = None) -> Plan[Any]:
         match write:
             case AppendMessage():
-                return self._append_message(write, now)
+                return self._append_message(write, now, held)
             case ReplaceMessage():
-                return self._replace_message(write)
+                return self._replace_message(write, held)
             case AppendPartialText():
-                return self._append_partial_text(write, now)
+                return self._append_partial_text(write, now, held)
             case DiscardPartialText():
-                return self._discard(write, now)
+                return self._discard(write, now, held)
             case AppendEvent():
-                return self._append_event(write, now)
+                return self._append_event(write, now, held)
             case UpsertToolCall():
-                return self._upsert_call(write, now)
+                return self._upsert_call(write, now, held)
             case EndTurn():
-                return self._end_turn(write, now)
+                return self._end_turn(write, now, held)
 
     async def tool_calls(
         self, turn_id: str | None = None, *, session_id: str | None = None
