@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,33 +47,8 @@ class SplitHistory:
     pending: list[Message]
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for a bulk build of acyclic data, back on after.
-
-    Loading a long session makes tens of thousands of containers (decoded JSON, messages and
-    their blocks) that form no cycle, yet each 700 of them set off a pass of the collector
-    over the young ones and every tenth of those a pass over older ones, now and then the
-    whole heap (~25 ms under the bench's heap): about a tenth of the load. Paused, the
-    collector counts them and makes one pass after. Nested or concurrent pauses leave it as
-    the outermost found it (a collector the application turned off stays off)."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
 async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     """Committed history up to the last completed turn; later turns' work is pending."""
-    with collector_paused():
-        return await _load_history(store, session_id)
-
-
-async def _load_history(store: SessionStore, session_id: str) -> SplitHistory:
     loaded = await store.turns_with_messages(session_id)
     last_done = max((i for i, (t, _) in enumerate(loaded) if t.status == "completed"), default=-1)
     # Stored calls only answer for missing results: none needed, none loaded.

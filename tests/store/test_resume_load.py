@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 from drover.messages import (
@@ -63,27 +62,3 @@ async def test_resume_reads_the_calls_of_the_turns_that_need_them(tmp_path: Path
             ("B", False),
             (MAY_HAVE_RUN_TEXT, True),
         ]
-
-
-async def test_resume_builds_with_the_collector_paused_and_leaves_it_as_it_was(
-    tmp_path: Path,
-) -> None:
-    seen: list[bool] = []
-
-    class Watching(SqliteStore):
-        async def turns_with_messages(self, session_id):  # type: ignore[no-untyped-def]
-            seen.append(gc.isenabled())
-            return await super().turns_with_messages(session_id)
-
-    async with Watching(tmp_path / "j.db") as store:
-        session = await store.create_session(workdir=str(tmp_path), model="m")
-        assert gc.isenabled()
-        await load_history(store, session.id)
-        assert gc.isenabled()
-        gc.disable()
-        try:
-            await load_history(store, session.id)
-            assert not gc.isenabled()  # the application's choice stands
-        finally:
-            gc.enable()
-    assert seen == [False, False]
