@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import sqlite3
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from drover.events import AssistantMessage, UsageReport, event_to_dict
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.store.batch import AppendEvent, AppendMessage, referring
+from drover.store.dialect import Plan
+from drover.store.sql_log import Mode
 from drover.store.sqlite import SqliteStore
+
+T = TypeVar("T")
 
 #: A flush at 320 B/s (~80 tokens/s) under the 250 ms gate: ~80 bytes of text, ten deltas.
 TEXT = "a steady answer streaming at a typical rate, eighty bytes in each of the flushes."
@@ -103,3 +109,47 @@ async def test_streaming_rows_read_in_number_order_then_fold_into_the_message(
     with sqlite3.connect(tmp_path / "journal.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM partial_text").fetchone() == (0,)
     conn.close()
+
+
+async def test_a_step_ending_while_the_log_is_read_shows_its_text_once(tmp_path: Path) -> None:
+    """``events_after`` reads ``events`` then ``partial_text``; another writer moving the rows
+    from one to the other in between must not hide them (or show them twice)."""
+    path = tmp_path / "journal.db"
+
+    class Interleaved(SqliteStore):
+        async def _perform(self, plan: Plan[T], mode: Mode) -> T:
+            return await super()._perform(after_first_query(plan, move_rows), mode)
+
+    def move_rows() -> None:  # another process ends the step: the row goes into the log
+        with sqlite3.connect(path) as other:
+            other.execute(
+                "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
+                "last_seq, marks) SELECT session_id, seq, 0, turn_id, 'text_delta', "
+                "json_object('type', 'text_delta', 'text', text, 'index', block_index, "
+                "'step', step), created_at, last_seq, marks FROM partial_text"
+            )
+            other.execute("DELETE FROM partial_text")
+        other.close()
+
+    async with SqliteStore(path) as store:
+        session = await store.create_session(workdir=str(tmp_path), model="m")
+        turn = await store.begin_turn(session.id, user_message("go"), "h:1:1", 60.0)
+        await store.append_partial_text(turn.id, 1, 0, "Hello", seq=1, last_seq=1)
+    async with Interleaved(path) as reader:
+        read = await reader.events_after(session.id)
+    assert [(r.seq, r.payload.get("text")) for r in read] == [(1, "Hello")]
+
+
+def after_first_query(plan: Plan[T], then: Callable[[], None]) -> Plan[T]:
+    """``plan``, with ``then`` run once its first statement has been answered."""
+    result: Any = None
+    first = True
+    try:
+        while True:
+            op = plan.send(result)
+            result = yield op
+            if first:
+                first = False
+                then()
+    except StopIteration as stop:
+        return cast(T, stop.value)

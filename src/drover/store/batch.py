@@ -37,8 +37,8 @@ class AppendMessage:
     #: The event-log row that carries the message, logged in the same write with
     #: :data:`MESSAGE_OF` set to the message's seq (its payload holds the key, value None).
     logged: AppendEvent | None = None
-    #: The first number of the step's coalesced text rows: they are folded into the message
-    #: (:mod:`drover.store.fold`) in the same write.
+    #: The first number of the step's coalesced text rows, when they are to be folded into the
+    #: message (:mod:`drover.store.fold`) in the same write; None moves them as they are.
     fold_from: int | None = None
 
 

@@ -226,7 +226,9 @@ class SqlLog:
                 del records[len(records) if limit is None else limit :]
             return (yield from self._resolved(records))
 
-        return await self._perform(read(), "read")
+        # One snapshot for both tables: a step's rows moving into ``events`` in between would
+        # otherwise show twice or not at all.
+        return await self._perform(read(), "snapshot")
 
     def _resolved(self, records: list[EventRecord]) -> Plan[list[EventRecord]]:
         """Rows stored with a reference to a message of their turn, as the log always showed
