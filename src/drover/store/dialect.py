@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, TypeVar
@@ -99,7 +100,7 @@ class Dialect:
     lock: str
     #: Appended to the re-check of a turn to recover: locks it, skipping one being renewed.
     lock_skip: str
-    #: ``INSERT … RETURNING`` is available (SQLite has it only from 3.35).
+    #: ``INSERT``/``DELETE … RETURNING`` is available (SQLite has it only from 3.35).
     returning: bool
     #: The ``LIMIT`` value that means no limit.
     no_limit: int | None
@@ -131,7 +132,7 @@ SQLITE = Dialect(
     same="IS",
     lock="",
     lock_skip="",
-    returning=False,
+    returning=sqlite3.sqlite_version_info >= (3, 35, 0),
     no_limit=-1,
     # Files made by this version use auto_vacuum=INCREMENTAL (see sqlite_conn); in older ones
     # it frees nothing and the free pages are reused by later writes.
