@@ -33,7 +33,7 @@ from drover.store.batch import (
     ReplaceMessage,
     UpsertToolCall,
 )
-from drover.store.dialect import Plan, Row, execute, rows
+from drover.store.dialect import Exec, Plan, Row, execute, rows
 from drover.store.fold import by_block, fold_block
 from drover.store.rows import (
     encode_marks,
@@ -392,11 +392,14 @@ class SqlWork(SqlLog):
     def _upsert_call(self, w: UpsertToolCall, now: float, held: Held | None = None) -> Plan[None]:
         d = self.dialect
         input_json = None if w.input is None else d.json(dict(w.input))
-        yield from self._turn_session(w.turn_id, held=held)
-        yield from execute(
+        if held is None or (w.turn_id, None) not in held.turns:
+            yield from self._turn_session(w.turn_id, held=held)
+        yield Exec(  # as is (not through ``execute``): the store makes one for every state
             _UPSERT_CALL,
-            *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
-            *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+            (
+                *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
+                *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+            ),
         )
 
     # -- group commit --------------------------------------------------------------------------
