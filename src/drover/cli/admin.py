@@ -4,7 +4,7 @@ These commands answer in a new process each time, so what they import is most of
 cost (issue #12: ≤ 200 ms on a journal of 10,000 sessions). On SQLite they read the journal on
 the calling thread, without an event loop or the store's worker thread: asyncio (with the
 ssl, socket, subprocess and logging modules it loads) and concurrent.futures are never imported.
-A test (tests/cli/test_admin_imports.py) keeps the list of what they load short.
+A test (tests/cli/test_journal_commands.py) keeps the list of what they load short.
 """
 
 from __future__ import annotations
