@@ -1,34 +1,31 @@
-"""The OpenAI providers send the history past the SDK's request transform, and the body is the
-one the SDK would have built had the history gone through it: the same keys, in the same
-order, with the same values. The Anthropic provider posts the body it encoded itself, past the
-SDK's copy of it: the very request ``messages.create`` sends, byte for byte, headers included.
-A Responses request that cannot chain does not digest its input before it is sent."""
+"""Each provider posts the body it encoded itself (``wire_json.encode_body``), past the SDK's
+walk of the parameters (OpenAI's transform, Anthropic's copy) and its slow ``json`` encoding:
+the very request the SDK's ``create`` sends given the same parameters, byte for byte, headers
+included. A body the SDK's encoding refuses goes through ``create``. A Responses request that
+cannot chain does not digest its input before it is sent."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TypeVar
 
 import anthropic
 import httpx2
+import openai
 import pytest
-from openai._utils import async_maybe_transform
 
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
-from drover.providers.convert_openai_chat import to_chat_messages
-from drover.providers.convert_openai_responses import plan_input
-from drover.testing.server import FakeLLMServer
+from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
+from drover.providers.convert_openai_responses import plan_input, to_responses_tools
+from drover.providers.openai_chat import OpenAIChatProvider
+from drover.providers.openai_responses import OpenAIResponsesProvider
 
-from .conftest import READ_FILE, collect, make_provider, request
+from .conftest import READ_FILE, collect, request
 from .histories import mixed_history
 
-# (protocol, module whose ``async_maybe_transform`` the create call uses, history parameter)
-CASES = [
-    ("openai", "openai.resources.chat.completions.completions", "messages"),
-    ("openai-responses", "openai.resources.responses.responses", "input"),
-]
-
+Client = TypeVar("Client", anthropic.AsyncAnthropic, openai.AsyncOpenAI)
 
 SYSTEM = "Be brief, ünd exact."
 
@@ -44,41 +41,6 @@ def history() -> list[Message]:
     ]
 
 
-def wire_form(protocol: str, messages: list[Message]) -> list[Any]:
-    if protocol == "openai":
-        return list(to_chat_messages(SYSTEM, messages))
-    return plan_input(messages, stored=False).items
-
-
-@pytest.mark.parametrize(("protocol", "module", "key"), CASES)
-async def test_history_skips_the_transform_and_the_body_is_unchanged(
-    protocol: str, module: str, key: str, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[tuple[dict[str, Any], Any]] = []
-
-    async def spy(data: dict[str, Any], expected_type: Any) -> Any:
-        seen.append((data, expected_type))
-        return await async_maybe_transform(data, expected_type)
-
-    monkeypatch.setattr(f"{module}.async_maybe_transform", spy)
-    provider = make_provider(protocol, fake_llm, store=False)
-    fake_llm.script({"text": "ok"})
-    try:
-        await collect(provider, request(*history(), system=SYSTEM))
-    finally:
-        await provider.aclose()
-
-    [(params, params_type)] = seen
-    assert params[key] == []  # the SDK never walked the history
-    body = fake_llm.requests[0].body
-    assert len(body[key]) > 8
-    # What the SDK makes of drover's wire form when it does walk it: the very body sent.
-    wire = wire_form(protocol, history())
-    expected = await async_maybe_transform({**params, key: wire}, params_type)
-    assert body == expected
-    assert list(body) == list(expected)
-
-
 class Capture:
     """A transport that keeps each request and answers an empty Anthropic stream."""
 
@@ -91,13 +53,21 @@ class Capture:
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stop)
 
 
-def captured_client(capture: Capture) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
+def sdk_client(sdk: type[Client], base_url: str, capture: Capture) -> Client:
+    return sdk(
         api_key="k",
-        base_url="http://anthropic.test",
+        base_url=base_url,
         max_retries=0,
         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(capture)),
     )
+
+
+def captured_client(capture: Capture) -> anthropic.AsyncAnthropic:
+    return sdk_client(anthropic.AsyncAnthropic, "http://anthropic.test", capture)
+
+
+def openai_client(capture: Capture) -> openai.AsyncOpenAI:
+    return sdk_client(openai.AsyncOpenAI, "http://openai.test/v1", capture)
 
 
 def comparable(request: httpx2.Request) -> tuple[str, str, list[tuple[str, str]], bytes]:
@@ -105,6 +75,71 @@ def comparable(request: httpx2.Request) -> tuple[str, str, list[tuple[str, str]]
         (k, v) for k, v in request.headers.items() if k.lower() != "x-stainless-read-timeout"
     ]
     return request.method, str(request.url), headers, request.content
+
+
+async def sdk_create(protocol: str, client: openai.AsyncOpenAI, system: str) -> Any:
+    """The request drover makes, through the SDK's ``create`` with every parameter given to
+    it (the history walked by its transform, the body encoded by its ``json``)."""
+    if protocol == "openai":
+        return await client.chat.completions.create(
+            model="gpt-x",
+            messages=to_chat_messages(system, history()),  # type: ignore[arg-type]
+            tools=to_chat_tools([READ_FILE]),
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=8192,
+        )
+    return await client.responses.create(
+        model="gpt-x",
+        input=plan_input(history(), stored=False).items,  # type: ignore[arg-type]
+        instructions=system or openai.omit,
+        tools=to_responses_tools([READ_FILE]),
+        store=False,
+        include=["reasoning.encrypted_content"],
+        max_output_tokens=8192,
+        stream=True,
+    )
+
+
+@pytest.mark.parametrize("system", ["", SYSTEM])
+@pytest.mark.parametrize("protocol", ["openai", "openai-responses"])
+async def test_openai_posts_the_request_create_would_send(
+    protocol: str, system: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers, URL and body bytes: the body is plain strings, integers, lists and objects,
+    which orjson writes exactly as ``json`` does (only a float may be spelled differently)."""
+    from openai import _base_client
+
+    encoded: list[Any] = []
+    real_dumps = _base_client.openapi_dumps
+
+    def spy(data: Any) -> bytes:
+        encoded.append(data)
+        return real_dumps(data)
+
+    sent, direct = Capture(), Capture()
+    provider: Any
+    if protocol == "openai":
+        provider = OpenAIChatProvider("gpt-x", api_key="k", base_url="http://openai.test/v1")
+    else:
+        provider = OpenAIResponsesProvider(
+            "gpt-x", api_key="k", base_url="http://openai.test/v1", store=False
+        )
+    await provider.aclose()
+    provider._client = openai_client(sent)
+    monkeypatch.setattr(_base_client, "openapi_dumps", spy)
+    stream, _events = await provider._open(request(*history(), system=system))
+    await stream.close()
+    await provider.aclose()
+    assert encoded == []  # the SDK encoded nothing: it got bytes
+    monkeypatch.undo()
+
+    client = openai_client(direct)
+    await (await sdk_create(protocol, client, system)).close()
+    await client.close()
+    [mine], [theirs] = sent.requests, direct.requests
+    assert "naïve".encode() in mine.content and len(json.loads(mine.content)) >= 6
+    assert comparable(mine) == comparable(theirs)
 
 
 @pytest.mark.parametrize("thinking_budget", [None, 1024])
@@ -171,6 +206,31 @@ async def test_anthropic_leaves_a_body_json_cannot_encode_to_create() -> None:
     await provider.aclose()
     [mine] = sent.requests
     assert b'"properties":{"path":{}}' in mine.content  # the SDK made a dict of it
+
+
+@pytest.mark.parametrize("protocol", ["openai", "openai-responses"])
+async def test_openai_leaves_a_body_json_cannot_encode_to_create(protocol: str) -> None:
+    from datetime import datetime
+
+    from drover.streaming import ToolSpec
+
+    odd = ToolSpec(  # a datetime: the SDK's own encoder writes it in ISO form, json refuses it
+        name="read_file",
+        description="Read a file.",
+        input_schema={"type": "object", "default": datetime(2026, 1, 2)},
+    )
+    sent = Capture()
+    provider: Any = (OpenAIChatProvider if protocol == "openai" else OpenAIResponsesProvider)(
+        "gpt-x", api_key="k", base_url="http://openai.test/v1"
+    )
+    await provider.aclose()
+    provider._client = openai_client(sent)
+    stream, _events = await provider._open(request(*history(), tools=(odd,)))
+    await stream.close()
+    await provider.aclose()
+    [mine] = sent.requests
+    assert b'"default":"2026-01-02T00:00:00"' in mine.content
+    assert "naïve".encode() in mine.content  # with the history, past its transform
 
 
 def test_a_plan_that_cannot_chain_leaves_its_digest_until_read(

@@ -47,7 +47,7 @@ from drover.providers.convert_openai_responses import (
     plan_input,
     to_responses_tools,
 )
-from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS
+from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS, post_encoded
 from drover.providers.retry import context_overflow, stream_error
 from drover.providers.sdk_provider import (
     SdkOptions,
@@ -57,6 +57,7 @@ from drover.providers.sdk_provider import (
     untransformed,
 )
 from drover.providers.sdk_stream import ClosableStream
+from drover.providers.wire_json import encode_body
 from drover.streaming import (
     BlockDelta,
     BlockKind,
@@ -345,17 +346,43 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         reasoning: Reasoning | openai.Omit = openai.omit
         if self._reasoning_effort is not None:
             reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
+        tools = to_responses_tools(request.tools) if request.tools else openai.omit
+        max_output = self._max_output(request)
+        # ``create``'s body for these parameters, in the order it lists them.
+        given: dict[str, Any] = {
+            "model": self._model,
+            "stream": True,
+            "include": include,
+            "input": plan.items,
+            "instructions": request.system or openai.omit,
+            "max_output_tokens": max_output,
+            "previous_response_id": plan.previous_response_id or openai.omit,
+            "reasoning": reasoning,
+            "store": openai.omit if self._store is None else self._store,
+            "tools": tools,
+        }
+        content = encode_body({k: v for k, v in given.items() if v is not openai.omit})
+        if content is not None:
+            return await self._guard(
+                post_encoded(
+                    self._client,
+                    "/responses",
+                    content,
+                    openai.types.responses.Response,
+                    openai.AsyncStream[ResponseStreamEvent],
+                )
+            )
         opening = self._client.responses.create(
             model=self._model,
             input=[],  # sent as given through ``extra_body`` (see ``untransformed``)
             extra_body=untransformed("input", plan.items),
             instructions=request.system or openai.omit,
-            tools=to_responses_tools(request.tools) if request.tools else openai.omit,
+            tools=tools,
             previous_response_id=plan.previous_response_id or openai.omit,
             store=openai.omit if self._store is None else self._store,
             include=include,
             reasoning=reasoning,
-            max_output_tokens=self._max_output(request),
+            max_output_tokens=max_output,
             stream=True,
         )
         return await self._guard(opening)
