@@ -16,24 +16,26 @@ built some other way), the stored one is replaced by the loop's, in place.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drover.events import ToolStateChanged
 from drover.messages import Message, ToolResultBlock, tool_result_message
 from drover.store.batch import UpsertToolCall
-from drover.store.redact import Redactor
 
 
 def tool_call_write(
-    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, redactor: Redactor
+    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, logged: dict[str, Any]
 ) -> UpsertToolCall:
-    """The write of a call's new state, its input and output redacted."""
+    """The write of a call's new state, with the input and output of its redacted log row
+    (``logged``: they are redacted once)."""
     return UpsertToolCall(
         turn_id=turn_id,
         call_id=event.call_id,
         call_index=event.call_index,
         name=event.name,
         state=event.state,
-        input=None if event.input is None else redactor.redact_obj(dict(event.input)),
-        output=None if event.output is None else redactor.redact(event.output),
+        input=logged.get("input"),
+        output=logged.get("output"),
         is_error=event.is_error,
         outcome_unknown=event.outcome_unknown,
         read_only=read_only,
