@@ -6,11 +6,27 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from drover.events import AssistantMessage, StepStarted, TextDelta, ToolStateChanged, TurnStarted
-from drover.messages import TextBlock, ThinkingBlock, assistant_message, user_message
+from drover.events import (
+    AssistantMessage,
+    StepStarted,
+    TextDelta,
+    ToolResults,
+    ToolStateChanged,
+    TurnStarted,
+)
+from drover.messages import (
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    assistant_message,
+    tool_result_message,
+    user_message,
+)
 from drover.store.batch import MESSAGE_OF
 from drover.store.journal import Journal
 from drover.store.numbering import Numbering
@@ -49,23 +65,36 @@ def _logged(path: Path, kind: str) -> list[dict[str, Any]]:
     return payloads
 
 
-async def test_a_tool_state_is_redacted_once_for_its_log_row_and_its_call(
-    tmp_path: Path,
-) -> None:
+async def test_a_tool_output_is_redacted_once_in_its_step(tmp_path: Path) -> None:
+    """For the call's log row, its row in ``tool_calls`` and the step's results message
+    (written with the call's end, and the loop's ``tool_results`` equal to it)."""
     redactor = CountingRedactor()
     output = f"AWS_ACCESS_KEY_ID={AWS} (the one output)"
+    redacted = f"AWS_ACCESS_KEY_ID={REDACTED} (the one output)"
+    call = ToolUseBlock(id="c", name="bash", input={"command": "env"})
     async with SqliteStore(tmp_path / "j.db") as store:
         journal = await _journal(store, redactor=redactor)
+        await journal.send(AssistantMessage(message=assistant_message([call])))
         state = ToolStateChanged(
-            call_id="c", call_index=0, name="bash", state="output-error", output=output
+            call_id="c",
+            call_index=0,
+            name="bash",
+            state="output-error",
+            output=output,
+            is_error=True,
         )
         await journal.send(state)
+        result = ToolResultBlock(tool_use_id="c", content=output, is_error=True)
+        await journal.send(ToolResults(message=tool_result_message([result])))
         await journal.aclose()
-        (call,) = await store.tool_calls(journal.turn_id)
+        (stored_call,) = await store.tool_calls(journal.turn_id)
+        messages = await store.turn_messages(journal.turn_id or "")
     assert redactor.seen.count(output) == 1
-    redacted = f"AWS_ACCESS_KEY_ID={REDACTED} (the one output)"
-    assert call.output == redacted
+    assert stored_call.output == redacted
+    assert messages[-1].message.content == (replace(result, content=redacted),)
     assert [row["output"] for row in _logged(tmp_path / "j.db", "tool_state")] == [redacted]
+    (row,) = _logged(tmp_path / "j.db", "tool_results")
+    assert MESSAGE_OF in row  # refers to the message written with the call's end
 
 
 async def test_a_message_losing_a_signature_to_redaction_is_still_stored_once(

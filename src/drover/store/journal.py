@@ -247,7 +247,17 @@ class Journal:
         if self.failure is not None:
             return
         try:
-            await self._handle(event)
+            if isinstance(event, TextDelta):
+                # Most of a step's events: taken here, not in a coroutine of their own, and
+                # with no await unless a gate flushes or a block of numbers is reserved.
+                if self._turn_id is not None and event.text:
+                    seq = self._numbers.take_now()
+                    if seq is None:
+                        seq = await self._numbers.take()
+                    if self._delta(event, seq):
+                        await self._flush()
+            else:
+                await self._handle(event)
             if self._finished_later and not self.holds_back:
                 finished, self._finished_later = self._finished_later, []
                 for message in finished:
@@ -298,22 +308,11 @@ class Journal:
 
     async def _handle(self, event: Event) -> None:
         match event:
-            case TextDelta():
-                # Most of a step's events: first, and with no await unless a gate flushes or
-                # a block of numbers must be reserved.
-                if self._turn_id is None or not event.text:
-                    return
-                seq = self._numbers.take_now()
-                if seq is None:
-                    seq = await self._numbers.take()
-                if self._delta(event, seq):
-                    await self._flush()
-                return
             case WorkerEvent():
                 await self._worker_journal(event).send(event.event)
                 return
-            case ThinkingDelta():
-                return
+            case TextDelta() | ThinkingDelta():
+                return  # (send takes the text deltas)
             case TurnStarted():
                 # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0
@@ -387,7 +386,7 @@ class Journal:
                     event, payload=payload, before=partial(self._upsert, event, payload)
                 )
                 if event.state in TERMINAL_TOOL_STATES:
-                    self._results_ahead(event)
+                    self._results_ahead(event, payload.get("output"))
                 if urgent or event.state in _MADE_AT_ONCE:
                     await self._drain()
                 else:
@@ -396,10 +395,12 @@ class Journal:
             case PermissionRequest():
                 pass  # the turn waits for the user: written at once
             case ToolResults():
-                message = self._redactor.redact_message(event.message)
+                ahead, kept, seq = self._results.take_written(event.message)
+                # (the message written ahead, when it is this one: its outputs were redacted
+                # once, with the calls' ends)
+                message = kept or self._redactor.redact_message(event.message)
                 body = message_to_dict(message)
                 payload = {"type": event.type, "message": body}
-                ahead, seq = self._results.take_written()
                 if ahead is not None and ahead == message:
                     # Written with the last call's end (made, or queued before this: a
                     # cancellation can leave its number unknown): only the log row is left,
@@ -592,12 +593,13 @@ class Journal:
         if isinstance(seq, int) and seq > 0:
             self._answer = (seq, message.text)
 
-    def _results_ahead(self, event: ToolStateChanged) -> None:
+    def _results_ahead(self, event: ToolStateChanged, stored: str | None) -> None:
         """Queue the step's results message with its last call's end (see
-        :mod:`drover.store.step_results`)."""
-        built = self._results.ended(event.call_id, event.output, event.is_error)
-        if built is not None:
-            message = self._results.written = self._redactor.redact_message(built)
+        :mod:`drover.store.step_results`), its outputs as the ends' log rows have them
+        (``stored``: this one's, redacted)."""
+        message = self._results.ended(event.call_id, event.output, event.is_error, stored)
+        if message is not None:
+            self._results.written = message
             self._turn_write(
                 "append tool results with the last call's end",
                 lambda t: AppendMessage(t, message),
