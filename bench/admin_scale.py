@@ -9,13 +9,23 @@ runs them — a new process each time, start-up included — ``drover sessions``
 ID`` (the newest session and the oldest), and the same calls in-process (the query part only).
 Target: each ≤ 200 ms.
 
+Each process is timed by the wall clock and by its CPU time (user + system, from ``wait4``;
+the steadier figure on a shared machine). ``--before SRC`` measures another commit's ``src/``
+beside this one, the runs of the two alternating. Python reads drover's modules from the
+bytecode cache when it may write one; with ``PYTHONDONTWRITEBYTECODE`` set (as in this
+project's sandbox; an editable install has no cache either) every run compiles drover's sources
+again, ~25 ms of CPU. ``--bytecode`` gives the children a cache of their own (a temporary
+``PYTHONPYCACHEPREFIX``, filled by a first run), as an installed drover has.
+
     .venv/bin/python bench/admin_scale.py            # --sessions 10000 --runs 5
+    .venv/bin/python bench/admin_scale.py --before /tmp/before/src --runs 7 [--bytecode]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +33,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, forbid_network, median, print_environment, table, words
+from common import (
+    REPO,
+    add_version_options,
+    forbid_network,
+    median,
+    print_environment,
+    src_env,
+    table,
+    versions,
+    words,
+)
 
 from drover.events import event_to_dict
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
@@ -116,15 +136,29 @@ def copy_sessions(path: Path, source: str, count: int) -> tuple[str, str]:
     return source, f"s{count - 1:05d}"
 
 
-def cli(db: Path, *args: str) -> float:
+def cli(db: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """One ``drover`` process: its wall time and its CPU time (user + system), seconds."""
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "drover.cli.main", *args, "--db", str(db)],
-        check=True,
+    child = subprocess.Popen(
+        [sys.executable, "-m", "drover.cli.main", *argv, "--db", str(db)],
         stdout=subprocess.DEVNULL,
         cwd=REPO,
+        env=env,
     )
-    return time.perf_counter() - start
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, child.args)
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def child_env(src: Path | None, bytecode: Path | None) -> dict[str, str]:
+    env = src_env(src)
+    if bytecode is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    return env
 
 
 async def in_process(db: Path, newest: str, oldest: str, runs: int) -> list[float]:
@@ -150,8 +184,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--bytecode", action="store_true", help="children use a bytecode cache (as installed)"
+    )
+    add_version_options(parser, "timed as processes beside this checkout's")
     args = parser.parse_args()
     forbid_network()
+    measured = versions(args)
     with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
         print_environment("bench/admin_scale.py — sessions and show on a large journal", Path(tmp))
         db = Path(tmp) / "many.db"
@@ -159,6 +198,8 @@ def main() -> None:
         newest, oldest = copy_sessions(db, source, args.sessions)
         size = db.stat().st_size
         inproc = asyncio.run(in_process(db, newest, oldest, args.runs))
+        cache = Path(tmp) / "pycache" if args.bytecode else None
+        envs = {label: child_env(src, cache) for label, src in measured}
         rows = []
         for (name, argv), query in zip(
             [
@@ -169,14 +210,24 @@ def main() -> None:
             inproc,
             strict=True,
         ):
-            walls = [cli(db, *argv) for _ in range(args.runs)]
-            rows.append([name, f"{median(walls) * 1e3:.0f} ms", f"{query * 1e3:.1f} ms"])
+            times: dict[str, list[tuple[float, float]]] = {label: [] for label in envs}
+            for env in envs.values():
+                cli(db, argv, env)  # the page cache (and, with --bytecode, the .pyc files)
+            for i in range(args.runs):
+                for label, env in list(envs.items())[:: 1 if i % 2 == 0 else -1]:
+                    times[label].append(cli(db, argv, env))
+            for label, _ in measured:
+                walls, cpus = zip(*times[label], strict=True)
+                row = [name, label, f"{median(walls) * 1e3:.0f} ms", f"{median(cpus) * 1e3:.0f} ms"]
+                rows.append([*row, f"{query * 1e3:.1f} ms"])
     print(f"journal: {args.sessions} sessions, {size / 1e6:.1f} MB")
     print()
-    print(table(["command", "process (wall)", "queries in-process"], rows))
+    headers = ["command", "src", "process (wall)", "process (CPU)", "queries in-process"]
+    print(table(headers, rows))
     print()
     print("process: a new `python -m drover.cli.main …` each time, start-up included; median")
-    print("queries: the store calls the command makes, in one process, median")
+    print(f"bytecode cache: {'yes (--bytecode)' if args.bytecode else 'as the environment says'}")
+    print("queries: the store calls the command makes, in one process (this checkout), median")
 
 
 if __name__ == "__main__":

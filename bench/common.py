@@ -448,6 +448,15 @@ def add_version_options(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def src_env(src: Path | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) for a child that imports drover from ``src`` (None:
+    this checkout's)."""
+    out = dict(os.environ if env is None else env)
+    if src is not None:
+        out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), out.get("PYTHONPATH")]))
+    return out
+
+
 def versions(options: argparse.Namespace) -> list[tuple[str, Path | None]]:
     """The (label, src) pairs to measure: this checkout alone, or before and after."""
     if options.before is None:

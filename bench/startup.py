@@ -7,8 +7,12 @@ drops the connection; the child is then stopped (SIGTERM, then SIGKILL, by its o
 figure is spawn → first request header, median of ``--runs``. Beside it, the import time of
 the modules that provider's ``-p`` run needs (``python -X importtime``, the SDK separately) and
 the interpreter's own start (``python -c pass``), to show what is drover's and what the SDK's.
+The CPU the child has used by the time its request arrives (the sum of its threads'
+``/proc/PID/task/*/schedstat`` run time) is the steadier figure on a shared machine.
+``--before SRC`` measures another commit's ``src/`` beside this one, the runs alternating.
 
     .venv/bin/python bench/startup.py            # --runs 5
+    .venv/bin/python bench/startup.py --before /tmp/before/src --runs 5
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ import threading
 import time
 from pathlib import Path
 
-from common import forbid_network, median, print_environment, table
+from common import (
+    add_version_options,
+    forbid_network,
+    median,
+    print_environment,
+    src_env,
+    table,
+    versions,
+)
 
 PROVIDERS = {
     "anthropic": ("anthropic", "drover.providers.anthropic", ""),
@@ -67,10 +79,25 @@ class FirstRequest:
         self.arrived.clear()
 
 
-def first_request(provider: str, listener: FirstRequest, tmp: Path) -> float:
+def cpu_seconds(pid: int) -> float:
+    """CPU time the threads of ``pid`` alive now have run (``schedstat``, nanoseconds)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):  # the thread just ended
+            continue
+    return total / 1e9
+
+
+def first_request(
+    provider: str, listener: FirstRequest, tmp: Path, src: Path | None = None
+) -> tuple[float, float]:
+    """Spawn → the first request's header (wall), and the child's CPU time by then."""
     listener.reset()
     suffix = PROVIDERS[provider][2]
-    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}
+    env = src_env(src, {**os.environ, "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})
     db = tmp / f"{provider}-{time.monotonic_ns()}.db"
     argv = [sys.executable, "-m", "drover.cli.main", "-p", "hi", "--model", f"{provider}:m"]
     argv += ["--base-url", f"http://127.0.0.1:{listener.port}{suffix}", "--db", str(db)]
@@ -81,7 +108,7 @@ def first_request(provider: str, listener: FirstRequest, tmp: Path) -> float:
     try:
         if not listener.arrived.wait(60):
             raise RuntimeError(f"{provider}: no request within 60 s")
-        return listener.at - start
+        return listener.at - start, cpu_seconds(child.pid)
     finally:
         child.send_signal(signal.SIGTERM)
         try:
@@ -91,13 +118,14 @@ def first_request(provider: str, listener: FirstRequest, tmp: Path) -> float:
             child.wait(5)
 
 
-def import_ms(module: str) -> float:
+def import_ms(module: str, src: Path | None = None) -> float:
     """Cumulative import time of ``module`` in a fresh interpreter (-X importtime), ms."""
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
         capture_output=True,
         text=True,
         check=True,
+        env=src_env(src),
     ).stderr
     pattern = re.compile(r"import time:\s+\d+ \|\s+(\d+) \| " + re.escape(module) + "$", re.M)
     found = pattern.findall(out)
@@ -113,32 +141,44 @@ def interpreter_ms() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    add_version_options(parser, "timed beside this checkout's")
     args = parser.parse_args()
     forbid_network()
+    measured = versions(args)
     listener = FirstRequest()
     rows = []
     with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
         print_environment("bench/startup.py — time to first request", Path(tmp))
         python = median([interpreter_ms() for _ in range(args.runs)])
         for provider, (sdk, module, _) in PROVIDERS.items():
-            first_request(provider, listener, Path(tmp))  # warm the page cache and .pyc files
-            ttfr = median([first_request(provider, listener, Path(tmp)) for _ in range(args.runs)])
             sdk_ms = median([import_ms(sdk) for _ in range(3)])
-            mod_ms = median([import_ms(module) for _ in range(3)])
-            cli_ms = median([import_ms("drover.cli.headless") for _ in range(3)])
-            rows.append(
-                [
-                    provider,
-                    f"{ttfr * 1000:.0f} ms",
-                    f"{sdk_ms:.0f} ms",
-                    f"{mod_ms:.0f} ms",
-                    f"{cli_ms:.0f} ms",
-                ]
-            )
-    print(table(["provider", "first request", "import SDK", "import provider", "import -p"], rows))
+            times: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in measured}
+            for _, src in measured:  # warm the page cache and .pyc files
+                first_request(provider, listener, Path(tmp), src)
+            for i in range(args.runs):
+                for label, src in measured[:: 1 if i % 2 == 0 else -1]:
+                    times[label].append(first_request(provider, listener, Path(tmp), src))
+            for label, src in measured:
+                walls, cpus = zip(*times[label], strict=True)
+                mod_ms = median([import_ms(module, src) for _ in range(3)])
+                cli_ms = median([import_ms("drover.cli.headless", src) for _ in range(3)])
+                rows.append(
+                    [
+                        provider,
+                        label,
+                        f"{median(walls) * 1000:.0f} ms",
+                        f"{median(cpus) * 1000:.0f} ms",
+                        f"{sdk_ms:.0f} ms",
+                        f"{mod_ms:.0f} ms",
+                        f"{cli_ms:.0f} ms",
+                    ]
+                )
+    headers = ["provider", "src", "first request", "CPU by then", "import SDK"]
+    print(table([*headers, "import provider", "import -p"], rows))
     print()
     print(f"python -c pass: {python:.0f} ms (median)")
     print("first request    spawn of `drover -p hi` → the first request's header at the listener")
+    print("CPU by then      the child's CPU time (its threads' schedstat) when the header arrived")
     print("import SDK       `import anthropic` / `import openai` alone, cumulative (-X importtime)")
     print("import provider  drover's provider module, SDK included")
     print("import -p        drover.cli.headless (what -p imports before it picks a provider)")

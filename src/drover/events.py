@@ -20,12 +20,14 @@ Terminal events — exactly one ends every turn:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, assert_never
 
 from drover.messages import Message, Usage, message_to_dict
+
+if TYPE_CHECKING:  # the store reads these names too, in commands that run no event loop
+    import asyncio
 
 #: Position of a tool call within one assistant response (0-based), as in seed 002 §2.4.
 CallIndex: TypeAlias = int

@@ -145,3 +145,82 @@ async def test_a_batch_checks_its_turn_and_session_once(tmp_path: Path) -> None:
     checks = [s for s in statements if "FROM turns t JOIN sessions" in s]
     locks = [s for s in statements if "FROM sessions s WHERE s.id" in s]
     assert (len(checks), len(locks)) == (1, 0)
+
+
+async def test_a_tool_step_on_sqlite_makes_only_the_statements_it_needs(tmp_path: Path) -> None:
+    # A step's three commits as the journal makes them. SQLite's write transaction holds the
+    # whole file (no session lock), a message is numbered as it is inserted, the step's text
+    # rows are read as they are deleted, a folded block that covers its numbers needs no look
+    # at the log, and the free pages are counted only once enough rows were deleted.
+    async with SqliteStore(tmp_path / "journal.db") as store:
+        session = await store.create_session(workdir="/w", model="m")
+        turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+
+        def event(kind: str, seq: int) -> AppendEvent:
+            return AppendEvent(session.id, turn.id, {"type": kind}, seq=seq)
+
+        async def step(n: int) -> list[str]:
+            first = 10 * n
+            call = {"turn_id": turn.id, "call_id": f"c{n}", "call_index": 0, "name": "ping"}
+            text = "Pinging."
+            message = assistant_message(
+                [TextBlock(text=text), ToolUseBlock(id=f"c{n}", name="ping", input={})]
+            )
+            said = {"type": "assistant_message", "message_of": None}
+            batches = [
+                [
+                    event("step_started", first),
+                    AppendPartialText(
+                        turn.id,
+                        n,
+                        0,
+                        text,
+                        seq=first + 1,
+                        last_seq=first + 2,
+                        marks=[(first + 1, 3), (first + 2, len(text))],
+                    ),
+                    UpsertToolCall(**call, state="input-streaming", step=n),
+                    event("tool_state", first + 3),
+                ],
+                [
+                    UpsertToolCall(**call, state="running", input={}, step=n),
+                    event("tool_state", first + 4),
+                    AppendMessage(
+                        turn.id,
+                        message,
+                        step=n,
+                        fold_from=first + 1,
+                        logged=AppendEvent(session.id, turn.id, said, seq=first + 5),
+                    ),
+                ],
+                [
+                    event("tool_start", first + 6),
+                    UpsertToolCall(**call, state="output-available", output="pong", step=n),
+                    AppendMessage(turn.id, user_message("pong")),
+                    event("tool_results", first + 7),
+                ],
+            ]
+            statements: list[str] = []
+            await store._call(lambda conn: conn.set_trace_callback(statements.append))
+            for batch in batches:
+                await store.write_batch(batch)
+            await store._call(lambda conn: conn.set_trace_callback(None))
+            return [" ".join(s.split()[:3]) for s in statements]
+
+        await step(1)  # the first step counts the free pages an earlier process may have left
+        made = await step(2)
+        logged = await store.events_after(session.id, 19)
+    assert sorted(made) == sorted(
+        ["BEGIN IMMEDIATE"] * 3
+        + ["COMMIT"] * 3
+        + ["SELECT s.id, t.status,"] * 3  # the turn, checked once a commit
+        + ["INSERT INTO events"] * 7  # 6 rows and the folded text row
+        + ["INSERT INTO tool_calls"] * 3
+        + ["INSERT INTO messages"] * 2
+        + ["INSERT INTO partial_text", "DELETE FROM partial_text"]
+    )
+    assert [(r.seq, r.last_seq, r.type) for r in logged][:2] == [
+        (20, 20, "step_started"),
+        (21, 22, "text_delta"),
+    ]
+    assert logged[1].payload["text"] == "Pinging."

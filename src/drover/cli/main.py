@@ -247,8 +247,6 @@ def _check_positional(
 
 
 def _dispatch(argv: list[str]) -> int:
-    import asyncio
-
     _check_utf8(argv)
     if argv and argv[0] in SUBCOMMANDS:
         name = argv[0]
@@ -258,6 +256,8 @@ def _dispatch(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     headless = args.prompt is not None or args.resume_turn or args.discard_pending
     _check_positional(parser, args, argv, headless)
+    import asyncio
+
     if not headless:
         if sum((args.session is not None, args.continue_, args.resume is not None)) > 1:
             parser.error("use only one of --session, --continue and --resume")
@@ -272,8 +272,6 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _run_subcommand(name: str, args: argparse.Namespace) -> int:
-    import asyncio
-
     if name == "fake-llm":
         from drover.testing.server import serve
 
@@ -286,14 +284,17 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.admin import print_models
 
         return print_models()
+    # The journal's readers run no event loop (asyncio alone is ~30 ms of their start-up).
     if name == "sessions":
         from drover.cli.admin import print_sessions
 
-        return asyncio.run(print_sessions(args))
+        return print_sessions(args)
     if name == "show":
         from drover.cli.admin import show_session
 
-        return asyncio.run(show_session(args))
+        return show_session(args)
+    import asyncio
+
     if name == "demo":
         from drover.cli.demo import run_demo
 

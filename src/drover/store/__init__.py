@@ -13,8 +13,6 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import platformdirs
-
 from drover.errors import StoreError
 from drover.store.base import (
     EventLog,
@@ -81,6 +79,8 @@ def __getattr__(name: str) -> Any:
 
 def default_db_path() -> Path:
     """``drover.db`` in the user's data directory (e.g. ``~/.local/share/drover``)."""
+    import platformdirs  # only when no journal was named
+
     return Path(platformdirs.user_data_dir("drover")) / "drover.db"
 
 

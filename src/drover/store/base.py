@@ -20,7 +20,6 @@ runner redact before they write.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -423,6 +422,8 @@ def owner_id() -> str:
         start = _stat_fields(os.getpid())[19]
     except (OSError, IndexError):
         start = str(int(time.time()))
+    import socket  # here: the journal's readers (drover sessions, drover show) never need it
+
     return f"{socket.gethostname()}:{os.getpid()}:{start}"
 
 
@@ -436,6 +437,8 @@ def owner_alive(owner: str) -> bool:
     if len(parts) != 3:
         return True
     host, pid_text, start = parts
+    import socket
+
     if host != socket.gethostname():
         return True
     try:

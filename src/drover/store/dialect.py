@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 T = TypeVar("T")
 
@@ -29,24 +30,23 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+# Plain tuples (``NamedTuple``): a store makes one of these a statement, and building a frozen
+# dataclass costs several times as much.
+class Query(NamedTuple):
     """A statement whose rows the plan receives (a list of :class:`Row`)."""
 
     sql: str
     params: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Exec:
+class Exec(NamedTuple):
     """A statement whose row count the plan receives."""
 
     sql: str
     params: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Atomic:
+class Atomic(NamedTuple):
     """A sub-plan run in a write transaction of its own; the plan receives its result."""
 
     plan: Plan[Any]
@@ -71,9 +71,13 @@ def atomic(plan: Plan[T]) -> Plan[T]:
     return result
 
 
+#: ``json.dumps`` with these options builds an encoder on every call; one serves them all.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text, non-ASCII kept as is."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value)
 
 
 _CAST = re.compile(r"::(?:jsonb|text|double precision)\b")
@@ -99,22 +103,23 @@ class Dialect:
     lock: str
     #: Appended to the re-check of a turn to recover: locks it, skipping one being renewed.
     lock_skip: str
-    #: ``INSERT … RETURNING`` is available (SQLite has it only from 3.35).
+    #: ``INSERT``/``DELETE … RETURNING`` is available (SQLite has it only from 3.35).
     returning: bool
     #: The ``LIMIT`` value that means no limit.
     no_limit: int | None
     #: A statement that gives the pages a large delete freed back to the file system, in the
     #: deleting transaction ("" when the backend reclaims space on its own).
     reclaim: str = ""
-    #: Statements already translated (a store runs the same few hundred over and over).
-    _spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: Statements already translated (a store runs the same few hundred over and over), as
+    #: :meth:`sql` spells them.
+    spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def sql(self, neutral: str) -> str:
         """``neutral`` as this backend spells it."""
-        spelled = self._spelled.get(neutral)
+        spelled = self.spelled.get(neutral)
         if spelled is None:
             spelled = neutral.replace("?", "%s") if self.casts else _CAST.sub("", neutral)
-            self._spelled[neutral] = spelled
+            self.spelled[neutral] = spelled
         return spelled
 
     def clean(self, value: str | None) -> str | None:
@@ -131,7 +136,7 @@ SQLITE = Dialect(
     same="IS",
     lock="",
     lock_skip="",
-    returning=False,
+    returning=sqlite3.sqlite_version_info >= (3, 35, 0),
     no_limit=-1,
     # Files made by this version use auto_vacuum=INCREMENTAL (see sqlite_conn); in older ones
     # it frees nothing and the free pages are reused by later writes.

@@ -141,7 +141,7 @@ def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | Non
     for mark_seq, end in marks:
         flat += (mark_seq - prev_seq, end - prev_end)
         prev_seq, prev_end = mark_seq, end
-    return json.dumps(flat, separators=(",", ":"))
+    return f"[{','.join(map(str, flat))}]"  # the compact JSON of a list of integers
 
 
 def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:

@@ -23,12 +23,18 @@ from drover.errors import StoreError
 from drover.messages import Message, message_from_dict, message_to_dict
 from drover.store.base import EventRecord
 from drover.store.batch import MESSAGE_OF, TEXT_OF, AppendEvent
-from drover.store.dialect import Dialect, Plan, Row, execute, rows
+from drover.store.dialect import Dialect, Exec, Plan, Row, execute, rows
 from drover.store.fold import TEXT_AT, resolved
 from drover.store.rows import event_from_row, json_value, partial_text_record
 
 T = TypeVar("T")
 Mode: TypeAlias = Literal["read", "write", "snapshot"]
+
+
+_INSERT_EVENT = (
+    "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, last_seq, "
+    "marks) VALUES (?, ?, ?, ?::text, ?, ?::jsonb, ?, ?, ?)"
+)
 
 
 def first_value(found: list[Row], column: str) -> Any:
@@ -127,18 +133,13 @@ class SqlLog:
         """Log one row; numbered after every number used or reserved unless ``seq`` is given."""
         if seq is None:
             seq = yield from self._next_event_seq(session_id)
-        yield from execute(
-            "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
-            "last_seq, marks) VALUES (?, ?, ?, ?::text, ?, ?::jsonb, ?, ?, ?)",
-            session_id,
-            seq,
-            part,
-            turn_id,
-            str(event["type"]),
-            self.dialect.json(dict(event)),
-            now,
-            max(seq, last_seq or seq),
-            marks,
+        # Yielded as is (not through ``execute``): the store makes one for every log row.
+        yield Exec(
+            _INSERT_EVENT,
+            (
+                *(session_id, seq, part, turn_id, str(event["type"])),
+                *(self.dialect.json(dict(event)), now, max(seq, last_seq or seq), marks),
+            ),
         )
         return seq
 
@@ -183,7 +184,8 @@ class SqlLog:
     def _append_event(self, w: AppendEvent, now: float, held: Held | None = None) -> Plan[int]:
         if "type" not in w.event:
             raise ValueError("an event needs a type")
-        yield from self._need_session(w.session_id, held)
+        if held is None or w.session_id not in held.sessions:
+            yield from self._need_session(w.session_id, held)
         return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:

@@ -18,7 +18,6 @@ a renewal in flight): processes recovering at once recover each orphan exactly o
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -124,6 +123,8 @@ class SqlStore(SqlWork):
         owner: str | None = None,
     ) -> SessionRecord:
         now = self._clock()
+        import uuid  # here: the journal's readers (drover sessions, drover show) never need it
+
         record = SessionRecord(
             id=session_id or uuid.uuid4().hex,
             created_at=now,
@@ -196,6 +197,8 @@ class SqlStore(SqlWork):
         self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
     ) -> TurnRecord:
         now = self._clock()
+        import uuid
+
         turn_id = uuid.uuid4().hex
         d = self.dialect
         body = None if user_message is None else d.json(message_to_dict(user_message))

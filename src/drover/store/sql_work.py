@@ -16,6 +16,7 @@ from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
 from drover.messages import Message, message_to_dict
 from drover.store.base import (
+    EventRecord,
     StoredMessage,
     ToolCallRecord,
     check_writable,
@@ -32,7 +33,7 @@ from drover.store.batch import (
     ReplaceMessage,
     UpsertToolCall,
 )
-from drover.store.dialect import Plan, execute, rows
+from drover.store.dialect import Exec, Plan, Row, execute, rows
 from drover.store.fold import by_block, fold_block
 from drover.store.rows import (
     encode_marks,
@@ -44,6 +45,34 @@ from drover.store.sql_log import Held, SqlLog, first_value
 
 #: Bytes of free pages a finished step's text leaves before they go back to the file system.
 RECLAIM_BYTES = 128 * 1024
+#: Bytes of text rows deleted (an estimate, see :func:`_row_bytes`) before the free pages are
+#: counted again: a page is freed only once every row on it is gone, so the rows deleted are at
+#: least a quarter of the pages they free unless pages were less than a quarter full.
+RECLAIM_CHECK_BYTES = RECLAIM_BYTES // 4
+#: What a ``partial_text`` row costs beyond its text and marks (keys, numbers, record header).
+_ROW_OVERHEAD = 64
+
+
+def _row_id(row: Row) -> int:
+    return int(row["id"])
+
+
+def _row_bytes(row: Row) -> int:
+    """About the bytes a ``partial_text`` row held."""
+    return len(row["text"]) + len(row["marks"] or "") + _ROW_OVERHEAD
+
+
+def _contiguous(group: Sequence[EventRecord]) -> bool:
+    """Whether the rows (in log order) cover every number from the first's to the last's: then
+    no other row of the log can hold a number between them (each number is one event's; a row
+    that shares the previous one's last number holds the rest of the same delta)."""
+    end = group[0].end_seq
+    for record in group[1:]:
+        if record.seq not in (end, end + 1):
+            return False
+        end = max(end, record.end_seq)
+    return True
+
 
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
 # A call in a terminal state keeps it: a late write cannot reopen it.
@@ -64,6 +93,10 @@ _UPSERT_CALL = (
 
 class SqlWork(SqlLog):
     """Writes of a running turn; :meth:`_end_turn` comes from the class that ends turns."""
+
+    #: Bytes of text rows this store deleted since it last counted the free pages (it counts
+    #: them at its first chance: pages an earlier process left free).
+    _freed: int = RECLAIM_CHECK_BYTES
 
     # -- plans every write builds on -----------------------------------------------------------
 
@@ -168,10 +201,17 @@ class SqlWork(SqlLog):
         are otherwise. A row from before the rows had numbers is only dropped."""
         where = "turn_id = ?" if step is None else "turn_id = ? AND step = ?"
         key = (turn_id,) if step is None else (turn_id, step)
-        found = yield from rows(f"SELECT * FROM partial_text WHERE {where} ORDER BY id", *key)
-        if not found:
-            return
-        yield from execute(f"DELETE FROM partial_text WHERE {where}", *key)
+        if self.dialect.returning:
+            found = yield from rows(f"DELETE FROM partial_text WHERE {where} RETURNING *", *key)
+            if not found:
+                return
+            found.sort(key=_row_id)
+        else:
+            found = yield from rows(f"SELECT * FROM partial_text WHERE {where} ORDER BY id", *key)
+            if not found:
+                return
+            yield from execute(f"DELETE FROM partial_text WHERE {where}", *key)
+        self._freed += sum(_row_bytes(r) for r in found)
         records = [partial_text_record(r) for r in found if r["seq"] is not None]
         folded_seqs: set[int] = set()
         if fold is not None and step is not None:
@@ -182,14 +222,18 @@ class SqlWork(SqlLog):
                     continue
                 low, high = group[0].seq, max(r.end_seq for r in group)
                 inside = sum(1 for r in records if low <= r.seq <= high)
-                logged = yield from rows(
-                    "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                    session_id,
-                    low,
-                    high,
-                )
-                if inside != len(group) or int(first_value(logged, "n")):
+                if inside != len(group):
                     continue  # other rows between them: leave the block as it is
+                if not _contiguous(group):  # numbers between them the log may hold
+                    logged = yield from rows(
+                        "SELECT COUNT(*) AS n FROM events WHERE session_id = ? "
+                        "AND seq BETWEEN ? AND ?",
+                        session_id,
+                        low,
+                        high,
+                    )
+                    if int(first_value(logged, "n")):
+                        continue
                 payload, marks = folded
                 yield from self._log(
                     session_id, turn_id, payload, now, low, high, encode_marks(low, marks)
@@ -206,9 +250,12 @@ class SqlWork(SqlLog):
     def _reclaim(self) -> Plan[None]:
         """Give the pages the moved rows freed back to the file system, in this transaction,
         once there are enough of them (a few stay for the next rows to reuse: giving them back
-        would move the file's last pages, the ones being appended to, every time)."""
-        if not self.dialect.reclaim:
+        would move the file's last pages, the ones being appended to, every time). The free
+        pages are counted only once the rows deleted since the last count could have freed a
+        quarter of that much."""
+        if not self.dialect.reclaim or self._freed < RECLAIM_CHECK_BYTES:
             return
+        self._freed = 0
         found = yield from rows(
             "SELECT a.auto_vacuum AS mode, f.freelist_count AS free, p.page_size AS page "
             "FROM pragma_auto_vacuum a, pragma_freelist_count f, pragma_page_size p"
@@ -345,11 +392,14 @@ class SqlWork(SqlLog):
     def _upsert_call(self, w: UpsertToolCall, now: float, held: Held | None = None) -> Plan[None]:
         d = self.dialect
         input_json = None if w.input is None else d.json(dict(w.input))
-        yield from self._turn_session(w.turn_id, held=held)
-        yield from execute(
+        if held is None or (w.turn_id, None) not in held.turns:
+            yield from self._turn_session(w.turn_id, held=held)
+        yield Exec(  # as is (not through ``execute``): the store makes one for every state
             _UPSERT_CALL,
-            *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
-            *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+            (
+                *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
+                *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
+            ),
         )
 
     # -- group commit --------------------------------------------------------------------------
@@ -360,12 +410,25 @@ class SqlWork(SqlLog):
 
         def batch() -> Plan[list[Any]]:
             held = Held()
+            yield from self._check_first_turn(writes, held)
             out: list[Any] = []
             for write in writes:
                 out.append((yield from self._write_plan(write, now, held)))
             return out
 
         return await self._perform(batch(), "write")
+
+    def _check_first_turn(self, writes: Sequence[JournalWrite], held: Held) -> Plan[None]:
+        """Check (and lock) the turn of the batch's first write of a running turn before the
+        log rows ahead of it: its check locks their session too, which they then need not lock
+        again. Nothing before it changes a turn, so checking it earlier decides the same."""
+        for write in writes:
+            if isinstance(write, AppendEvent):
+                continue
+            if isinstance(write, EndTurn):
+                return  # checked under its owner, by itself
+            yield from self._turn_session(write.turn_id, held=held)
+            return
 
     def _write_plan(self, write: JournalWrite, now: float, held: Held | None = None) -> Plan[Any]:
         match write:

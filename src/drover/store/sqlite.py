@@ -11,7 +11,7 @@ of the session, the turn's owner) holds until it commits.
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar, assert_never
+from typing import Any, TypeVar
 
 from drover.store.dialect import SQLITE, Atomic, Exec, Plan, Query
 from drover.store.sql_log import Mode
@@ -32,20 +32,27 @@ class SqliteStore(SqliteConnection, SqlStore):
         return await self._call(lambda conn: self._tx(conn, lambda c: self._drive(c, plan), begin))
 
     def _drive(self, conn: Conn, plan: Plan[T]) -> T:
-        """Run ``plan`` to its end on ``conn``, in this (the worker) thread."""
+        """Run ``plan`` to its end on ``conn``, in this (the worker) thread (one cursor for all
+        its statements, each spelled once per store: this runs for every statement)."""
+        cursor = conn.cursor()
+        spelled = SQLITE.spelled
+        send = plan.send
         result: Any = None
         try:
             while True:
-                op = plan.send(result)
-                match op:
-                    case Query(sql, params):
-                        result = conn.execute(SQLITE.sql(sql), params).fetchall()
-                    case Exec(sql, params):
-                        result = conn.execute(SQLITE.sql(sql), params).rowcount
-                    case Atomic(sub):
-                        result = self._tx(conn, functools.partial(self._drive, plan=sub), WRITE)
-                    case _:
-                        assert_never(op)
+                op = send(result)
+                if type(op) is Exec:
+                    cursor.execute(spelled.get(op.sql) or SQLITE.sql(op.sql), op.params)
+                    result = cursor.rowcount
+                elif type(op) is Query:
+                    cursor.execute(spelled.get(op.sql) or SQLITE.sql(op.sql), op.params)
+                    result = cursor.fetchall()
+                elif type(op) is Atomic:
+                    result = self._tx(conn, functools.partial(self._drive, plan=op.plan), WRITE)
+                else:
+                    raise TypeError(f"not a statement: {op!r}")
         except StopIteration as stop:
             value: T = stop.value
             return value
+        finally:
+            cursor.close()

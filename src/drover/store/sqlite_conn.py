@@ -10,17 +10,21 @@ on; every write is one short ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.errors import StoreError
 from drover.store.migrations import migrate
+
+if TYPE_CHECKING:
+    # Imported where used: the commands that only read the journal (drover sessions, drover
+    # show) drive it on their own thread and never load asyncio or concurrent.futures.
+    import asyncio
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 T = TypeVar("T")
 Conn = sqlite3.Connection
@@ -61,6 +65,9 @@ class SqliteConnection:
     async def open(self) -> None:
         if self._executor is not None:
             return
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drover-sqlite")
         try:
             await asyncio.get_running_loop().run_in_executor(executor, self._connect)
@@ -73,6 +80,8 @@ class SqliteConnection:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        import asyncio
+
         try:
             future = asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
             await asyncio.shield(future)
@@ -137,6 +146,8 @@ class SqliteConnection:
         executor = self._executor
         if executor is None:
             raise StoreError("the journal is not open")
+        import asyncio
+
         future = asyncio.get_running_loop().run_in_executor(executor, self._run, fn)
         future.add_done_callback(_retrieve)
         return await asyncio.shield(future)
