@@ -57,17 +57,28 @@ class Fanout:
                 await sink.send(event)
         except asyncio.CancelledError as exc:
             cancelled = exc
-        self._held.append(event)
         # A question and a turn's end are never held (nothing may keep them from the user).
-        urgent = isinstance(event, PermissionRequest) or is_terminal(event)
-        if urgent or not any(getattr(sink, "holds_back", False) for sink in self._sinks):
-            shown, self._held = self._held, []
-            for each in shown:
-                cancelled = await self._show(each) or cancelled
+        if isinstance(event, PermissionRequest) or is_terminal(event) or not self._holding():
+            if self._held:
+                shown, self._held = self._held, []
+                shown.append(event)
+                for each in shown:
+                    cancelled = await self._show(each) or cancelled
+            elif self._live:  # (the common case: nothing held; no list for it)
+                cancelled = await self._show(event) or cancelled
+        else:
+            self._held.append(event)
         if isinstance(event, PermissionRequest) and self._had_live and not self._live:
             event.decide("deny")
         if cancelled is not None:
             raise cancelled
+
+    def _holding(self) -> bool:
+        """Whether a reliable sink holds back the last event it took."""
+        for sink in self._sinks:  # noqa: SIM110 (per event: no generator)
+            if getattr(sink, "holds_back", False):
+                return True
+        return False
 
     async def _show(self, event: Event) -> asyncio.CancelledError | None:
         """Send ``event`` to every live consumer; the cancellation one of them raised."""

@@ -134,10 +134,14 @@ def with_message(event: Mapping[str, Any], message: Message) -> dict[str, Any]:
     }
 
 
-def referring(row: AppendEvent, message: Message) -> AppendEvent | None:
+def referring(
+    row: AppendEvent, message: Message, body: dict[str, Any] | None = None
+) -> AppendEvent | None:
     """``row`` with its ``message`` replaced by :data:`MESSAGE_OF` (the store sets the number,
-    or the caller), when the row carries exactly that message; None otherwise."""
-    if row.event.get("message") != message_to_dict(message):
+    or the caller), when the row carries exactly that message (``body``: its form, when the
+    caller built the row's from it); None otherwise."""
+    carried = row.event.get("message")
+    if carried is not body and carried != message_to_dict(message):
         return None
     event = {
         (MESSAGE_OF if k == "message" else k): (None if k == "message" else v)

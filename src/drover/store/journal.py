@@ -99,7 +99,7 @@ from drover.events import (
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message
+from drover.messages import Message, message_to_dict
 from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
     MESSAGE_OF,
@@ -198,7 +198,11 @@ class Journal:
         self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
         self._wrap = wrap
         self._last_flush = clock()
-        self._timer: asyncio.Task[None] | None = None
+        # The flush timer: a plain timer callback with the event loop's own sleep (started
+        # and cancelled a few times a step, it costs no task and no wake-up when cancelled),
+        # a task with an injected ``sleep`` (a test's clock); and the timed flush under way.
+        self._timer: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        self._timed: asyncio.Task[None] | None = None
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
         # The step's results message, written with its last call's end (when writes are
@@ -243,7 +247,17 @@ class Journal:
         if self.failure is not None:
             return
         try:
-            await self._handle(event)
+            if isinstance(event, TextDelta):
+                # Most of a step's events: taken here, not in a coroutine of their own, and
+                # with no await unless a gate flushes or a block of numbers is reserved.
+                if self._turn_id is not None and event.text:
+                    seq = self._numbers.take_now()
+                    if seq is None:
+                        seq = await self._numbers.take()
+                    if self._delta(event, seq):
+                        await self._flush()
+            else:
+                await self._handle(event)
             if self._finished_later and not self.holds_back:
                 finished, self._finished_later = self._finished_later, []
                 for message in finished:
@@ -297,18 +311,8 @@ class Journal:
             case WorkerEvent():
                 await self._worker_journal(event).send(event.event)
                 return
-            case TextDelta():
-                if self._turn_id is None or not event.text:
-                    return
-                seq = await self._numbers.take()
-                if seq is not None:
-                    body = {"type": "text_delta", "text": event.text, "index": event.index}
-                    self._publish(seq, self._turn_id, {**body, "step": self._step})
-                if self._buffer(event, seq):
-                    await self._flush()
-                return
-            case ThinkingDelta():
-                return
+            case TextDelta() | ThinkingDelta():
+                return  # (send takes the text deltas)
             case TurnStarted():
                 # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0
@@ -338,10 +342,13 @@ class Journal:
                     self._results.expect(event.message)
                 message, step = self._redactor.redact_message(event.message), self._step
                 fold_from = None if event.partial else self._text.fold_from(step)
+                # The log row's message is the stored one: redacted once, not again as a tree.
+                body = message_to_dict(message)
+                payload = {"type": event.type, "message": body, "partial": event.partial}
 
                 def append(row: AppendEvent | None) -> bool:
                     # The message, with its log row referring to it when it can (stored once).
-                    ref = self._referring(row, message)
+                    ref = self._referring(row, message, body)
                     self._turn_write(
                         "append assistant message",
                         lambda t: AppendMessage(t, message, event.partial, step, ref, fold_from),
@@ -349,7 +356,7 @@ class Journal:
                     )
                     return ref is not None
 
-                await self._log(event, attach=append)
+                await self._log(event, payload=payload, attach=append)
                 if self._holds(event):
                     # Written with the call's next state, which is made at once (running,
                     # awaiting permission, its end); not shown before (holds_back).
@@ -373,9 +380,13 @@ class Journal:
                     # Text that came after the call began (rare) is written with its input.
                     self._cancel_timer()
                     urgent = self._take_text(final=False)
-                await self._log(event, before=partial(self._upsert, event))
+                # Redacted once, for its log row and the call's row.
+                payload = self._redactor.redact_obj(event_to_dict(event))
+                await self._log(
+                    event, payload=payload, before=partial(self._upsert, event, payload)
+                )
                 if event.state in TERMINAL_TOOL_STATES:
-                    self._results_ahead(event)
+                    self._results_ahead(event, payload.get("output"))
                 if urgent or event.state in _MADE_AT_ONCE:
                     await self._drain()
                 else:
@@ -384,14 +395,18 @@ class Journal:
             case PermissionRequest():
                 pass  # the turn waits for the user: written at once
             case ToolResults():
-                message = self._redactor.redact_message(event.message)
-                ahead, seq = self._results.take_written()
+                ahead, kept, seq = self._results.take_written(event.message)
+                # (the message written ahead, when it is this one: its outputs were redacted
+                # once, with the calls' ends)
+                message = kept or self._redactor.redact_message(event.message)
+                body = message_to_dict(message)
+                payload = {"type": event.type, "message": body}
                 if ahead is not None and ahead == message:
                     # Written with the last call's end (made, or queued before this: a
                     # cancellation can leave its number unknown): only the log row is left,
                     # referring to the message when its number is known; nothing waits on it.
-                    ref = None if seq is None else partial(self._push_ref, message, seq)
-                    await self._log(event, attach=ref)
+                    ref = None if seq is None else partial(self._push_ref, message, body, seq)
+                    await self._log(event, payload=payload, attach=ref)
                     self._defer()
                 else:
                     make: Callable[[str], JournalWrite] = (
@@ -400,7 +415,9 @@ class Journal:
                         else partial(ReplaceMessage, seq=seq, message=message)
                     )
                     await self._log(
-                        event, before=lambda: self._turn_write("record tool results", make)
+                        event,
+                        payload=payload,
+                        before=lambda: self._turn_write("record tool results", make),
                     )
                     await self._drain()
                 await self._finished(message)
@@ -483,17 +500,27 @@ class Journal:
 
     # -- text ----------------------------------------------------------------------------------
 
-    def _buffer(self, delta: TextDelta, seq: int | None) -> bool:
-        """Buffer a delta numbered ``seq``; True when a gate says flush now. The time gate
-        counts from the last flush or, after a pause with nothing buffered, from the first
-        delta since: the oldest unwritten text is what it bounds (as the timer does), so the
-        first delta of a step is not written alone because the previous step was slow."""
-        if self._text.unflushed == 0:
+    def _delta(self, delta: TextDelta, seq: int | None) -> bool:
+        """Publish (when anyone is told) and buffer a live delta numbered ``seq``; True when
+        a gate says flush now. The time gate counts from the last flush or, after a pause
+        with nothing buffered, from the first delta since: the oldest unwritten text is what
+        it bounds (as the timer does), so the first delta of a step is not written alone
+        because the previous step was slow."""
+        if seq is not None and self._numbers.observed:
+            body = {
+                "type": "text_delta",
+                "text": delta.text,
+                "index": delta.index,
+                "step": self._step,
+            }
+            self._publish(seq, self._turn_id, body)
+        text = self._text
+        if text.unflushed == 0:
             self._start_timer()
             self._last_flush = self._clock()
-        self._text.feed(self._step, delta.index, delta.text, seq)
+        text.feed(self._step, delta.index, delta.text, seq)
         return (
-            self._text.unflushed >= self._flush_bytes
+            text.unflushed >= self._flush_bytes
             or self._clock() - self._last_flush >= self._interval
         )
 
@@ -518,8 +545,15 @@ class Journal:
 
     def _start_timer(self) -> None:
         if self._timer is None:
-            deadline = self._clock() + self._interval
-            self._timer = asyncio.get_running_loop().create_task(self._tick(deadline))
+            loop = asyncio.get_running_loop()
+            if self._sleep is asyncio.sleep:
+                self._timer = loop.call_later(self._interval, self._timer_due)
+            else:
+                self._timer = loop.create_task(self._tick(self._clock() + self._interval))
+
+    def _timer_due(self) -> None:
+        self._timer = None
+        self._timed = asyncio.get_running_loop().create_task(self._timed_flush())
 
     def _cancel_timer(self) -> None:
         timer, self._timer = self._timer, None
@@ -528,9 +562,12 @@ class Journal:
 
     async def _tick(self, deadline: float) -> None:
         await self._sleep(max(0.0, deadline - self._clock()))
-        # Past this point the flush is under way; an authoritative flush waits for it instead
-        # of cancelling it.
         self._timer = None
+        await self._timed_flush()
+
+    async def _timed_flush(self) -> None:
+        # The flush is under way (the timer is no longer pending); an authoritative flush
+        # waits for it instead of cancelling it.
         try:
             self._take_text(final=False)
             await self._drain()
@@ -556,48 +593,58 @@ class Journal:
         if isinstance(seq, int) and seq > 0:
             self._answer = (seq, message.text)
 
-    def _results_ahead(self, event: ToolStateChanged) -> None:
+    def _results_ahead(self, event: ToolStateChanged, stored: str | None) -> None:
         """Queue the step's results message with its last call's end (see
-        :mod:`drover.store.step_results`)."""
-        built = self._results.ended(event.call_id, event.output, event.is_error)
-        if built is not None:
-            message = self._results.written = self._redactor.redact_message(built)
+        :mod:`drover.store.step_results`), its outputs as the ends' log rows have them
+        (``stored``: this one's, redacted)."""
+        message = self._results.ended(event.call_id, event.output, event.is_error, stored)
+        if message is not None:
+            self._results.written = message
             self._turn_write(
                 "append tool results with the last call's end",
                 lambda t: AppendMessage(t, message),
                 done=self._results.stored,
             )
 
-    def _upsert(self, event: ToolStateChanged) -> None:
-        """Queue the call's new state (see :data:`_MADE_AT_ONCE` for when it is made before
-        ``send`` returns)."""
+    def _upsert(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
+        """Queue the call's new state, its input and output those of the event's redacted
+        ``payload`` (see :data:`_MADE_AT_ONCE` for when it is made before ``send``
+        returns)."""
         read_only = False
         if self._is_read_only is not None:
             try:
                 read_only = bool(self._is_read_only(event.name))
             except Exception:
                 log.exception("journal: is_read_only failed for %s", event.name)
-        step, redactor = self._step, self._redactor
+        step = self._step
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: tool_call_write(event, t, step, read_only, redactor),
+            lambda t: tool_call_write(event, t, step, read_only, payload),
         )
 
     async def _log(
         self,
         event: Event,
         *,
+        payload: dict[str, Any] | None = None,
         before: Callable[[], object] | None = None,
         attach: Callable[[AppendEvent | None], bool] | None = None,
         **extra: Any,
     ) -> None:
-        """Number ``event`` and queue its log row; ``before`` queues the write the row goes
-        with, after the number is taken, so nothing can be made between the two. ``attach``
-        does the same with the row at hand (None when the session is not numbered): True when
-        it queued the row itself, inside its write."""
-        payload = self._redactor.redact_obj({**event_to_dict(event), **extra})
+        """Number ``event`` and queue its log row (``payload``: the event's form, redacted,
+        when the caller has it); ``before`` queues the write the row goes with, after the
+        number is taken, so nothing can be made between the two. ``attach`` does the same
+        with the row at hand (None when the session is not numbered): True when it queued the
+        row itself, inside its write."""
+        if payload is None:
+            payload = event_to_dict(event)
+            if extra:
+                payload.update(extra)
+            payload = self._redactor.redact_obj(payload)
         turn_id = self._turn_id
-        seq = await self._numbers.take()
+        seq = self._numbers.take_now()
+        if seq is None:
+            seq = await self._numbers.take()
         if before is not None:
             before()
         first: int | None = None
@@ -609,14 +656,18 @@ class Journal:
             return
         self._writes.push(f"log the {event.type} event", write)
 
-    def _referring(self, row: AppendEvent | None, message: Message) -> AppendEvent | None:
+    def _referring(
+        self, row: AppendEvent | None, message: Message, body: dict[str, Any]
+    ) -> AppendEvent | None:
         """``row`` referring to its ``message`` (see :func:`~drover.store.batch.referring`)
         when the store writes them together."""
-        return None if row is None or not self._writes.groups else referring(row, message)
+        return None if row is None or not self._writes.groups else referring(row, message, body)
 
-    def _push_ref(self, message: Message, seq: int, row: AppendEvent | None) -> bool:
+    def _push_ref(
+        self, message: Message, body: dict[str, Any], seq: int, row: AppendEvent | None
+    ) -> bool:
         """Queue ``row`` referring to the stored message ``seq``; False when it cannot."""
-        ref = self._referring(row, message)
+        ref = self._referring(row, message, body)
         if ref is None:
             return False
         self._writes.push("log the event", replace(ref, event={**ref.event, MESSAGE_OF: seq}))

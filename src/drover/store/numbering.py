@@ -54,6 +54,22 @@ class Numbering:
         """The next number to hand out (None until started, or when numbering failed)."""
         return self._next
 
+    @property
+    def observed(self) -> bool:
+        """Whether anyone is told of the numbered events (:meth:`publish` does nothing
+        otherwise: the caller need not build what it would publish)."""
+        return self._publish is not None
+
+    def take_now(self) -> int | None:
+        """The next number when handing it out needs no I/O — numbering has started and the
+        number is reserved, as all but one in :data:`RESERVE_BLOCK` are; None otherwise, and
+        then :meth:`take` must be awaited (the per-event path takes no coroutine for it)."""
+        seq = self._next
+        if seq is None or seq > self._reserved:
+            return None
+        self._next = seq + 1
+        return seq
+
     async def take(self) -> int | None:
         """The next number, reserved durably first when it passes the reservation; None
         when the store could not say where numbering starts (the store numbers rows then)."""

@@ -148,6 +148,8 @@ class Redactor:
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced."""
+        if not self._extra and _BUILTIN_MARKS.search(text) is None:
+            return text  # the common case: one scan, nothing built
         spans = [(rs, re_) for _, _, rs, re_ in self._matches(text) if re_ > rs]
         return self._apply(text, spans)
 
@@ -186,12 +188,17 @@ class Redactor:
 
     def redact_obj(self, value: Any) -> Any:
         """A copy of a JSON-like value with every string value redacted (keys are kept)."""
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:
             return self.redact(value)
-        if isinstance(value, Mapping):
+        if kind is int or kind is bool or kind is float or value is None:
+            return value  # the common leaves, without the abstract-class checks below
+        if kind is dict or isinstance(value, Mapping):
             return {k: self.redact_obj(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.redact_obj(v) for v in value]
+        if isinstance(value, str):
+            return self.redact(value)
         return value
 
     def redact_message(self, message: Message) -> Message:

@@ -16,24 +16,27 @@ built some other way), the stored one is replaced by the loop's, in place.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from drover.events import ToolStateChanged
 from drover.messages import Message, ToolResultBlock, tool_result_message
 from drover.store.batch import UpsertToolCall
-from drover.store.redact import Redactor
 
 
 def tool_call_write(
-    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, redactor: Redactor
+    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, logged: dict[str, Any]
 ) -> UpsertToolCall:
-    """The write of a call's new state, its input and output redacted."""
+    """The write of a call's new state, with the input and output of its redacted log row
+    (``logged``: they are redacted once)."""
     return UpsertToolCall(
         turn_id=turn_id,
         call_id=event.call_id,
         call_index=event.call_index,
         name=event.name,
         state=event.state,
-        input=None if event.input is None else redactor.redact_obj(dict(event.input)),
-        output=None if event.output is None else redactor.redact(event.output),
+        input=logged.get("input"),
+        output=logged.get("output"),
         is_error=event.is_error,
         outcome_unknown=event.outcome_unknown,
         read_only=read_only,
@@ -44,19 +47,24 @@ def tool_call_write(
 class StepResults:
     def __init__(self) -> None:
         self._order: tuple[str, ...] = ()
-        self._ends: dict[str, ToolResultBlock] = {}
+        # Each ended call's result as it happened and as stored (redacted).
+        self._ends: dict[str, tuple[ToolResultBlock, ToolResultBlock]] = {}
         #: The results message written ahead, as stored (redacted), and its seq once stored.
         self.written: Message | None = None
         self.seq: int | None = None
+        #: The message written ahead as built, before redaction: the loop's message equal to
+        #: it is stored as ``written`` without being redacted again.
+        self.built: Message | None = None
 
     def stored(self, seq: object) -> None:
         if isinstance(seq, int):
             self.seq = seq
 
-    def take_written(self) -> tuple[Message | None, int | None]:
-        """The results message written ahead and its seq, once."""
-        out = (self.written, self.seq)
-        self.written = self.seq = None
+    def take_written(self, message: Message) -> tuple[Message | None, Message | None, int | None]:
+        """The results message written ahead, ``message`` as stored when it is the one
+        written ahead (else None: to be redacted), and the seq; once."""
+        out = (self.written, self.written if message == self.built else None, self.seq)
+        self.written = self.built = self.seq = None
         return out
 
     def expect(self, message: Message) -> None:
@@ -67,14 +75,20 @@ class StepResults:
     def clear(self) -> None:
         self._order, self._ends = (), {}
 
-    def ended(self, call_id: str, output: str | None, is_error: bool) -> Message | None:
-        """A call's final state; the step's results message when it was the last to end."""
+    def ended(
+        self, call_id: str, output: str | None, is_error: bool, stored: str | None
+    ) -> Message | None:
+        """A call's final state (``stored``: its output redacted); the step's results
+        message, as stored, when it was the last to end (:attr:`built` as it happened)."""
         if call_id not in self._order or output is None or call_id in self._ends:
             return None
         block = ToolResultBlock(tool_use_id=call_id, content=output, is_error=is_error)
-        self._ends[call_id] = block
+        as_stored = block if stored == output else replace(block, content=stored or "")
+        self._ends[call_id] = (block, as_stored)
         if len(self._ends) < len(self._order):
             return None
-        message = tool_result_message(self._ends[c] for c in self._order)
+        ends = [self._ends[c] for c in self._order]
+        self.built = tool_result_message(raw for raw, _ in ends)
+        message = tool_result_message(kept for _, kept in ends)
         self.clear()
         return message

@@ -36,8 +36,12 @@ class TextBuffers:
             stream = self._texts[key] = StreamRedactor(self._redactor)
         stream.feed(text)
         if seq is not None:
-            self._marks.setdefault(key, StreamMarks()).feed(seq, len(text))
-        self.unflushed += len(text.encode())
+            marks = self._marks.get(key)
+            if marks is None:
+                marks = self._marks[key] = StreamMarks()
+            marks.feed(seq, len(text))
+        # (bytes: an ASCII string's length is its size, without encoding a copy)
+        self.unflushed += len(text) if text.isascii() else len(text.encode())
 
     def take(self, turn_id: str | None, *, final: bool) -> list[AppendPartialText]:
         """The writes of the text that is safe to write (all of it when ``final``)."""
