@@ -112,6 +112,7 @@ from drover.store.batch import (
     ReplaceMessage,
     referring,
 )
+from drover.store.flush_timer import FlushTimer
 from drover.store.journal_queue import WriteQueue
 from drover.store.numbering import Numbering, Publish
 from drover.store.redact import Redactor
@@ -198,11 +199,7 @@ class Journal:
         self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
         self._wrap = wrap
         self._last_flush = clock()
-        # The flush timer: a plain timer callback with the event loop's own sleep (started
-        # and cancelled a few times a step, it costs no task and no wake-up when cancelled),
-        # a task with an injected ``sleep`` (a test's clock); and the timed flush under way.
-        self._timer: asyncio.TimerHandle | asyncio.Task[None] | None = None
-        self._timed: asyncio.Task[None] | None = None
+        self._timer = FlushTimer(flush_interval, self._timed_flush, clock=clock, sleep=sleep)
         #: The journals of the workers run inside this turn, by (parent call id, worker).
         self._workers: dict[tuple[str, int], Journal] = {}
         # The step's results message, written with its last call's end (when writes are
@@ -232,7 +229,7 @@ class Journal:
 
     @property
     def timer_pending(self) -> bool:
-        return self._timer is not None
+        return self._timer.pending
 
     @property
     def holds_back(self) -> bool:
@@ -270,7 +267,7 @@ class Journal:
 
     async def aclose(self) -> None:
         """Write what is still buffered; stop the timer."""
-        self._cancel_timer()
+        self._timer.cancel()
         for worker in self._workers.values():
             await worker.aclose()
         if self.failure is None:
@@ -336,7 +333,7 @@ class Journal:
                     await self._drain()
                     return
             case AssistantMessage():
-                self._cancel_timer()
+                self._timer.cancel()
                 self._text.drop(self._step)
                 if not event.partial and self._writes.groups:
                     self._results.expect(event.message)
@@ -374,11 +371,11 @@ class Journal:
                     # A tool_use block begins: the text blocks before it are finished, so all
                     # their text is written now (nothing held back), before the tool's state
                     # is numbered — a snapshot or replay from that number misses none of it.
-                    self._cancel_timer()
+                    self._timer.cancel()
                     self._take_text(final=True)
                 elif event.state == "input-available":
                     # Text that came after the call began (rare) is written with its input.
-                    self._cancel_timer()
+                    self._timer.cancel()
                     urgent = self._take_text(final=False)
                 # Redacted once, for its log row and the call's row.
                 payload = self._redactor.redact_obj(event_to_dict(event))
@@ -424,13 +421,13 @@ class Journal:
                 return
             case Done() | Incomplete() | Error() if self._wrap is not None:
                 # A worker's end: logged with its status; the parent's turn goes on.
-                self._cancel_timer()
+                self._timer.cancel()
                 self._take_text(final=True)
                 await self._log(event, status=turn_status(event))
                 await self._drain()
                 return
             case Done() | Incomplete() | Error():
-                self._cancel_timer()
+                self._timer.cancel()
                 self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
@@ -516,7 +513,7 @@ class Journal:
             self._publish(seq, self._turn_id, body)
         text = self._text
         if text.unflushed == 0:
-            self._start_timer()
+            self._timer.start()
             self._last_flush = self._clock()
         text.feed(self._step, delta.index, delta.text, seq)
         return (
@@ -534,36 +531,14 @@ class Journal:
         return bool(writes)
 
     async def _flush(self) -> None:
-        self._cancel_timer()
+        self._timer.cancel()
         self._take_text(final=False)
         await self._drain()
 
     def _defer(self) -> None:
         """Leave the queued writes for the next drain, at the latest the timer's."""
         if len(self._writes):
-            self._start_timer()
-
-    def _start_timer(self) -> None:
-        if self._timer is None:
-            loop = asyncio.get_running_loop()
-            if self._sleep is asyncio.sleep:
-                self._timer = loop.call_later(self._interval, self._timer_due)
-            else:
-                self._timer = loop.create_task(self._tick(self._clock() + self._interval))
-
-    def _timer_due(self) -> None:
-        self._timer = None
-        self._timed = asyncio.get_running_loop().create_task(self._timed_flush())
-
-    def _cancel_timer(self) -> None:
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-
-    async def _tick(self, deadline: float) -> None:
-        await self._sleep(max(0.0, deadline - self._clock()))
-        self._timer = None
-        await self._timed_flush()
+            self._timer.start()
 
     async def _timed_flush(self) -> None:
         # The flush is under way (the timer is no longer pending); an authoritative flush
@@ -694,7 +669,7 @@ class Journal:
         self._writes.failed = True
         self._writes.clear()
         self._text.clear()
-        self._cancel_timer()
+        self._timer.cancel()
         if self._on_failure is not None:
             self._on_failure(failure)
 
