@@ -40,9 +40,10 @@ those numbers. A coalesced text row covers its deltas' numbers and marks where e
 numbers of deltas a finished message or a discarding retry supersedes before they were written
 are covered by that message's or retry's row, so every number handed out lands in some row.
 
-Writes queue in order (:mod:`drover.store.journal_queue`). Those a guarantee waits on are made
-before ``send`` returns, together with every write queued before them, in one transaction when
-the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
+Writes queue in order (:mod:`drover.store.journal_queue`; how a decision becomes queued
+writes and numbered log rows: :mod:`drover.store.journal_log`). Those a guarantee waits on are
+made before ``send`` returns, together with every write queued before them, in one transaction
+when the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
 call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
 (an output is never lost once reported; the step's last end carries the results message, so
 it is durable before the next model request); a permission question and its call's state; the
@@ -67,15 +68,12 @@ never raises but for the cancellation that interrupts the turn.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any, assert_never, cast
 
-from drover.errors import LeaseLostError, StoreError
+from drover.errors import StoreError
 from drover.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
@@ -102,7 +100,6 @@ from drover.events import (
 from drover.messages import Message, message_to_dict
 from drover.store.base import EventLog, EventRecord, TurnJournal
 from drover.store.batch import (
-    MESSAGE_OF,
     TEXT_OF,
     AppendEvent,
     AppendMessage,
@@ -110,20 +107,15 @@ from drover.store.batch import (
     EndTurn,
     JournalWrite,
     ReplaceMessage,
-    referring,
 )
 from drover.store.flush_timer import FlushTimer
+from drover.store.journal_log import FinishedContentHook, JournalLog, log
 from drover.store.journal_queue import WriteQueue
 from drover.store.numbering import Numbering, Publish
 from drover.store.redact import Redactor
-from drover.store.step_results import StepResults, tool_call_write
+from drover.store.step_results import StepResults
 from drover.store.text_buffer import TextBuffers
 from drover.store.worker_log import WorkerLog, worker_event
-
-log = logging.getLogger(__name__)
-
-FinishedContentHook = Callable[[Message], Awaitable[None] | None]
-
 
 #: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
 #: it is flushed with it), a call waiting for the user (what a client reads of the session
@@ -135,7 +127,7 @@ _MADE_AT_ONCE = frozenset(
 )
 
 
-class Journal:
+class Journal(JournalLog):
     def __init__(
         self,
         store: TurnJournal,
@@ -548,139 +540,3 @@ class Journal:
             await self._drain()
         except Exception:
             log.exception("journal: timed flush failed")
-
-    # -- writes --------------------------------------------------------------------------------
-
-    def _turn_write(
-        self,
-        what: str,
-        make: Callable[[str], JournalWrite],
-        done: Callable[[Any], None] | None = None,
-    ) -> None:
-        turn_id = self._turn_id
-        if turn_id is None:
-            log.warning("journal: %s before the turn started; skipped", what)
-            return
-        self._writes.push(what, make(turn_id), done=done)
-
-    def _answered(self, message: Message, seq: Any) -> None:
-        """A finished assistant message was stored as the turn's message ``seq``."""
-        if isinstance(seq, int) and seq > 0:
-            self._answer = (seq, message.text)
-
-    def _results_ahead(self, event: ToolStateChanged, stored: str | None) -> None:
-        """Queue the step's results message with its last call's end (see
-        :mod:`drover.store.step_results`), its outputs as the ends' log rows have them
-        (``stored``: this one's, redacted)."""
-        message = self._results.ended(event.call_id, event.output, event.is_error, stored)
-        if message is not None:
-            self._results.written = message
-            self._turn_write(
-                "append tool results with the last call's end",
-                lambda t: AppendMessage(t, message),
-                done=self._results.stored,
-            )
-
-    def _upsert(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
-        """Queue the call's new state, its input and output those of the event's redacted
-        ``payload`` (see :data:`_MADE_AT_ONCE` for when it is made before ``send``
-        returns)."""
-        read_only = False
-        if self._is_read_only is not None:
-            try:
-                read_only = bool(self._is_read_only(event.name))
-            except Exception:
-                log.exception("journal: is_read_only failed for %s", event.name)
-        step = self._step
-        self._turn_write(
-            f"record tool call {event.call_id} as {event.state}",
-            lambda t: tool_call_write(event, t, step, read_only, payload),
-        )
-
-    async def _log(
-        self,
-        event: Event,
-        *,
-        payload: dict[str, Any] | None = None,
-        before: Callable[[], object] | None = None,
-        attach: Callable[[AppendEvent | None], bool] | None = None,
-        **extra: Any,
-    ) -> None:
-        """Number ``event`` and queue its log row (``payload``: the event's form, redacted,
-        when the caller has it); ``before`` queues the write the row goes with, after the
-        number is taken, so nothing can be made between the two. ``attach`` does the same
-        with the row at hand (None when the session is not numbered): True when it queued the
-        row itself, inside its write."""
-        if payload is None:
-            payload = event_to_dict(event)
-            if extra:
-                payload.update(extra)
-            payload = self._redactor.redact_obj(payload)
-        turn_id = self._turn_id
-        seq = self._numbers.take_now()
-        if seq is None:
-            seq = await self._numbers.take()
-        if before is not None:
-            before()
-        first: int | None = None
-        if seq is not None:
-            first = self._text.absorbed()
-            self._publish(seq, turn_id, payload)
-        write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
-        if attach is not None and attach(write if seq is not None else None):
-            return
-        self._writes.push(f"log the {event.type} event", write)
-
-    def _referring(
-        self, row: AppendEvent | None, message: Message, body: dict[str, Any]
-    ) -> AppendEvent | None:
-        """``row`` referring to its ``message`` (see :func:`~drover.store.batch.referring`)
-        when the store writes them together."""
-        return None if row is None or not self._writes.groups else referring(row, message, body)
-
-    def _push_ref(
-        self, message: Message, body: dict[str, Any], seq: int, row: AppendEvent | None
-    ) -> bool:
-        """Queue ``row`` referring to the stored message ``seq``; False when it cannot."""
-        ref = self._referring(row, message, body)
-        if ref is None:
-            return False
-        self._writes.push("log the event", replace(ref, event={**ref.event, MESSAGE_OF: seq}))
-        return True
-
-    def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:
-        self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
-
-    async def _drain(self) -> bool:
-        """Make the queued writes (see :mod:`~drover.store.journal_queue`); False when the
-        journal failed."""
-        if self.failure is not None:
-            return False
-        return await self._writes.drain()
-
-    def _fail(self, what: str, exc: Exception) -> None:
-        if self.failure is not None:
-            return
-        attempts = "" if isinstance(exc, LeaseLostError) else f" after {self._max_attempts} tries"
-        failure = StoreError(f"the journal could not {what}{attempts}: {exc}")
-        failure.__cause__ = exc
-        self.failure = failure
-        log.error("journal: %s; nothing more of this turn is recorded", failure)
-        self._writes.failed = True
-        self._writes.clear()
-        self._text.clear()
-        self._timer.cancel()
-        if self._on_failure is not None:
-            self._on_failure(failure)
-
-    async def _finished(self, message: Message) -> None:
-        if self._on_finished is None:
-            return
-        try:
-            result = self._on_finished(message)
-            if inspect.isawaitable(result):
-                await result
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("journal: on_finished_content failed")
