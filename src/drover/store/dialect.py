@@ -110,16 +110,15 @@ class Dialect:
     #: A statement that gives the pages a large delete freed back to the file system, in the
     #: deleting transaction ("" when the backend reclaims space on its own).
     reclaim: str = ""
-    #: Statements already translated (a store runs the same few hundred over and over), as
-    #: :meth:`sql` spells them.
-    spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: Statements already translated (a store runs the same few hundred over and over).
+    _spelled: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def sql(self, neutral: str) -> str:
         """``neutral`` as this backend spells it."""
-        spelled = self.spelled.get(neutral)
+        spelled = self._spelled.get(neutral)
         if spelled is None:
             spelled = neutral.replace("?", "%s") if self.casts else _CAST.sub("", neutral)
-            self.spelled[neutral] = spelled
+            self._spelled[neutral] = spelled
         return spelled
 
     def clean(self, value: str | None) -> str | None:

@@ -184,8 +184,7 @@ class SqlLog:
     def _append_event(self, w: AppendEvent, now: float, held: Held | None = None) -> Plan[int]:
         if "type" not in w.event:
             raise ValueError("an event needs a type")
-        if held is None or w.session_id not in held.sessions:
-            yield from self._need_session(w.session_id, held)
+        yield from self._need_session(w.session_id, held)
         return (yield from self._log(w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
 
     async def last_event_seq(self, session_id: str) -> int:

@@ -33,19 +33,19 @@ class SqliteStore(SqliteConnection, SqlStore):
 
     def _drive(self, conn: Conn, plan: Plan[T]) -> T:
         """Run ``plan`` to its end on ``conn``, in this (the worker) thread (one cursor for all
-        its statements, each spelled once per store: this runs for every statement)."""
+        its statements: this runs for every statement)."""
         cursor = conn.cursor()
-        spelled = SQLITE.spelled
+        spell = SQLITE.sql
         send = plan.send
         result: Any = None
         try:
             while True:
                 op = send(result)
                 if type(op) is Exec:
-                    cursor.execute(spelled.get(op.sql) or SQLITE.sql(op.sql), op.params)
+                    cursor.execute(spell(op.sql), op.params)
                     result = cursor.rowcount
                 elif type(op) is Query:
-                    cursor.execute(spelled.get(op.sql) or SQLITE.sql(op.sql), op.params)
+                    cursor.execute(spell(op.sql), op.params)
                     result = cursor.fetchall()
                 elif type(op) is Atomic:
                     result = self._tx(conn, functools.partial(self._drive, plan=op.plan), WRITE)
