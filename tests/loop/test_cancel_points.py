@@ -1,4 +1,4 @@
-"""Every point where a turn can be cut: each event a consumer handles, each await on the store.
+"""Every point where a turn can be cut: each event a consumer handles, each call on the store.
 
 One parametrised case per point of the scripted turn of :mod:`.turn_rig` (parallel calls, a
 permission wait, a mid-stream retry, a provider retry), run through the real Runner on a real
@@ -51,7 +51,7 @@ class ProbeStore(SqliteStore):
         """Count (and act) from the start of the turn's task on."""
         self.task, self.armed = task, True
 
-    async def _call(self, fn: Callable[[Any], T]) -> T:
+    def _probe(self) -> None:
         if self.armed:
             n = self.calls
             self.calls += 1
@@ -63,7 +63,16 @@ class ProbeStore(SqliteStore):
             ):
                 self.fired = True
                 raise StoreError(f"injected failure of store call #{n}")
+
+    async def _call(self, fn: Callable[[Any], T]) -> T:
+        self._probe()
         return await super()._call(fn)
+
+    async def _write(self, fn: Callable[[Any], T]) -> T:
+        # A write made on the calling thread has no await a cancellation could land at: it
+        # lands at the turn's next one, after the commit, as after a shielded call.
+        self._probe()
+        return await super()._write(fn)
 
 
 class CancelAt:

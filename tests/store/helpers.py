@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from drover.errors import StoreError
@@ -220,3 +221,23 @@ def _as_call(write: JournalWrite) -> tuple[str, tuple[Any, ...]] | None:
         case EndTurn():
             return "end_turn", (write.turn_id, write.status, write.reason, write.error)
     return None
+
+
+@contextlib.asynccontextmanager
+async def traced(store: SqliteStore) -> AsyncIterator[list[str]]:
+    """The statements ``store`` runs meanwhile, on its worker's connection and on the one its
+    writes run on from the calling thread."""
+    statements: list[str] = []
+
+    def trace(callback: Callable[[str], None] | None) -> Callable[[Any], None]:
+        return lambda conn: conn.set_trace_callback(callback)
+
+    await store._call(trace(statements.append))
+    if store._here is not None:
+        trace(statements.append)(store._here)
+    try:
+        yield statements
+    finally:
+        await store._call(trace(None))
+        if store._here is not None:
+            trace(None)(store._here)

@@ -22,6 +22,8 @@ from drover.store.batch import (
 )
 from drover.store.sqlite import SqliteStore
 
+from .helpers import traced
+
 OWNER = "test-host:1:1"
 
 
@@ -130,18 +132,16 @@ async def test_a_batch_checks_its_turn_and_session_once(tmp_path: Path) -> None:
     async with SqliteStore(tmp_path / "journal.db") as store:
         session = await store.create_session(workdir="/w", model="m")
         turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
-        statements: list[str] = []
-        await store._call(lambda conn: conn.set_trace_callback(statements.append))
         call = {"turn_id": turn.id, "call_id": "c1", "call_index": 0, "name": "bash", "step": 1}
-        await store.write_batch(
-            [
-                UpsertToolCall(**call, state="input-available"),
-                AppendEvent(session.id, turn.id, {"type": "usage"}, seq=1),
-                UpsertToolCall(**call, state="running"),
-                AppendEvent(session.id, turn.id, {"type": "tool_state"}, seq=2),
-            ]
-        )
-        await store._call(lambda conn: conn.set_trace_callback(None))
+        async with traced(store) as statements:
+            await store.write_batch(
+                [
+                    UpsertToolCall(**call, state="input-available"),
+                    AppendEvent(session.id, turn.id, {"type": "usage"}, seq=1),
+                    UpsertToolCall(**call, state="running"),
+                    AppendEvent(session.id, turn.id, {"type": "tool_state"}, seq=2),
+                ]
+            )
     checks = [s for s in statements if "FROM turns t JOIN sessions" in s]
     locks = [s for s in statements if "FROM sessions s WHERE s.id" in s]
     assert (len(checks), len(locks)) == (1, 0)
@@ -200,11 +200,9 @@ async def test_a_tool_step_on_sqlite_makes_only_the_statements_it_needs(tmp_path
                     event("tool_results", first + 7),
                 ],
             ]
-            statements: list[str] = []
-            await store._call(lambda conn: conn.set_trace_callback(statements.append))
-            for batch in batches:
-                await store.write_batch(batch)
-            await store._call(lambda conn: conn.set_trace_callback(None))
+            async with traced(store) as statements:
+                for batch in batches:
+                    await store.write_batch(batch)
             return [" ".join(s.split()[:3]) for s in statements]
 
         await step(1)  # the first step counts the free pages an earlier process may have left

@@ -14,8 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import pytest
+
 from drover.events import AssistantMessage, UsageReport, event_to_dict
 from drover.messages import TextBlock, Usage, assistant_message, user_message
+from drover.store import sqlite_conn
 from drover.store.batch import AppendEvent, AppendMessage, referring
 from drover.store.dialect import Plan
 from drover.store.sql_log import Mode
@@ -42,7 +45,11 @@ def _wal_frames(wal: Path) -> tuple[int, int, int]:
     return frames, commits, page
 
 
-async def test_a_flush_costs_about_one_small_page(tmp_path: Path) -> None:
+async def test_a_flush_costs_about_one_small_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No checkpoint while the flushes are made: the WAL then holds every frame they wrote.
+    monkeypatch.setattr(sqlite_conn, "CHECKPOINT_EVERY", 10 * FLUSHES)
     path = tmp_path / "journal.db"
     async with SqliteStore(path) as store:
         session = await store.create_session(workdir=str(tmp_path), model="m")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -390,9 +391,9 @@ async def test_contiguous_seqs_under_concurrent_appends(store: Store) -> None:
 async def test_a_started_write_completes_when_its_caller_is_cancelled(store: Store) -> None:
     session_id, turn_id = await _turn(store)
     task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "kept"}))
-    await asyncio.sleep(0)  # one step: the write is handed to the store
+    await asyncio.sleep(0)  # one step: the write is handed to the store (or made at once)
     task.cancel()
-    with pytest.raises(asyncio.CancelledError):
+    with contextlib.suppress(asyncio.CancelledError):
         await task
     assert [e.type for e in await store.events_after(session_id)] == ["kept"]
 

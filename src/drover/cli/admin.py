@@ -42,7 +42,7 @@ class _InlineSqliteStore(SqliteStore):
     async def close(self) -> None:
         self._disconnect()
 
-    async def _call(self, fn: Callable[[Conn], T]) -> T:
+    async def _hop(self, fn: Callable[[Conn], T]) -> T:
         return self._run(fn)
 
 

@@ -1,8 +1,9 @@
 """The SQLite journal: the embedded default :class:`~drover.store.base.Store`.
 
 The logic is :class:`~drover.store.sql_store.SqlStore`'s; this module drives its plans on the
-connection :mod:`drover.store.sqlite_conn` keeps in one worker thread (calls are serialised and
-shielded). Every write is one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock
+connections of :mod:`drover.store.sqlite_conn`: reads on its worker thread (serialised and
+shielded), writes on the calling thread when nothing makes them wait and on the worker
+otherwise. Every write is one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock
 up front: several processes (or several stores in one process) can share a file without
 "database is locked", and what a write reads to decide (the next sequence number, a running turn
 of the session, the turn's owner) holds until it commits.
@@ -19,21 +20,25 @@ from drover.store.sql_store import SqlStore
 from drover.store.sqlite_conn import WRITE, Conn, SqliteConnection
 
 T = TypeVar("T")
-_BEGIN: dict[Mode, str | None] = {"read": None, "write": WRITE, "snapshot": "BEGIN"}
+#: A snapshot: one read transaction (deferred: it takes no write lock).
+READ = "BEGIN"
 
 
 class SqliteStore(SqliteConnection, SqlStore):
     dialect = SQLITE
 
     async def _perform(self, plan: Plan[T], mode: Mode) -> T:
-        begin = _BEGIN[mode]
-        if begin is None:
-            return await self._call(lambda conn: self._drive(conn, plan))
-        return await self._call(lambda conn: self._tx(conn, lambda c: self._drive(c, plan), begin))
+        if mode == "write":
+            return await self._write(lambda conn: self._drive(conn, plan))
+        if mode == "snapshot":
+            return await self._call(
+                lambda conn: self._tx(conn, lambda c: self._drive(c, plan), READ)
+            )
+        return await self._call(lambda conn: self._drive(conn, plan))
 
     def _drive(self, conn: Conn, plan: Plan[T]) -> T:
-        """Run ``plan`` to its end on ``conn``, in this (the worker) thread (one cursor for all
-        its statements: this runs for every statement)."""
+        """Run ``plan`` to its end on ``conn``, on this thread (one cursor for all its
+        statements: this runs for every statement)."""
         cursor = conn.cursor()
         spell = SQLITE.sql
         send = plan.send

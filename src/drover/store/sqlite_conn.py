@@ -1,17 +1,36 @@
-"""The SQLite journal's connection: one worker thread that owns it, shielded calls.
+"""The SQLite journal's connections: a worker thread's, and a write path that never waits.
 
-All sqlite3 work of one store runs in ONE dedicated worker thread that owns the connection, so
-calls are serialised and the event loop never blocks. Each call is shielded: a write that has
-started completes even if the awaiting task is cancelled (the user pressed Esc), and later calls
-queue behind it in order. The database runs in WAL mode with ``synchronous=NORMAL`` (a commit
-survives a process crash; a power cut may lose the last few), a busy timeout and foreign keys
-on; every write is one short ``BEGIN IMMEDIATE`` transaction.
+Reads and anything that may wait run in ONE dedicated worker thread that owns the main
+connection, so they are serialised and the event loop never blocks. Each such call is shielded:
+one that has started completes even if the awaiting task is cancelled (the user pressed Esc),
+and later calls queue behind it in order.
+
+A write transaction is short (a few rows) and, in WAL mode with ``synchronous=NORMAL``, makes no
+fsync: handing it to the worker costs more than making it (two thread switches and the GIL
+passed back and forth, for each of a tool step's three commits). So a write runs **here**, on
+the calling thread, on a second connection, when nothing can make it wait:
+
+* nothing is queued on the worker (a write never overtakes a call made before it);
+* its ``BEGIN IMMEDIATE`` gets the write lock at once: the second connection has no busy
+  timeout, and when another connection or process holds the lock the write, not yet started, goes
+  to the worker, which waits for the lock as every write did before;
+* it never checkpoints (``wal_autocheckpoint = 0``): every :data:`CHECKPOINT_EVERY` commits made
+  here, or when the WAL file outgrows :data:`WAL_SIZE_LIMIT`, the worker checkpoints (the
+  checkpoint is what fsyncs), and the writes asked for meanwhile queue behind it there.
+
+A write made here runs to its end without an await, so a cancellation cannot cut it: it lands at
+the caller's next await, after the commit, as it would after a shielded call. The database runs
+in WAL mode with ``synchronous=NORMAL`` (a commit survives a process crash; a power cut may lose
+the last few) and foreign keys on; every write is one short ``BEGIN IMMEDIATE`` transaction.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +47,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Conn = sqlite3.Connection
+log = logging.getLogger(__name__)
 
 #: The page size of a new journal. A text flush at a typical 320 B/s carries ~80 bytes and
 #: costs at least one WAL frame (a page + 24 bytes): ~52x its text at SQLite's default 4 KiB,
@@ -36,6 +56,10 @@ PAGE_SIZE = 1024
 #: Bytes the WAL file is truncated to after a checkpoint (see ``journal_size_limit``).
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
 WRITE = "BEGIN IMMEDIATE"
+#: Commits made on the calling thread after which the worker checkpoints the WAL. A tool step
+#: commits ~3 transactions of a few 1 KiB pages each: ~100 commits are a few hundred pages, as
+#: SQLite's own automatic checkpoint (every 1000 pages) would do.
+CHECKPOINT_EVERY = 100
 
 
 def _retrieve(future: asyncio.Future[Any] | Future[Any]) -> None:
@@ -59,6 +83,14 @@ class SqliteConnection:
         self._busy_timeout_ms = busy_timeout_ms
         self._executor: ThreadPoolExecutor | None = None
         self._conn: Conn | None = None
+        # The connection writes run on here (None: every call goes to the worker).
+        self._here: Conn | None = None
+        self._here_lock = threading.Lock()
+        # Calls handed to the worker, and those it finished: each counter is advanced by one
+        # thread only (``next`` on a count is atomic), so their difference is what is queued.
+        self._sends, self._dones = itertools.count(1), itertools.count(1)
+        self._sent = self._done = 0
+        self._commits_here = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -70,7 +102,7 @@ class SqliteConnection:
 
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drover-sqlite")
         try:
-            await asyncio.get_running_loop().run_in_executor(executor, self._connect)
+            await asyncio.get_running_loop().run_in_executor(executor, self._connect_both)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -80,10 +112,12 @@ class SqliteConnection:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        with self._here_lock:  # no write starts here from now on
+            here, self._here = self._here, None
         import asyncio
 
         try:
-            future = asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
+            future = asyncio.get_running_loop().run_in_executor(executor, self._disconnect, here)
             await asyncio.shield(future)
         finally:
             executor.shutdown(wait=False)
@@ -120,6 +154,25 @@ class SqliteConnection:
             raise StoreError(f"cannot open the journal at {where}: {reason}") from None
         self._conn = conn
 
+    def _connect_both(self) -> None:
+        self._connect()
+        if self.path == ":memory:":
+            return  # a second connection would open another, empty database
+        try:
+            here = sqlite3.connect(
+                self.path, timeout=0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            self._disconnect()
+            raise StoreError(f"cannot open the journal at {self.path}: {exc}") from None
+        here.row_factory = sqlite3.Row
+        # Never wait for a lock, never checkpoint: see the module docstring.
+        for pragma in ("busy_timeout = 0", "synchronous = NORMAL", "wal_autocheckpoint = 0"):
+            here.execute(f"PRAGMA {pragma}")
+        here.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+        here.execute("PRAGMA foreign_keys = ON")
+        self._here = here
+
     def _enable_wal(self, conn: Conn) -> None:
         # Switching a new file to WAL needs an exclusive lock and SQLite does not call the busy
         # handler for it, so processes opening a new journal together retry here. WAL mode is
@@ -135,22 +188,52 @@ class SqliteConnection:
                     raise
                 time.sleep(0.005)
 
-    def _disconnect(self) -> None:
+    def _disconnect(self, here: Conn | None = None) -> None:
+        if here is not None:
+            here.close()
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.close()
+            conn.close()  # the last connection checkpoints the WAL and deletes it
 
     # -- plumbing ------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[Conn], T]) -> T:
+        """``fn`` run on the worker's connection (see :meth:`_hop`)."""
+        return await self._hop(fn)
+
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        """``fn`` run in one write transaction: here when nothing makes it wait, else on the
+        worker (see the module docstring)."""
+        here = self._here
+        if here is not None and self._sent == self._done and self._here_lock.acquire(False):
+            try:
+                if self._here is here and self._begin_here(here):
+                    return self._finish_here(here, fn)
+            finally:
+                self._here_lock.release()
+        return await self._hop(lambda conn: self._tx(conn, fn, WRITE))
+
+    async def _hop(self, fn: Callable[[Conn], T]) -> T:
+        """``fn`` run on the worker's thread and connection, shielded."""
         executor = self._executor
         if executor is None:
             raise StoreError("the journal is not open")
         import asyncio
 
-        future = asyncio.get_running_loop().run_in_executor(executor, self._run, fn)
+        self._sent = next(self._sends)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(executor, self._run_queued, fn)
+        except BaseException:
+            self._done = next(self._dones)
+            raise
         future.add_done_callback(_retrieve)
         return await asyncio.shield(future)
+
+    def _run_queued(self, fn: Callable[[Conn], T]) -> T:
+        try:
+            return self._run(fn)
+        finally:
+            self._done = next(self._dones)
 
     def _run(self, fn: Callable[[Conn], T]) -> T:
         conn = self._conn
@@ -160,6 +243,58 @@ class SqliteConnection:
             return fn(conn)
         except sqlite3.Error as exc:
             raise StoreError(f"journal error: {exc}") from exc
+
+    @staticmethod
+    def _begin_here(here: Conn) -> bool:
+        """Whether the write lock was had at once (if not, nothing of the write has run)."""
+        try:
+            here.execute(WRITE)
+        except sqlite3.Error:
+            return False  # busy, or any other trouble: the worker makes it and reports it
+        return True
+
+    def _finish_here(self, here: Conn, fn: Callable[[Conn], T]) -> T:
+        try:
+            result = fn(here)
+            here.execute("COMMIT")
+        except BaseException as exc:
+            if here.in_transaction:
+                here.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"journal error: {exc}") from exc
+            raise
+        self._commits_here += 1
+        if self._commits_here >= CHECKPOINT_EVERY or self._wal_size() > WAL_SIZE_LIMIT:
+            self._checkpoint_soon()
+        return result
+
+    def _wal_size(self) -> int:
+        try:
+            return os.stat(self.path + "-wal").st_size
+        except OSError:
+            return 0
+
+    def _checkpoint_soon(self) -> None:
+        """Have the worker checkpoint the WAL (the writes made here never do). The checkpoint
+        counts as queued: the writes asked for meanwhile go to the worker behind it, so it
+        copies the whole WAL and the next write starts the WAL over from its beginning (with
+        writes going on beside it, it would never catch up and the file would only grow)."""
+        executor = self._executor
+        if executor is None:
+            return
+        self._commits_here = 0
+        self._sent = next(self._sends)
+        try:
+            executor.submit(self._run_queued, self._checkpoint)
+        except RuntimeError:  # shut down meanwhile
+            self._done = next(self._dones)
+
+    @staticmethod
+    def _checkpoint(conn: Conn) -> None:
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("journal: checkpoint failed (%s); the next one will retry", exc)
 
     @staticmethod
     def _tx(conn: Conn, fn: Callable[[Conn], T], begin: str) -> T:
