@@ -263,8 +263,10 @@ class SqliteConnection:
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"journal error: {exc}") from exc
             raise
-        self._commits_here += 1
-        if self._commits_here >= CHECKPOINT_EVERY or self._wal_size() > WAL_SIZE_LIMIT:
+        self._commits_here = made = self._commits_here + 1
+        # The WAL's size is looked at every few commits, for the rare transaction large
+        # enough (a long answer's message) to make it outgrow its limit before the count does.
+        if made >= CHECKPOINT_EVERY or (made % 8 == 0 and self._wal_size() > WAL_SIZE_LIMIT):
             self._checkpoint_soon()
         return result
 
