@@ -3,8 +3,9 @@
 The store's logic (:mod:`drover.store.sql_store`) is written once as *plans*: generators that
 yield the statements they need (:class:`Query` for rows, :class:`Exec` for a row count,
 :class:`Atomic` for a sub-plan in a write transaction of its own) and receive each result
-back. A backend drives a plan on its connection — SQLite synchronously in its worker thread,
-PostgreSQL with ``await`` — so neither the sync/async split nor the driver leaks into the logic.
+back. A backend drives a plan on its connection — SQLite synchronously (on its worker thread,
+or a write on the caller's), PostgreSQL with ``await`` — so neither the sync/async split nor
+the driver leaks into the logic.
 
 Statements are written in one neutral form: ``?`` placeholders, and PostgreSQL's casts on the
 parameters that need them (``?::jsonb``, ``?::text``, ``?::double precision``), which

@@ -69,7 +69,8 @@ def _retrieve(future: asyncio.Future[Any] | Future[Any]) -> None:
 
 
 class SqliteConnection:
-    """One SQLite connection owned by one worker thread (see the module docstring)."""
+    """A SQLite journal's two connections: its worker thread's, and the one writes are made on
+    from the calling thread when nothing makes them wait (see the module docstring)."""
 
     def __init__(
         self,
