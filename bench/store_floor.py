@@ -19,10 +19,11 @@ own work. No drover code runs in it. It runs on two schemas: drover's tables as 
 (``schema``: the same keys, foreign keys and index), and the bare minimum (``bare``: each table
 keyed as it must be looked up, no foreign keys, no secondary index).
 
-**drover** is the store thread's CPU time per step in the real loop (``loop_overhead.py``'s
-"on" run: the Chat Completions provider, the fake server in its own process): the thread time
-spent inside the store's worker-thread calls (``SqliteConnection._run``), summed over the turn,
-divided by the model calls (steps + 1). Both figures are thread CPU time; runs alternate.
+**drover** is the store's CPU time per step in the real loop (``loop_overhead.py``'s "on" run:
+the Chat Completions provider, the fake server in its own process): the thread time spent
+inside the store's calls — on its worker (``SqliteConnection._run``) and the writes made on the
+calling thread (``_begin_here``, ``_finish_here``) — summed over the turn, divided by the model
+calls (steps + 1). Both figures are thread CPU time; runs alternate.
 
     .venv/bin/python bench/store_floor.py                # --steps 200 --runs 5
 """
@@ -237,7 +238,8 @@ def floor_in_thread(path: Path, schema: str, steps: int) -> tuple[float, int, in
 
 
 class StoreThreadClock:
-    """Sums the thread CPU time the store's worker spends inside its calls."""
+    """Sums the thread CPU time the store spends inside its calls: those its worker runs
+    (``_run``) and the writes made on the calling thread (``_begin_here``, ``_finish_here``)."""
 
     def __init__(self) -> None:
         self.spent = 0.0
@@ -246,18 +248,21 @@ class StoreThreadClock:
     def install(self) -> None:
         from drover.store.sqlite_conn import SqliteConnection
 
-        run: Callable[..., Any] = SqliteConnection._run  # type: ignore[attr-defined]
+        for name, counted in (("_run", True), ("_begin_here", False), ("_finish_here", True)):
+            setattr(SqliteConnection, name, self._timed(getattr(SqliteConnection, name), counted))
+
+    def _timed(self, method: Callable[..., Any], counted: bool) -> Callable[..., Any]:
         clock = self
 
-        def timed(conn_self: Any, fn: Any) -> Any:
+        def timed(*args: Any) -> Any:
             started = time.thread_time()
             try:
-                return run(conn_self, fn)
+                return method(*args)
             finally:
                 clock.spent += time.thread_time() - started
-                clock.calls += 1
+                clock.calls += counted
 
-        SqliteConnection._run = timed  # type: ignore[method-assign]
+        return timed
 
     def take(self) -> tuple[float, int]:
         spent, calls, self.spent, self.calls = self.spent, self.calls, 0.0, 0
