@@ -48,7 +48,7 @@ class _InlineSqliteStore(SqliteStore):
 
 def _run_inline(work: Coroutine[Any, Any, T]) -> T:
     """The result of ``work``, which must finish without waiting on anything (every await in it
-    ends in :meth:`_InlineSqliteStore._call`)."""
+    ends in :meth:`_InlineSqliteStore._hop`)."""
     try:
         work.send(None)
     except StopIteration as stop:
