@@ -280,17 +280,21 @@ Event: TypeAlias = (
     | WorkerEvent
 )
 TerminalEvent: TypeAlias = Done | Incomplete | Error
+#: The terminal event classes, as a tuple: ``isinstance`` with it builds no union per call.
+_TERMINAL = (Done, Incomplete, Error)
+#: The events a slow live consumer may miss (see :func:`is_droppable`).
+_DROPPABLE = (TextDelta, ThinkingDelta)
 
 
 def is_terminal(event: Event) -> bool:
-    return isinstance(event, Done | Incomplete | Error)
+    return isinstance(event, _TERMINAL)
 
 
 def is_droppable(event: Event) -> bool:
     """Events a slow live consumer may miss: the text shows again in the final message."""
     if isinstance(event, WorkerEvent):
         return is_droppable(event.event)
-    return isinstance(event, TextDelta | ThinkingDelta)
+    return isinstance(event, _DROPPABLE)
 
 
 def turn_status(event: TerminalEvent) -> TurnStatus:

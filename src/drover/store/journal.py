@@ -189,6 +189,7 @@ class Journal(JournalLog):
         self._step = 0
         self._text = TextBuffers(self._redactor)
         self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
+        self._observed = self._numbers.observed
         self._wrap = wrap
         self._last_flush = clock()
         self._timer = FlushTimer(flush_interval, self._timed_flush, clock=clock, sleep=sleep)
@@ -495,7 +496,7 @@ class Journal(JournalLog):
         with nothing buffered, from the first delta since: the oldest unwritten text is what
         it bounds (as the timer does), so the first delta of a step is not written alone
         because the previous step was slow."""
-        if seq is not None and self._numbers.observed:
+        if seq is not None and self._observed:
             body = {
                 "type": "text_delta",
                 "text": delta.text,
