@@ -72,12 +72,22 @@ def atomic(plan: Plan[T]) -> Plan[T]:
 
 
 #: ``json.dumps`` with these options builds an encoder on every call; one serves them all.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_encode = _encoder.encode
+#: What that encoder's ``encode`` runs for a container, less its Python layers (``encode``,
+#: ``iterencode``, the choice of function); a fresh ``{}`` for its circular-reference check
+#: each call, as ``encode`` makes. None when the C accelerator is missing.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_basestring = json.encoder.encode_basestring
+_default = _encoder.default
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text, non-ASCII kept as is."""
-    return _encode(value)
+    if _c_make_encoder is None or type(value) is not dict:
+        return _encode(value)
+    scan = _c_make_encoder({}, _default, _c_basestring, None, ":", ",", False, False, True)
+    return "".join(scan(value, 0))
 
 
 _CAST = re.compile(r"::(?:jsonb|text|double precision)\b")

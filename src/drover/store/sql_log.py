@@ -133,12 +133,21 @@ class SqlLog:
         """Log one row; numbered after every number used or reserved unless ``seq`` is given."""
         if seq is None:
             seq = yield from self._next_event_seq(session_id)
+        body = event if type(event) is dict else dict(event)
+        end = seq if last_seq is None or last_seq < seq else last_seq
         # Yielded as is (not through ``execute``): the store makes one for every log row.
         yield Exec(
             _INSERT_EVENT,
             (
-                *(session_id, seq, part, turn_id, str(event["type"])),
-                *(self.dialect.json(dict(event)), now, max(seq, last_seq or seq), marks),
+                session_id,
+                seq,
+                part,
+                turn_id,
+                str(event["type"]),
+                self.dialect.json(body),
+                now,
+                end,
+                marks,
             ),
         )
         return seq

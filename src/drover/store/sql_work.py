@@ -431,19 +431,19 @@ class SqlWork(SqlLog):
             return
 
     def _write_plan(self, write: JournalWrite, now: float, held: Held | None = None) -> Plan[Any]:
-        match write:
-            case AppendMessage():
-                return self._append_message(write, now, held)
-            case ReplaceMessage():
-                return self._replace_message(write, held)
-            case AppendPartialText():
-                return self._append_partial_text(write, now, held)
-            case DiscardPartialText():
-                return self._discard(write, now, held)
+        match write:  # (the most frequent first: most writes are log rows and call states)
             case AppendEvent():
                 return self._append_event(write, now, held)
             case UpsertToolCall():
                 return self._upsert_call(write, now, held)
+            case AppendMessage():
+                return self._append_message(write, now, held)
+            case AppendPartialText():
+                return self._append_partial_text(write, now, held)
+            case ReplaceMessage():
+                return self._replace_message(write, held)
+            case DiscardPartialText():
+                return self._discard(write, now, held)
             case EndTurn():
                 return self._end_turn(write, now, held)
 
