@@ -94,6 +94,10 @@ _OPENINGS = (
 )
 
 
+#: The sequences :meth:`Redactor.redact_obj` redacts item by item (a tuple: no union per call).
+_SEQUENCES = (list, tuple)
+
+
 class Redactor:
     """Replaces credentials in text and JSON values with ``[REDACTED]``."""
 
@@ -194,8 +198,20 @@ class Redactor:
         if kind is int or kind is bool or kind is float or value is None:
             return value  # the common leaves, without the abstract-class checks below
         if kind is dict or isinstance(value, Mapping):
-            return {k: self.redact_obj(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
+            # (every event the journal logs is one: its leaves are taken here, not in a call
+            # each; a string with no mark of a built-in credential is kept as redact keeps it)
+            plain = not self._extra
+            out: dict[Any, Any] = {}
+            for k, v in value.items():
+                kind = type(v)
+                if kind is str:
+                    out[k] = v if plain and _BUILTIN_MARKS.search(v) is None else self.redact(v)
+                elif kind is int or kind is bool or kind is float or v is None:
+                    out[k] = v
+                else:
+                    out[k] = self.redact_obj(v)
+            return out
+        if isinstance(value, _SEQUENCES):
             return [self.redact_obj(v) for v in value]
         if isinstance(value, str):
             return self.redact(value)
