@@ -10,6 +10,7 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from drover.errors import StoreError
@@ -89,6 +90,42 @@ _UPSERT_CALL = (
     "read_only = excluded.read_only OR tool_calls.read_only, "
     f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
 )
+
+
+def _merged_calls(writes: Sequence[JournalWrite]) -> dict[int, UpsertToolCall | None]:
+    """The states of one call written twice or more in one batch, as one write: by index,
+    the write made in place of each (None: none, a later one makes it). A call's row holds
+    its latest state only, and nothing in a batch but the end of the turn reads the table:
+    the last write, with what it leaves of the earlier ones, makes the row they would
+    together. Only a write whose state is not terminal is folded into a later one (after a
+    terminal state the later write is refused), and never across the end of the turn."""
+    merged: dict[int, UpsertToolCall | None] = {}
+    last: dict[tuple[str, str], tuple[int, UpsertToolCall]] = {}
+    for i, write in enumerate(writes):
+        if isinstance(write, EndTurn):
+            last.clear()
+        elif isinstance(write, UpsertToolCall):
+            key = (write.turn_id, write.call_id)
+            earlier = last.get(key)
+            if earlier is not None and earlier[1].state not in TERMINAL_TOOL_STATES:
+                j, first = earlier
+                merged[j] = None
+                write = merged[i] = _then(first, write)
+            last[key] = (i, write)
+    return merged
+
+
+def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
+    """What ``_UPSERT_CALL`` of ``first`` (not terminal), then of ``then``, leaves in the row,
+    as one write: ``then``'s state, with ``first``'s step, input and output where ``then``
+    keeps the row's, and read-only when either says so."""
+    return replace(
+        then,
+        step=then.step if then.step > 0 else first.step,
+        input=then.input if then.input is not None else first.input,
+        output=then.output if then.output is not None else first.output,
+        read_only=then.read_only or first.read_only,
+    )
 
 
 class SqlWork(SqlLog):
@@ -411,8 +448,15 @@ class SqlWork(SqlLog):
         def batch() -> Plan[list[Any]]:
             held = Held()
             yield from self._check_first_turn(writes, held)
+            merged = _merged_calls(writes)
             out: list[Any] = []
-            for write in writes:
+            for i, write in enumerate(writes):
+                if i in merged:
+                    instead = merged[i]
+                    if instead is None:  # made by a later write of the same call
+                        out.append(None)
+                        continue
+                    write = instead
                 out.append((yield from self._write_plan(write, now, held)))
             return out
 
