@@ -10,7 +10,6 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from drover.errors import StoreError
@@ -119,12 +118,18 @@ def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
     """What ``_UPSERT_CALL`` of ``first`` (not terminal), then of ``then``, leaves in the row,
     as one write: ``then``'s state, with ``first``'s step, input and output where ``then``
     keeps the row's, and read-only when either says so."""
-    return replace(
-        then,
-        step=then.step if then.step > 0 else first.step,
+    return UpsertToolCall(
+        turn_id=then.turn_id,
+        call_id=then.call_id,
+        call_index=then.call_index,
+        name=then.name,
+        state=then.state,
         input=then.input if then.input is not None else first.input,
         output=then.output if then.output is not None else first.output,
+        is_error=then.is_error,
+        outcome_unknown=then.outcome_unknown,
         read_only=then.read_only or first.read_only,
+        step=then.step if then.step > 0 else first.step,
     )
 
 
