@@ -10,7 +10,7 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
@@ -89,6 +89,10 @@ _UPSERT_CALL = (
     "read_only = excluded.read_only OR tool_calls.read_only, "
     f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
 )
+
+
+def _numbered_row(write: JournalWrite) -> bool:
+    return type(write) is AppendEvent and write.seq is not None
 
 
 def _merged_calls(writes: Sequence[JournalWrite]) -> dict[int, UpsertToolCall | None]:
@@ -455,14 +459,23 @@ class SqlWork(SqlLog):
             yield from self._check_first_turn(writes, held)
             merged = _merged_calls(writes)
             out: list[Any] = []
-            for i, write in enumerate(writes):
-                if i in merged:
-                    instead = merged[i]
-                    if instead is None:  # made by a later write of the same call
-                        out.append(None)
-                        continue
-                    write = instead
-                out.append((yield from self._write_plan(write, now, held)))
+            i, n = 0, len(writes)
+            while i < n:
+                # Log rows the journal numbered, one after the other: logged together.
+                j = i
+                while j < n and _numbered_row(writes[j]):
+                    j += 1
+                if j - i > 1:
+                    numbered = cast(Sequence[AppendEvent], writes[i:j])
+                    out += yield from self._append_numbered(numbered, now, held)
+                    i = j
+                    continue
+                write: JournalWrite | None = merged[i] if i in merged else writes[i]
+                if write is None:  # made by a later write of the same call
+                    out.append(None)
+                else:
+                    out.append((yield from self._write_plan(write, now, held)))
+                i += 1
             return out
 
         return await self._perform(batch(), "write")

@@ -1,5 +1,6 @@
-"""A call's states written more than once in one batch: the batch writes the call's row once,
-and leaves it as the writes one by one would have."""
+"""Writes a batch makes together: a call's states written more than once in one batch (its row
+written once), log rows the journal numbered one after the other (one statement); the store
+ends as the writes one by one would leave it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from drover.errors import LeaseLostError
 from drover.messages import user_message
 from drover.store.base import Store, ToolCallRecord
 from drover.store.batch import AppendEvent, EndTurn, JournalWrite, UpsertToolCall
+from drover.store.sql_log import ROWS_PER_INSERT
 
 OWNER = "test-host:1:1"
 
@@ -109,3 +111,45 @@ async def test_a_call_written_again_after_the_end_of_its_turn_is_refused(store: 
         )
     assert (await store.turns(session.id))[0].status == "running"
     assert await store.tool_calls(turn.id) == []
+
+
+async def test_numbered_log_rows_in_a_row_are_logged_as_one_by_one(store: Store) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    many = ROWS_PER_INSERT + 3  # more than one statement holds
+
+    def row(seq: int, **extra: Any) -> AppendEvent:
+        event = {"type": "usage", "n": seq, "text": "é ok", **extra}
+        return AppendEvent(session.id, turn.id, event, seq=seq, last_seq=extra.get("last"))
+
+    batch: list[JournalWrite] = [
+        row(1),
+        row(2, last=4),
+        _call(turn.id, "c1", {"state": "running"}),
+        row(5),
+        *(row(seq) for seq in range(6, 6 + many)),
+        AppendEvent(session.id, None, {"type": "note"}, seq=6 + many),
+    ]
+    results = await store.write_batch(batch)
+    assert results == [1, 2, None, *range(5, 7 + many)]
+    logged = await store.events_after(session.id)
+    assert [(r.seq, r.last_seq, r.turn_id) for r in logged] == [
+        (1, 1, turn.id),
+        (2, 4, turn.id),
+        *((seq, seq, turn.id) for seq in range(5, 6 + many)),
+        (6 + many, 6 + many, None),
+    ]
+    assert logged[1].payload == {"type": "usage", "n": 2, "text": "é ok", "last": 4}
+
+
+async def test_a_batch_with_a_taken_number_among_its_rows_makes_none_of_them(
+    store: Store,
+) -> None:
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    await store.write_batch([AppendEvent(session.id, turn.id, {"type": "usage"}, seq=2)])
+    with pytest.raises(Exception):  # noqa: B017, PT011 (each backend's integrity error)
+        await store.write_batch(
+            [AppendEvent(session.id, turn.id, {"type": "usage"}, seq=n) for n in (1, 2, 3)]
+        )
+    assert [r.seq for r in await store.events_after(session.id)] == [2]
