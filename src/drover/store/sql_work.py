@@ -10,7 +10,7 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
@@ -91,31 +91,50 @@ _UPSERT_CALL = (
 )
 
 
-def _numbered_row(write: JournalWrite) -> bool:
-    return type(write) is AppendEvent and write.seq is not None
+#: How a batch's writes are made (see :func:`_together`): by index, a write made in place of
+#: the batch's (None: none) and, where numbered log rows run one after another, the end of
+#: the run.
+Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int]]
 
 
-def _merged_calls(writes: Sequence[JournalWrite]) -> dict[int, UpsertToolCall | None]:
-    """The states of one call written twice or more in one batch, as one write: by index,
-    the write made in place of each (None: none, a later one makes it). A call's row holds
-    its latest state only, and nothing in a batch but the end of the turn reads the table:
-    the last write, with what it leaves of the earlier ones, makes the row they would
-    together. Only a write whose state is not terminal is folded into a later one (after a
-    terminal state the later write is refused), and never across the end of the turn."""
+def _together(writes: Sequence[JournalWrite]) -> Together:
+    """The writes of a batch made together (one pass over the batch).
+
+    The states of one call written twice or more become one write of its row: the last,
+    with what it leaves of the earlier ones, makes the row they would together (a call's
+    row holds its latest state only, and nothing in a batch but the end of the turn reads
+    the table). Only a state that is not terminal is folded into a later one (after a
+    terminal state the later write is refused), and never across the end of the turn.
+
+    Log rows the journal numbered, two or more one after the other, are logged together
+    (:meth:`~drover.store.sql_log.SqlLog._append_numbered`)."""
     merged: dict[int, UpsertToolCall | None] = {}
+    runs: dict[int, int] = {}
     last: dict[tuple[str, str], tuple[int, UpsertToolCall]] = {}
+    run = -1  # where the current run of numbered log rows began
     for i, write in enumerate(writes):
-        if isinstance(write, EndTurn):
+        kind = type(write)
+        if kind is AppendEvent and cast(AppendEvent, write).seq is not None:
+            if run < 0:
+                run = i
+            continue
+        if i - run > 1 and run >= 0:
+            runs[run] = i
+        run = -1
+        if kind is EndTurn:
             last.clear()
-        elif isinstance(write, UpsertToolCall):
-            key = (write.turn_id, write.call_id)
+        elif kind is UpsertToolCall:
+            call = cast(UpsertToolCall, write)
+            key = (call.turn_id, call.call_id)
             earlier = last.get(key)
             if earlier is not None and earlier[1].state not in TERMINAL_TOOL_STATES:
                 j, first = earlier
                 merged[j] = None
-                write = merged[i] = _then(first, write)
-            last[key] = (i, write)
-    return merged
+                call = merged[i] = _then(first, call)
+            last[key] = (i, call)
+    if run >= 0 and len(writes) - run > 1:
+        runs[run] = len(writes)
+    return merged, runs
 
 
 def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
@@ -457,20 +476,17 @@ class SqlWork(SqlLog):
         def batch() -> Plan[list[Any]]:
             held = Held()
             yield from self._check_first_turn(writes, held)
-            merged = _merged_calls(writes)
+            merged, runs = _together(writes)
             out: list[Any] = []
             i, n = 0, len(writes)
             while i < n:
-                # Log rows the journal numbered, one after the other: logged together.
-                j = i
-                while j < n and _numbered_row(writes[j]):
-                    j += 1
-                if j - i > 1:
-                    numbered = cast(Sequence[AppendEvent], writes[i:j])
+                end = runs.get(i)
+                if end is not None:
+                    numbered = cast(Sequence[AppendEvent], writes[i:end])
                     out += yield from self._append_numbered(numbered, now, held)
-                    i = j
+                    i = end
                     continue
-                write: JournalWrite | None = merged[i] if i in merged else writes[i]
+                write = merged.get(i, writes[i]) if merged else writes[i]
                 if write is None:  # made by a later write of the same call
                     out.append(None)
                 else:
