@@ -51,7 +51,8 @@ class Fanout:
         self.detached: list[tuple[EventSink, Exception]] = []
         # Events taken by the reliable sinks and not yet shown (see holds_back above).
         self._held: list[Event] = []
-        # The reliable sinks that can hold an event back (asked after every event).
+        # The reliable sinks that can hold an event back: asked after every event whether they
+        # hold back the last one they took.
         self._holders: tuple[Any, ...] = tuple(s for s in self._sinks if hasattr(s, "holds_back"))
 
     async def send(self, event: Event) -> None:
@@ -63,7 +64,12 @@ class Fanout:
                 await sink.send(event)
         except asyncio.CancelledError as exc:
             cancelled = exc
-        if not self._holding() or isinstance(event, _NEVER_HELD):
+        holding = False
+        for sink in self._holders:  # (per event: no call, no generator)
+            if sink.holds_back:
+                holding = True
+                break
+        if not holding or isinstance(event, _NEVER_HELD):
             if self._held:
                 shown, self._held = self._held, []
                 shown.append(event)
@@ -77,13 +83,6 @@ class Fanout:
             event.decide("deny")
         if cancelled is not None:
             raise cancelled
-
-    def _holding(self) -> bool:
-        """Whether a reliable sink holds back the last event it took."""
-        for sink in self._holders:  # noqa: SIM110 (per event: no generator)
-            if sink.holds_back:
-                return True
-        return False
 
     async def _show(self, event: Event) -> asyncio.CancelledError | None:
         """Send ``event`` to every live consumer; the cancellation one of them raised."""

@@ -9,6 +9,7 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, cast
 
@@ -89,6 +90,21 @@ _UPSERT_CALL = (
     "read_only = excluded.read_only OR tool_calls.read_only, "
     f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
 )
+
+
+@functools.cache
+def _numbered_sql(
+    table: str, columns: str, values: str, scope: tuple[str, ...]
+) -> tuple[str, str, str]:
+    """The statements of :meth:`SqlWork._numbered`: the insert that numbers its row and
+    returns the number; or the read of the number, then the insert (built once each)."""
+    where = " AND ".join(f"{column} = ?" for column in scope)
+    return (
+        f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
+        f"FROM {table} WHERE {where} RETURNING seq",
+        f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}",
+        f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)",
+    )
 
 
 #: How a batch's writes are made (see :func:`_together`): by index, a write made in place of
@@ -193,23 +209,14 @@ class SqlWork(SqlLog):
         """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
         ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
         The caller holds the session's lock, so no other writer takes the same number."""
-        where = " AND ".join(f"{column} = ?" for column in scope)
+        returning, select, insert = _numbered_sql(table, columns, values, scope)
         scoped = params[-len(scope) :]
         if self.dialect.returning:
-            found = yield from rows(
-                f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
-                f"FROM {table} WHERE {where} RETURNING seq",
-                *params,
-                *scoped,
-            )
+            found = yield from rows(returning, *params, *scoped)
             return int(first_value(found, "seq"))
-        found = yield from rows(
-            f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}", *scoped
-        )
+        found = yield from rows(select, *scoped)
         seq = int(first_value(found, "seq"))
-        yield from execute(
-            f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)", *params, seq
-        )
+        yield from execute(insert, *params, seq)
         return seq
 
     def _add_message(self, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
