@@ -110,10 +110,10 @@ def _numbered_sql(
 #: How a batch's writes are made (see :func:`_together`): by index, a write made in place of
 #: the batch's (None: none) and, where numbered log rows run one after another, the end of
 #: the run.
-Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int]]
+_Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int]]
 
 
-def _together(writes: Sequence[JournalWrite]) -> Together:
+def _together(writes: Sequence[JournalWrite]) -> _Together:
     """The writes of a batch made together (one pass over the batch).
 
     The states of one call written twice or more become one write of its row: the last,
