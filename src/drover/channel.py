@@ -14,9 +14,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
-from drover.events import Event, PermissionRequest, is_droppable, is_terminal
+from drover.events import Done, Error, Event, Incomplete, PermissionRequest, is_droppable
+
+#: Events never held back from live consumers: a question and a turn's end (nothing may keep
+#: them from the user).
+_NEVER_HELD = (PermissionRequest, Done, Incomplete, Error)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,9 @@ class Fanout:
         self.detached: list[tuple[EventSink, Exception]] = []
         # Events taken by the reliable sinks and not yet shown (see holds_back above).
         self._held: list[Event] = []
+        # The reliable sinks that can hold an event back: asked after every event whether they
+        # hold back the last one they took.
+        self._holders: tuple[Any, ...] = tuple(s for s in self._sinks if hasattr(s, "holds_back"))
 
     async def send(self, event: Event) -> None:
         # An interruption while one sink handles the event still lets every other consumer
@@ -57,8 +64,12 @@ class Fanout:
                 await sink.send(event)
         except asyncio.CancelledError as exc:
             cancelled = exc
-        # A question and a turn's end are never held (nothing may keep them from the user).
-        if isinstance(event, PermissionRequest) or is_terminal(event) or not self._holding():
+        holding = False
+        for sink in self._holders:  # (per event: no call, no generator)
+            if sink.holds_back:
+                holding = True
+                break
+        if not holding or isinstance(event, _NEVER_HELD):
             if self._held:
                 shown, self._held = self._held, []
                 shown.append(event)
@@ -68,17 +79,10 @@ class Fanout:
                 cancelled = await self._show(event) or cancelled
         else:
             self._held.append(event)
-        if isinstance(event, PermissionRequest) and self._had_live and not self._live:
+        if self._had_live and not self._live and isinstance(event, PermissionRequest):
             event.decide("deny")
         if cancelled is not None:
             raise cancelled
-
-    def _holding(self) -> bool:
-        """Whether a reliable sink holds back the last event it took."""
-        for sink in self._sinks:  # noqa: SIM110 (per event: no generator)
-            if getattr(sink, "holds_back", False):
-                return True
-        return False
 
     async def _show(self, event: Event) -> asyncio.CancelledError | None:
         """Send ``event`` to every live consumer; the cancellation one of them raised."""

@@ -280,17 +280,21 @@ Event: TypeAlias = (
     | WorkerEvent
 )
 TerminalEvent: TypeAlias = Done | Incomplete | Error
+#: The terminal event classes, as a tuple: ``isinstance`` with it builds no union per call.
+_TERMINAL = (Done, Incomplete, Error)
+#: The events a slow live consumer may miss (see :func:`is_droppable`).
+_DROPPABLE = (TextDelta, ThinkingDelta)
 
 
 def is_terminal(event: Event) -> bool:
-    return isinstance(event, Done | Incomplete | Error)
+    return isinstance(event, _TERMINAL)
 
 
 def is_droppable(event: Event) -> bool:
     """Events a slow live consumer may miss: the text shows again in the final message."""
     if isinstance(event, WorkerEvent):
         return is_droppable(event.event)
-    return isinstance(event, TextDelta | ThinkingDelta)
+    return isinstance(event, _DROPPABLE)
 
 
 def turn_status(event: TerminalEvent) -> TurnStatus:
@@ -316,35 +320,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     as the end of the parent's turn.
     """
     match event:
-        case WorkerEvent():
-            return {
-                "type": event.type,
-                "worker": event.worker,
-                "parent_call_id": event.call_id,
-                "event": event_to_dict(event.event),
-            }
-        case TurnStarted():
-            user = message_to_dict(event.user_message) if event.user_message else None
-            body: dict[str, Any] = {
-                "turn_id": event.turn_id,
-                "session_id": event.session_id,
-                "user_message": user,
-            }
-        case StepStarted():
-            body = {"step": event.step}
-        case TextDelta() | ThinkingDelta():
-            body = {"text": event.text, "index": event.index}
-        case Retry():
-            body = {
-                "attempt": event.attempt,
-                "delay": event.delay,
-                "error": event.error,
-                "discard_partial": event.discard_partial,
-            }
-        case AssistantMessage():
-            body = {"message": message_to_dict(event.message), "partial": event.partial}
+        # (the most frequent first: the journal logs a step's call states and these)
         case ToolStateChanged():
-            body = {
+            body: dict[str, Any] = {
                 "call_id": event.call_id,
                 "call_index": event.call_index,
                 "name": event.name,
@@ -375,6 +353,39 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "is_error": event.is_error,
                 "output_summary": event.output_summary,
             }
+        case UsageReport():
+            body = {
+                "usage": event.usage.to_dict(),
+                "total_input": event.total_input,
+                "total_output": event.total_output,
+            }
+        case WorkerEvent():
+            return {
+                "type": event.type,
+                "worker": event.worker,
+                "parent_call_id": event.call_id,
+                "event": event_to_dict(event.event),
+            }
+        case TurnStarted():
+            user = message_to_dict(event.user_message) if event.user_message else None
+            body = {
+                "turn_id": event.turn_id,
+                "session_id": event.session_id,
+                "user_message": user,
+            }
+        case StepStarted():
+            body = {"step": event.step}
+        case TextDelta() | ThinkingDelta():
+            body = {"text": event.text, "index": event.index}
+        case Retry():
+            body = {
+                "attempt": event.attempt,
+                "delay": event.delay,
+                "error": event.error,
+                "discard_partial": event.discard_partial,
+            }
+        case AssistantMessage():
+            body = {"message": message_to_dict(event.message), "partial": event.partial}
         case ToolResults():
             body = {"message": message_to_dict(event.message)}
         case PermissionRequest():
@@ -384,12 +395,6 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "tool_name": event.tool_name,
                 "input": dict(event.input),
                 "summary": event.summary,
-            }
-        case UsageReport():
-            body = {
-                "usage": event.usage.to_dict(),
-                "total_input": event.total_input,
-                "total_output": event.total_output,
             }
         case Compacted():
             body = {

@@ -36,6 +36,7 @@ from drover.store.redact import (
     REDACTED,
     Redactor,
     StreamRedactor,
+    _has_mark,
 )
 from drover.store.sqlite import SqliteStore
 
@@ -288,3 +289,20 @@ def test_every_builtin_match_holds_a_mark_the_quick_check_looks_for() -> None:
     assert Redactor().redact("nothing secret here, 12345 words.") == (
         "nothing secret here, 12345 words."
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from("bBeEaArR sk-gh_pAKIxo:/eyJ-BEGIN\u0130\u212aİ\u017f"), max_size=40
+    )
+)
+def test_the_quick_check_finds_the_marks_the_marks_pattern_finds(text: str) -> None:
+    assert _has_mark(text) == (_BUILTIN_MARKS.search(text) is not None)
+
+
+def test_the_quick_check_finds_bearer_in_any_case() -> None:
+    for text in ("Bearer x", "BEARER", "a bEaReR", "bearer", "xbearerx", "Authorization: BeArEr t"):
+        assert _has_mark(text) and _BUILTIN_MARKS.search(text)
+    for text in ("bear er", "beare", "nothing here", "", "B E A R E R"):
+        assert not _has_mark(text) and not _BUILTIN_MARKS.search(text)

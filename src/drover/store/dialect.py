@@ -73,12 +73,35 @@ def atomic(plan: Plan[T]) -> Plan[T]:
 
 
 #: ``json.dumps`` with these options builds an encoder on every call; one serves them all.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_encode = _encoder.encode
+#: What that encoder's ``encode`` runs for a container, less its Python layers (``encode``,
+#: ``iterencode``, the choice of function); a fresh ``{}`` for its circular-reference check
+#: each call, as ``encode`` makes. None when the C accelerator is missing, or does not make
+#: the same text (checked once, below).
+_c_make_encoder: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)
+_c_basestring = json.encoder.encode_basestring
+_default = _encoder.default
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text, non-ASCII kept as is."""
-    return _encode(value)
+    if _c_make_encoder is None or type(value) is not dict:
+        return _encode(value)
+    scan = _c_make_encoder({}, _default, _c_basestring, None, ":", ",", False, False, True)
+    return "".join(scan(value, 0))
+
+
+def _c_dumps_agrees() -> bool:
+    sample = {"a": [1, 2.5, None, True, float("inf")], "é": {"k": 'x\u2028"\\'}, "": {}}
+    try:
+        return dumps(sample) == _encode(sample)
+    except Exception:
+        return False
+
+
+if _c_make_encoder is not None and not _c_dumps_agrees():  # another Python's accelerator
+    _c_make_encoder = None
 
 
 _CAST = re.compile(r"::(?:jsonb|text|double precision)\b")

@@ -189,6 +189,7 @@ class Journal(JournalLog):
         self._step = 0
         self._text = TextBuffers(self._redactor)
         self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
+        self._observed = self._numbers.observed
         self._wrap = wrap
         self._last_flush = clock()
         self._timer = FlushTimer(flush_interval, self._timed_flush, clock=clock, sleep=sleep)
@@ -297,6 +298,37 @@ class Journal(JournalLog):
 
     async def _handle(self, event: Event) -> None:
         match event:
+            # (the most frequent first: a step's four call states and three events that wait
+            # for the next write)
+            case ToolStateChanged():
+                urgent = False
+                if event.state == "input-streaming":
+                    # A tool_use block begins: the text blocks before it are finished, so all
+                    # their text is written now (nothing held back), before the tool's state
+                    # is numbered — a snapshot or replay from that number misses none of it.
+                    self._timer.cancel()
+                    self._take_text(final=True)
+                elif event.state == "input-available":
+                    # Text that came after the call began (rare) is written with its input.
+                    self._timer.cancel()
+                    urgent = self._take_text(final=False)
+                # Redacted once, for its log row and the call's row.
+                payload = self._redactor.redact_obj(event_to_dict(event))
+                await self._log(
+                    event, payload=payload, before=partial(self._upsert, event, payload)
+                )
+                if event.state in TERMINAL_TOOL_STATES:
+                    self._results_ahead(event, payload.get("output"))
+                if urgent or event.state in _MADE_AT_ONCE:
+                    await self._drain()
+                else:
+                    self._defer()
+                return
+            case ToolStart() | ToolDone() | UsageReport() | Compacted():
+                # Nothing waits on these: they go with the next write a guarantee needs.
+                await self._log(event)
+                self._defer()
+                return
             case WorkerEvent():
                 await self._worker_journal(event).send(event.event)
                 return
@@ -357,30 +389,6 @@ class Journal(JournalLog):
                 if not event.partial:
                     await self._finished(message)
                 return
-            case ToolStateChanged():
-                urgent = False
-                if event.state == "input-streaming":
-                    # A tool_use block begins: the text blocks before it are finished, so all
-                    # their text is written now (nothing held back), before the tool's state
-                    # is numbered — a snapshot or replay from that number misses none of it.
-                    self._timer.cancel()
-                    self._take_text(final=True)
-                elif event.state == "input-available":
-                    # Text that came after the call began (rare) is written with its input.
-                    self._timer.cancel()
-                    urgent = self._take_text(final=False)
-                # Redacted once, for its log row and the call's row.
-                payload = self._redactor.redact_obj(event_to_dict(event))
-                await self._log(
-                    event, payload=payload, before=partial(self._upsert, event, payload)
-                )
-                if event.state in TERMINAL_TOOL_STATES:
-                    self._results_ahead(event, payload.get("output"))
-                if urgent or event.state in _MADE_AT_ONCE:
-                    await self._drain()
-                else:
-                    self._defer()
-                return
             case PermissionRequest():
                 pass  # the turn waits for the user: written at once
             case ToolResults():
@@ -427,11 +435,6 @@ class Journal(JournalLog):
                 # closing the turn (see _end_turn).
                 self._end_turn(event, reason, error)
                 await self._drain()
-                return
-            case ToolStart() | ToolDone() | UsageReport() | Compacted():
-                # Nothing waits on these: they go with the next write a guarantee needs.
-                await self._log(event)
-                self._defer()
                 return
             case _:
                 assert_never(event)
@@ -495,7 +498,7 @@ class Journal(JournalLog):
         with nothing buffered, from the first delta since: the oldest unwritten text is what
         it bounds (as the timer does), so the first delta of a step is not written alone
         because the previous step was slow."""
-        if seq is not None and self._numbers.observed:
+        if seq is not None and self._observed:
             body = {
                 "type": "text_delta",
                 "text": delta.text,

@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 from drover.errors import LeaseLostError, StoreError
@@ -153,7 +152,10 @@ class JournalLog:
         ref = self._referring(row, message, body)
         if ref is None:
             return False
-        self._writes.push("log the event", replace(ref, event={**ref.event, MESSAGE_OF: seq}))
+        event = {**ref.event, MESSAGE_OF: seq}
+        self._writes.push(
+            "log the event", AppendEvent(ref.session_id, ref.turn_id, event, ref.seq, ref.last_seq)
+        )
         return True
 
     def _publish(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> None:

@@ -135,11 +135,16 @@ class WriteQueue:
         self._made([queued], [result])
 
     def _made(self, writes: list[Queued], results: list[Any] | None = None) -> None:
+        # (the writes are the queue's head: counted at once, then each one's outcome told)
+        n = len(writes)
+        popleft = self._queue.popleft
+        for _ in range(n):
+            popleft()
+        self.made += n
+        self._solo = max(0, self._solo - n)
         for i, queued in enumerate(writes):
-            self._queue.popleft()
-            self.made += 1
-            self._solo = max(0, self._solo - 1)
-            self.ended = self.ended or queued.ends_turn
+            if queued.ends_turn:
+                self.ended = True
             if results is not None and queued.done is not None:
                 queued.done(results[i])
 

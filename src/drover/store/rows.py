@@ -136,12 +136,12 @@ def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | Non
     """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
     if marks is None:
         return None
-    flat: list[int] = []
+    pairs: list[str] = []
     prev_seq, prev_end = seq, 0
     for mark_seq, end in marks:
-        flat += (mark_seq - prev_seq, end - prev_end)
+        pairs.append(f"{mark_seq - prev_seq},{end - prev_end}")
         prev_seq, prev_end = mark_seq, end
-    return f"[{','.join(map(str, flat))}]"  # the compact JSON of a list of integers
+    return f"[{','.join(pairs)}]"  # the compact JSON of a list of integers
 
 
 def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:

@@ -9,8 +9,9 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
@@ -91,6 +92,86 @@ _UPSERT_CALL = (
 )
 
 
+@functools.cache
+def _numbered_sql(
+    table: str, columns: str, values: str, scope: tuple[str, ...]
+) -> tuple[str, str, str]:
+    """The statements of :meth:`SqlWork._numbered`: the insert that numbers its row and
+    returns the number; or the read of the number, then the insert (built once each)."""
+    where = " AND ".join(f"{column} = ?" for column in scope)
+    return (
+        f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
+        f"FROM {table} WHERE {where} RETURNING seq",
+        f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}",
+        f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)",
+    )
+
+
+#: How a batch's writes are made (see :func:`_together`): by index, a write made in place of
+#: the batch's (None: none) and, where numbered log rows run one after another, the end of
+#: the run.
+_Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int]]
+
+
+def _together(writes: Sequence[JournalWrite]) -> _Together:
+    """The writes of a batch made together (one pass over the batch).
+
+    The states of one call written twice or more become one write of its row: the last,
+    with what it leaves of the earlier ones, makes the row they would together (a call's
+    row holds its latest state only, and nothing in a batch but the end of the turn reads
+    the table). Only a state that is not terminal is folded into a later one (after a
+    terminal state the later write is refused), and never across the end of the turn.
+
+    Log rows the journal numbered, two or more one after the other, are logged together
+    (:meth:`~drover.store.sql_log.SqlLog._append_numbered`)."""
+    merged: dict[int, UpsertToolCall | None] = {}
+    runs: dict[int, int] = {}
+    last: dict[tuple[str, str], tuple[int, UpsertToolCall]] = {}
+    run = -1  # where the current run of numbered log rows began
+    for i, write in enumerate(writes):
+        kind = type(write)
+        if kind is AppendEvent and cast(AppendEvent, write).seq is not None:
+            if run < 0:
+                run = i
+            continue
+        if i - run > 1 and run >= 0:
+            runs[run] = i
+        run = -1
+        if kind is EndTurn:
+            last.clear()
+        elif kind is UpsertToolCall:
+            call = cast(UpsertToolCall, write)
+            key = (call.turn_id, call.call_id)
+            earlier = last.get(key)
+            if earlier is not None and earlier[1].state not in TERMINAL_TOOL_STATES:
+                j, first = earlier
+                merged[j] = None
+                call = merged[i] = _then(first, call)
+            last[key] = (i, call)
+    if run >= 0 and len(writes) - run > 1:
+        runs[run] = len(writes)
+    return merged, runs
+
+
+def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
+    """What ``_UPSERT_CALL`` of ``first`` (not terminal), then of ``then``, leaves in the row,
+    as one write: ``then``'s state, with ``first``'s step, input and output where ``then``
+    keeps the row's, and read-only when either says so."""
+    return UpsertToolCall(
+        turn_id=then.turn_id,
+        call_id=then.call_id,
+        call_index=then.call_index,
+        name=then.name,
+        state=then.state,
+        input=then.input if then.input is not None else first.input,
+        output=then.output if then.output is not None else first.output,
+        is_error=then.is_error,
+        outcome_unknown=then.outcome_unknown,
+        read_only=then.read_only or first.read_only,
+        step=then.step if then.step > 0 else first.step,
+    )
+
+
 class SqlWork(SqlLog):
     """Writes of a running turn; :meth:`_end_turn` comes from the class that ends turns."""
 
@@ -128,23 +209,14 @@ class SqlWork(SqlLog):
         """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
         ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
         The caller holds the session's lock, so no other writer takes the same number."""
-        where = " AND ".join(f"{column} = ?" for column in scope)
+        returning, select, insert = _numbered_sql(table, columns, values, scope)
         scoped = params[-len(scope) :]
         if self.dialect.returning:
-            found = yield from rows(
-                f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
-                f"FROM {table} WHERE {where} RETURNING seq",
-                *params,
-                *scoped,
-            )
+            found = yield from rows(returning, *params, *scoped)
             return int(first_value(found, "seq"))
-        found = yield from rows(
-            f"SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM {table} WHERE {where}", *scoped
-        )
+        found = yield from rows(select, *scoped)
         seq = int(first_value(found, "seq"))
-        yield from execute(
-            f"INSERT INTO {table} ({columns}, seq) VALUES ({values}, ?)", *params, seq
-        )
+        yield from execute(insert, *params, seq)
         return seq
 
     def _add_message(self, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
@@ -411,9 +483,22 @@ class SqlWork(SqlLog):
         def batch() -> Plan[list[Any]]:
             held = Held()
             yield from self._check_first_turn(writes, held)
+            merged, runs = _together(writes)
             out: list[Any] = []
-            for write in writes:
-                out.append((yield from self._write_plan(write, now, held)))
+            i, n = 0, len(writes)
+            while i < n:
+                end = runs.get(i)
+                if end is not None:
+                    numbered = cast(Sequence[AppendEvent], writes[i:end])
+                    out += yield from self._append_numbered(numbered, now, held)
+                    i = end
+                    continue
+                write = merged.get(i, writes[i]) if merged else writes[i]
+                if write is None:  # made by a later write of the same call
+                    out.append(None)
+                else:
+                    out.append((yield from self._write_plan(write, now, held)))
+                i += 1
             return out
 
         return await self._perform(batch(), "write")
@@ -431,19 +516,19 @@ class SqlWork(SqlLog):
             return
 
     def _write_plan(self, write: JournalWrite, now: float, held: Held | None = None) -> Plan[Any]:
-        match write:
-            case AppendMessage():
-                return self._append_message(write, now, held)
-            case ReplaceMessage():
-                return self._replace_message(write, held)
-            case AppendPartialText():
-                return self._append_partial_text(write, now, held)
-            case DiscardPartialText():
-                return self._discard(write, now, held)
+        match write:  # (the most frequent first: most writes are log rows and call states)
             case AppendEvent():
                 return self._append_event(write, now, held)
             case UpsertToolCall():
                 return self._upsert_call(write, now, held)
+            case AppendMessage():
+                return self._append_message(write, now, held)
+            case AppendPartialText():
+                return self._append_partial_text(write, now, held)
+            case ReplaceMessage():
+                return self._replace_message(write, held)
+            case DiscardPartialText():
+                return self._discard(write, now, held)
             case EndTurn():
                 return self._end_turn(write, now, held)
 

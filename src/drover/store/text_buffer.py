@@ -28,20 +28,37 @@ class TextBuffers:
         self.unflushed = 0
         # The first number of superseded deltas no row holds yet.
         self._absorb: int | None = None
+        # The block the last delta went to, its stream and marks: the next delta almost
+        # always goes to the same one (forgotten whenever a block is).
+        self._last: tuple[int, int, StreamRedactor, StreamMarks | None] | None = None
 
     def feed(self, step: int, index: int, text: str, seq: int | None) -> None:
+        last = self._last
+        if (
+            last is None
+            or last[0] != step
+            or last[1] != index
+            or (seq is not None and last[3] is None)
+        ):
+            last = self._last = self._block(step, index, seq is not None)
+        last[2].feed(text)
+        marks = last[3]
+        if seq is not None and marks is not None:  # (never None for a numbered delta)
+            marks.feed(seq, len(text))
+        # (bytes: an ASCII string's length is its size, without encoding a copy)
+        self.unflushed += len(text) if text.isascii() else len(text.encode())
+
+    def _block(
+        self, step: int, index: int, numbered: bool
+    ) -> tuple[int, int, StreamRedactor, StreamMarks | None]:
         key = (step, index)
         stream = self._texts.get(key)
         if stream is None:
             stream = self._texts[key] = StreamRedactor(self._redactor)
-        stream.feed(text)
-        if seq is not None:
-            marks = self._marks.get(key)
-            if marks is None:
-                marks = self._marks[key] = StreamMarks()
-            marks.feed(seq, len(text))
-        # (bytes: an ASCII string's length is its size, without encoding a copy)
-        self.unflushed += len(text) if text.isascii() else len(text.encode())
+        marks = self._marks.get(key)
+        if marks is None and numbered:
+            marks = self._marks[key] = StreamMarks()
+        return step, index, stream, marks
 
     def take(self, turn_id: str | None, *, final: bool) -> list[AppendPartialText]:
         """The writes of the text that is safe to write (all of it when ``final``)."""
@@ -61,11 +78,13 @@ class TextBuffers:
         if final:
             self._texts.clear()
             self._marks.clear()
+            self._last = None
         self.unflushed = 0
         return out
 
     def drop(self, step: int) -> None:
         """Forget the step's unwritten text (a finished message or a retry supersedes it)."""
+        self._last = None
         for key in [k for k in self._texts if k[0] == step]:
             del self._texts[key]
             marks = self._marks.pop(key, None)
@@ -87,3 +106,4 @@ class TextBuffers:
     def clear(self) -> None:
         self._texts.clear()
         self._marks.clear()
+        self._last = None
