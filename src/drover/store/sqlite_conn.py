@@ -245,8 +245,7 @@ class SqliteConnection:
         except sqlite3.Error as exc:
             raise StoreError(f"journal error: {exc}") from exc
 
-    @staticmethod
-    def _begin_here(here: Conn) -> bool:
+    def _begin_here(self, here: Conn) -> bool:
         """Whether the write lock was had at once (if not, nothing of the write has run)."""
         try:
             here.execute(WRITE)
