@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from drover.messages import user_message
+from drover.messages import TextBlock, assistant_message, user_message
+from drover.store.batch import AppendMessage
+from drover.store.sql_work import BULK_CHARS
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn
 
@@ -153,3 +155,25 @@ async def test_the_wal_stays_bounded_when_every_write_is_made_here(tmp_path: Pat
     # Without the worker's checkpoints the WAL would hold every commit: ~4 MiB here.
     assert writes * 4000 > WAL_SIZE_LIMIT
     assert largest < WAL_SIZE_LIMIT / 2, largest
+
+
+async def test_a_batch_of_many_bytes_is_made_on_the_worker(tmp_path: Path) -> None:
+    # Storing a long answer (its message, the fold of its text rows) takes milliseconds per
+    # 100 KB: too long to stall the event loop for, even with the worker idle.
+    async with SqliteStore(tmp_path / "j.db") as store:
+        _, turn_id = await _turn(store)
+        seen: list[str] = []
+        await store._call(lambda conn: _trace(conn, seen, "worker"))
+        assert store._here is not None
+        _trace(store._here, seen, "here")
+        for size in (100, BULK_CHARS + 1):
+            message = assistant_message([TextBlock(text="x" * size)])
+            await store.write_batch([AppendMessage(turn_id, message)])
+            seen.append("--")
+        await store._call(lambda conn: conn.set_trace_callback(None))
+        store._here.set_trace_callback(None)
+        stored = [m.message.text for m in await store.turn_messages(turn_id)]
+    small, large = " ".join(seen).split("--")[:2]
+    assert "here: INSERT" in small and "worker" not in small
+    assert "worker: INSERT" in large and "here" not in large
+    assert [len(text) for text in stored] == [100, BULK_CHARS + 1]

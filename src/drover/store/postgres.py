@@ -105,7 +105,7 @@ class PostgresStore(SqlStore):
 
     async def _perform(self, plan: Plan[T], mode: Mode) -> T:
         db = self._open_db()
-        if mode == "write":
+        if mode == "write" or mode == "bulk":
             return await db.write(lambda conn: _drive(conn, plan))
         if mode == "read":
             return await db.call(lambda conn: _drive(conn, plan))

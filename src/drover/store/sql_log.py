@@ -2,7 +2,8 @@
 
 :class:`SqlLog` holds what the rest of :class:`~drover.store.sql_store.SqlStore` builds on: the
 backend's :meth:`SqlLog._perform` (which drives a plan of :mod:`drover.store.dialect` in one of
-three modes: ``read``, no transaction; ``write``, one short write transaction; ``snapshot``, one
+four modes: ``read``, no transaction; ``write``, one short write transaction; ``bulk``, a write
+transaction of many bytes, which a backend keeps off its caller's thread; ``snapshot``, one
 consistent read), the session lock every write takes first, and the event log.
 
 A session's log numbers its events 1, 2, 3… without gaps; a coalesced text row covers the
@@ -29,7 +30,7 @@ from drover.store.fold import TEXT_AT, resolved
 from drover.store.rows import event_from_row, json_value, partial_text_record
 
 T = TypeVar("T")
-Mode: TypeAlias = Literal["read", "write", "snapshot"]
+Mode: TypeAlias = Literal["read", "write", "bulk", "snapshot"]
 
 
 _EVENT_ROW = "(?, ?, ?, ?::text, ?, ?::jsonb, ?, ?, ?)"

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias, cast
 
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
-from drover.messages import Message, message_to_dict
+from drover.messages import Message, TextBlock, ToolResultBlock, message_to_dict
 from drover.store.base import (
     EventRecord,
     StoredMessage,
@@ -77,6 +77,10 @@ def _contiguous(group: Sequence[EventRecord]) -> bool:
 
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
 # A call in a terminal state keeps it: a late write cannot reopen it.
+#: Characters a batch stores (:func:`_chars`) above which it is a ``bulk`` write: made on the
+#: store's own thread, not its caller's. The final write of a 100 KB answer (the message, and
+#: the fold of its ~1,000 text rows) takes ~40 ms, which no event loop should stall for.
+BULK_CHARS = 32 * 1024
 _UPSERT_CALL = (
     "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
     "is_error, outcome_unknown, read_only, created_at, updated_at) "
@@ -151,6 +155,25 @@ def _together(writes: Sequence[JournalWrite]) -> _Together:
     if run >= 0 and len(writes) - run > 1:
         runs[run] = len(writes)
     return merged, runs
+
+
+def _chars(writes: Sequence[JournalWrite]) -> int:
+    """About how many characters ``writes`` store (a message's text and results, partial
+    text, a call's output): what the time of their transaction grows with."""
+    total = 0
+    for write in writes:
+        kind = type(write)
+        if kind is AppendMessage or kind is ReplaceMessage:
+            for block in cast(AppendMessage | ReplaceMessage, write).message.content:
+                if type(block) is TextBlock:
+                    total += len(block.text)
+                elif type(block) is ToolResultBlock:
+                    total += len(block.content)
+        elif kind is AppendPartialText:
+            total += len(cast(AppendPartialText, write).text)
+        elif kind is UpsertToolCall:
+            total += len(cast(UpsertToolCall, write).output or "")
+    return total
 
 
 def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
@@ -501,7 +524,7 @@ class SqlWork(SqlLog):
                 i += 1
             return out
 
-        return await self._perform(batch(), "write")
+        return await self._perform(batch(), "bulk" if _chars(writes) > BULK_CHARS else "write")
 
     def _check_first_turn(self, writes: Sequence[JournalWrite], held: Held) -> Plan[None]:
         """Check (and lock) the turn of the batch's first write of a running turn before the

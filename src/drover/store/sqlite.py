@@ -3,10 +3,11 @@
 The logic is :class:`~drover.store.sql_store.SqlStore`'s; this module drives its plans on the
 connections of :mod:`drover.store.sqlite_conn`: reads on its worker thread (serialised and
 shielded), writes on the calling thread when nothing makes them wait and on the worker
-otherwise. Every write is one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock
-up front: several processes (or several stores in one process) can share a file without
-"database is locked", and what a write reads to decide (the next sequence number, a running turn
-of the session, the turn's owner) holds until it commits.
+otherwise; a write of many bytes (``bulk``: a long answer's message) always on the worker.
+Every write is one short ``BEGIN IMMEDIATE`` transaction, which takes the write lock up front:
+several processes (or several stores in one process) can share a file without "database is
+locked", and what a write reads to decide (the next sequence number, a running turn of the
+session, the turn's owner) holds until it commits.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class SqliteStore(SqliteConnection, SqlStore):
     async def _perform(self, plan: Plan[T], mode: Mode) -> T:
         if mode == "write":
             return await self._write(lambda conn: self._drive(conn, plan))
+        if mode == "bulk":  # long on any thread: never the caller's
+            return await self._hop(
+                lambda conn: self._tx(conn, lambda c: self._drive(c, plan), WRITE)
+            )
         if mode == "snapshot":
             return await self._call(
                 lambda conn: self._tx(conn, lambda c: self._drive(c, plan), READ)
