@@ -112,6 +112,8 @@ READERS_DO_NOT_LOAD = (
     "concurrent.futures",
     "socket",
     "ssl",
+    "logging",
+    "threading",
 )
 
 

@@ -26,11 +26,10 @@ the last few) and foreign keys on; every write is one short ``BEGIN IMMEDIATE`` 
 
 from __future__ import annotations
 
+import _thread
 import itertools
-import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Conn = sqlite3.Connection
-log = logging.getLogger(__name__)
 
 #: The page size of a new journal. A text flush at a typical 320 B/s carries ~80 bytes and
 #: costs at least one WAL frame (a page + 24 bytes): ~52x its text at SQLite's default 4 KiB,
@@ -86,7 +84,8 @@ class SqliteConnection:
         self._conn: Conn | None = None
         # The connection writes run on here (None: every call goes to the worker).
         self._here: Conn | None = None
-        self._here_lock = threading.Lock()
+        # (``_thread``'s lock: the commands that only read load neither threading nor logging)
+        self._here_lock = _thread.allocate_lock()
         # Calls handed to the worker, and those it finished: each counter is advanced by one
         # thread only (``next`` on a count is atomic), so their difference is what is queued.
         self._sends, self._dones = itertools.count(1), itertools.count(1)
@@ -296,7 +295,11 @@ class SqliteConnection:
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
-            log.warning("journal: checkpoint failed (%s); the next one will retry", exc)
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "journal: checkpoint failed (%s); the next one will retry", exc
+            )
 
     @staticmethod
     def _tx(conn: Conn, fn: Callable[[Conn], T], begin: str) -> T:
