@@ -224,17 +224,21 @@ def _as_call(write: JournalWrite) -> tuple[str, tuple[Any, ...]] | None:
 
 
 @contextlib.asynccontextmanager
-async def traced(store: SqliteStore) -> AsyncIterator[list[str]]:
+async def traced(store: SqliteStore, *, by_connection: bool = False) -> AsyncIterator[list[str]]:
     """The statements ``store`` runs meanwhile, on its worker's connection and on the one its
-    writes run on from the calling thread."""
+    writes run on from the calling thread; with ``by_connection``, each as ``"worker: VERB"``
+    or ``"here: VERB"`` (its first word)."""
     statements: list[str] = []
 
-    def trace(callback: Callable[[str], None] | None) -> Callable[[Any], None]:
-        return lambda conn: conn.set_trace_callback(callback)
+    def trace(name: str | None) -> Callable[[Any], None]:
+        def record(sql: str) -> None:
+            statements.append(f"{name}: {sql.split()[0]}" if by_connection else sql)
 
-    await store._call(trace(statements.append))
+        return lambda conn: conn.set_trace_callback(None if name is None else record)
+
+    await store._call(trace("worker"))
     if store._here is not None:
-        trace(statements.append)(store._here)
+        trace("here")(store._here)
     try:
         yield statements
     finally:

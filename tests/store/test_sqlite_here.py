@@ -22,6 +22,8 @@ from drover.store.sql_work import BULK_CHARS
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn
 
+from .helpers import traced
+
 OWNER = "h:1:1"
 
 # Holds the write lock of the file named on its command line until told to let it go.
@@ -71,14 +73,10 @@ def _release(holder: subprocess.Popen[str]) -> None:
 async def test_a_write_is_made_on_the_calling_thread_when_nothing_waits(tmp_path: Path) -> None:
     async with SqliteStore(tmp_path / "j.db") as store:
         session_id, turn_id = await _turn(store)
-        seen: list[str] = []
-        await store._call(lambda conn: _trace(conn, seen, "worker"))
-        assert store._here is not None
-        _trace(store._here, seen, "here")
-        task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
-        await asyncio.sleep(0)  # the task's first step: nothing is left to wait for
-        assert task.done() and task.result() == 1
-        await store._call(lambda conn: conn.set_trace_callback(None))
+        async with traced(store, by_connection=True) as seen:
+            task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+            await asyncio.sleep(0)  # the task's first step: nothing is left to wait for
+            assert task.done() and task.result() == 1
     assert seen[0] == "here: BEGIN" and seen[-1] == "here: COMMIT"
     assert not [s for s in seen if s.startswith("worker")]
 
@@ -162,16 +160,11 @@ async def test_a_batch_of_many_bytes_is_made_on_the_worker(tmp_path: Path) -> No
     # 100 KB: too long to stall the event loop for, even with the worker idle.
     async with SqliteStore(tmp_path / "j.db") as store:
         _, turn_id = await _turn(store)
-        seen: list[str] = []
-        await store._call(lambda conn: _trace(conn, seen, "worker"))
-        assert store._here is not None
-        _trace(store._here, seen, "here")
-        for size in (100, BULK_CHARS + 1):
-            message = assistant_message([TextBlock(text="x" * size)])
-            await store.write_batch([AppendMessage(turn_id, message)])
-            seen.append("--")
-        await store._call(lambda conn: conn.set_trace_callback(None))
-        store._here.set_trace_callback(None)
+        async with traced(store, by_connection=True) as seen:
+            for size in (100, BULK_CHARS + 1):
+                message = assistant_message([TextBlock(text="x" * size)])
+                await store.write_batch([AppendMessage(turn_id, message)])
+                seen.append("--")
         stored = [m.message.text for m in await store.turn_messages(turn_id)]
     small, large = " ".join(seen).split("--")[:2]
     assert "here: INSERT" in small and "worker" not in small

@@ -254,14 +254,9 @@ class SqliteConnection:
 
     def _finish_here(self, here: Conn, fn: Callable[[Conn], T]) -> T:
         try:
-            result = fn(here)
-            here.execute("COMMIT")
-        except BaseException as exc:
-            if here.in_transaction:
-                here.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"journal error: {exc}") from exc
-            raise
+            result = self._commit(here, fn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"journal error: {exc}") from exc
         self._commits_here = made = self._commits_here + 1
         # The WAL's size is looked at every few commits, for the rare transaction large
         # enough (a long answer's message) to make it outgrow its limit before the count does.
@@ -304,6 +299,12 @@ class SqliteConnection:
     @staticmethod
     def _tx(conn: Conn, fn: Callable[[Conn], T], begin: str) -> T:
         conn.execute(begin)
+        return SqliteConnection._commit(conn, fn)
+
+    @staticmethod
+    def _commit(conn: Conn, fn: Callable[[Conn], T]) -> T:
+        """``fn`` run in the transaction begun on ``conn``, then committed (rolled back if it
+        fails)."""
         try:
             result = fn(conn)
             conn.execute("COMMIT")
