@@ -1,0 +1,190 @@
+"""What the journal adds to a long tool loop, counted in instructions (issue #9, figure 2).
+
+``loop_overhead.py`` times the same loop by CPU time. On this project's virtual machines the
+CPU time of identical runs varies by ±30 % from one run to the next (its ``off`` runs of one
+session spread from 1.65 s to 2.60 s), so a 5 % ratio is not resolved by a dozen runs. This
+script counts instead what does not vary with the machine's load: the instructions the drover
+process executes, under ``valgrind --tool=callgrind`` (Debian's ``valgrind`` package).
+
+Each mode (journal ``on``: Runner + SqliteStore; ``off``: AgentSession + an in-memory
+recorder, as in ``loop_overhead.py``) runs in a child process at two lengths, ``--steps`` and
+three times as many; the difference of the two counts divided by the difference in steps is
+the cost of one step, with the start-up (imports, opening the store, the first connection)
+cancelled out. The fake LLM server runs in its own process, which valgrind does not follow.
+
+Under valgrind the process runs ~50× slower, while the journal's time gate counts wall time;
+each child stretches the journal's flush interval by ``--stretch`` (default 50) so the timer
+fires as rarely as at native speed; two more runs of each version count its commits per step
+to check it (natively 3.1; see ``loop_overhead.py``). What the count leaves out: the kernel's
+side of system calls (SQLite's writes to its WAL are ~100 ``pwrite`` calls a step) and cache
+misses, so it is a floor of the CPU cost, not the whole of it.
+
+``--before SRC`` counts another commit's ``src/`` beside this checkout's.
+
+    .venv/bin/python bench/loop_instructions.py                 # --steps 20 --protocol openai
+    .venv/bin/python bench/loop_instructions.py --before /tmp/before/src
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common import (
+    CommitCounter,
+    add_version_options,
+    drover_provider,
+    forbid_network,
+    print_environment,
+    src_env,
+    table,
+    versions,
+)
+
+MODES = ("off", "on")
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+_COMMITS = re.compile(r"^commits (\d+)$", re.MULTILINE)
+
+
+def stretch_flush_interval(factor: float) -> None:
+    """Make every journal's flush interval ``factor`` times its default (the child runs that
+    much slower under valgrind; the gate counts wall time)."""
+    from drover.store.journal import Journal
+
+    original = Journal.__init__
+
+    def init(self: Journal, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("flush_interval", 0.25)
+        kwargs["flush_interval"] = float(kwargs["flush_interval"]) * factor  # type: ignore[arg-type]
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    Journal.__init__ = init  # type: ignore[method-assign]
+
+
+async def child(mode: str, steps: int, protocol: str, stretch: float, commits: bool) -> None:
+    """One run of the loop in this process (the one valgrind counts); with ``commits``, its
+    commits are counted instead (the trace that counts them costs instructions of its own)."""
+    import loop_overhead
+    from fakeserver import FakeServerProcess
+
+    forbid_network()
+    stretch_flush_interval(stretch)
+    counter = CommitCounter()
+    if commits:
+        counter.install()
+    with (
+        tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp,
+        FakeServerProcess() as fake,
+    ):
+        url = fake.base_url if protocol == "anthropic" else fake.openai_base_url
+        provider = drover_provider(protocol, url)
+        try:
+            with counter.watching():
+                await loop_overhead.one_run(mode, fake, provider, steps, Path(tmp), 0)
+        finally:
+            await provider.aclose()
+        if commits:
+            print(f"commits {counter.counts(Path(tmp) / 'loop-0.db').commits}", flush=True)
+
+
+def count(
+    src: Path | None, mode: str, steps: int, options: argparse.Namespace, *, commits: bool = False
+) -> tuple[int, int]:
+    """(instructions, commits) of one child run under callgrind (commits: 0 unless counted)."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--steps",
+        str(steps),
+        "--protocol",
+        options.protocol,
+        "--stretch",
+        str(options.stretch),
+        *(["--commits"] if commits else []),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=src_env(src), check=False, timeout=3600
+    )
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        tail = "\n".join(done.stderr.splitlines()[-15:])
+        raise SystemExit(f"a counted run failed ({mode}, {steps} steps):\n{tail}")
+    made = _COMMITS.search(done.stdout)
+    return int(found.group(1)), int(made.group(1)) if made else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--steps", type=int, default=20, help="the shorter run's steps")
+    parser.add_argument("--protocol", choices=["anthropic", "openai"], default="openai")
+    parser.add_argument("--stretch", type=float, default=50.0)
+    parser.add_argument("--jobs", type=int, default=2, help="counted runs at once")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--commits", action="store_true", help=argparse.SUPPRESS)
+    add_version_options(parser, "counted beside this checkout's")
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(args.child, args.steps, args.protocol, args.stretch, args.commits))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    print_environment("bench/loop_instructions.py — journal on vs off, instructions per step")
+    short, long = args.steps, 3 * args.steps
+    print(
+        f"workload: loop_overhead.py's ({args.protocol}), {short} and {long} steps per mode; "
+        f"instructions per step = difference ÷ {long - short}"
+    )
+    jobs = [
+        (label, src, mode, steps)
+        for label, src in versions(args)
+        for mode in (*MODES, "commits")
+        for steps in (short, long)
+    ]
+
+    def run(job: tuple[str, Path | None, str, int]) -> tuple[int, int]:
+        _, src, mode, steps = job
+        if mode == "commits":
+            return count(src, "on", steps, args, commits=True)
+        return count(src, mode, steps, args)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        counted = list(pool.map(run, jobs))
+    results = {(job[0], job[2], job[3]): c for job, c in zip(jobs, counted, strict=True)}
+    rows = []
+    for label, _ in versions(args):
+        per_step = {}
+        for mode in MODES:
+            (a, _), (b, _) = results[(label, mode, short)], results[(label, mode, long)]
+            per_step[mode] = (b - a) / (long - short)
+        commits = results[(label, "commits", long)][1] - results[(label, "commits", short)][1]
+        rows.append(
+            [
+                label,
+                f"{per_step['off'] / 1e6:.2f} M",
+                f"{per_step['on'] / 1e6:.2f} M",
+                f"{(per_step['on'] - per_step['off']) / 1e6:.2f} M",
+                f"{per_step['on'] / per_step['off']:.3f}",
+                f"{commits / (long - short):.1f}",
+            ]
+        )
+    print()
+    headers = ["src", "off / step", "on / step", "journal / step", "on ÷ off", "commits / step"]
+    print(table(headers, rows))
+    print()
+    print("instructions executed by the drover process (all its threads), user space only")
+
+
+if __name__ == "__main__":
+    main()
