@@ -260,7 +260,7 @@ class Journal(JournalLog):
 
     async def aclose(self) -> None:
         """Write what is still buffered; stop the timer."""
-        self._timer.cancel()
+        self._timer.close()
         for worker in self._workers.values():
             await worker.aclose()
         if self.failure is None:
