@@ -17,6 +17,8 @@ import contextlib
 import ipaddress
 import os
 import platform
+import re
+import shutil
 import socket
 import sqlite3
 import statistics
@@ -463,3 +465,42 @@ def versions(options: argparse.Namespace) -> list[tuple[str, Path | None]]:
         return [("this", None)]
     after = None if options.after is None else options.after.resolve()
     return [("before", options.before.resolve()), ("after", after)]
+
+
+# -- instructions under valgrind (bench/loop_instructions.py, bench/peers_instructions.py) ------
+
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def need_valgrind() -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+
+
+def count_instructions(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, str]:
+    """Run ``argv`` under ``valgrind --tool=callgrind``: the instructions its process executed
+    (all threads; not its children) and what it printed."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=dict(env), check=False, timeout=3600
+    )
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        tail = "\n".join(done.stderr.splitlines()[-15:])
+        raise SystemExit(f"a counted run failed: {' '.join(argv)}\n{tail}")
+    return int(found.group(1)), done.stdout
+
+
+def stretch_flush_interval(factor: float) -> None:
+    """Make every journal's flush interval ``factor`` times its default (the child runs that
+    much slower under valgrind; the gate counts wall time)."""
+    from drover.store.journal import Journal
+
+    original = Journal.__init__
+
+    def init(self: Journal, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("flush_interval", 0.25)
+        kwargs["flush_interval"] = float(kwargs["flush_interval"]) * factor  # type: ignore[arg-type]
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    Journal.__init__ = init  # type: ignore[method-assign]

@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -40,32 +38,19 @@ from pathlib import Path
 from common import (
     CommitCounter,
     add_version_options,
+    count_instructions,
     drover_provider,
     forbid_network,
+    need_valgrind,
     print_environment,
     src_env,
+    stretch_flush_interval,
     table,
     versions,
 )
 
 MODES = ("off", "on")
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 _COMMITS = re.compile(r"^commits (\d+)$", re.MULTILINE)
-
-
-def stretch_flush_interval(factor: float) -> None:
-    """Make every journal's flush interval ``factor`` times its default (the child runs that
-    much slower under valgrind; the gate counts wall time)."""
-    from drover.store.journal import Journal
-
-    original = Journal.__init__
-
-    def init(self: Journal, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("flush_interval", 0.25)
-        kwargs["flush_interval"] = float(kwargs["flush_interval"]) * factor  # type: ignore[arg-type]
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    Journal.__init__ = init  # type: ignore[method-assign]
 
 
 async def child(mode: str, steps: int, protocol: str, stretch: float, commits: bool) -> None:
@@ -98,31 +83,13 @@ def count(
     src: Path | None, mode: str, steps: int, options: argparse.Namespace, *, commits: bool = False
 ) -> tuple[int, int]:
     """(instructions, commits) of one child run under callgrind (commits: 0 unless counted)."""
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--child",
-        mode,
-        "--steps",
-        str(steps),
-        "--protocol",
-        options.protocol,
-        "--stretch",
-        str(options.stretch),
-        *(["--commits"] if commits else []),
-    ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=src_env(src), check=False, timeout=3600
+    arguments = [__file__, "--child", mode, "--steps", str(steps)]
+    arguments += ["--protocol", options.protocol, "--stretch", str(options.stretch)]
+    instructions, out = count_instructions(
+        [sys.executable, *arguments, *(["--commits"] if commits else [])], src_env(src)
     )
-    found = _COLLECTED.search(done.stderr)
-    if done.returncode != 0 or found is None:
-        tail = "\n".join(done.stderr.splitlines()[-15:])
-        raise SystemExit(f"a counted run failed ({mode}, {steps} steps):\n{tail}")
-    made = _COMMITS.search(done.stdout)
-    return int(found.group(1)), int(made.group(1)) if made else 0
+    made = _COMMITS.search(out)
+    return instructions, int(made.group(1)) if made else 0
 
 
 def main() -> None:
@@ -138,8 +105,7 @@ def main() -> None:
     if args.child:
         asyncio.run(child(args.child, args.steps, args.protocol, args.stretch, args.commits))
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    need_valgrind()
     print_environment("bench/loop_instructions.py — journal on vs off, instructions per step")
     short, long = args.steps, 3 * args.steps
     print(

@@ -184,8 +184,10 @@ def report(samples: list[Sample], steps: int, commits: int, statements: int, siz
     print(f"on ÷ off, wall time (ratio of medians):        {wall_ratio:.3f}")
     print(f"on ÷ off, wall time (median of paired ratios): {median(pairs):.3f}")
     cpu_ratio = median([s.cpu for s in on]) / median([s.cpu for s in off])
+    cpu_pairs = [b.cpu / a.cpu for a, b in zip(off, on, strict=True)]
     print(f"on ÷ off, drover-side time (wall − fake's):    {own_on / own_off:.3f}")
     print(f"on ÷ off, CPU time of the drover process:      {cpu_ratio:.3f}")
+    print(f"on ÷ off, CPU time (median of paired ratios):  {median(cpu_pairs):.3f}")
     print(
         "journal cost per step (median on − off):       "
         f"{1000 * (own_on - own_off) / (steps + 1):.2f} ms"
