@@ -76,11 +76,12 @@ def _contiguous(group: Sequence[EventRecord]) -> bool:
 
 
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
-# A call in a terminal state keeps it: a late write cannot reopen it.
-#: Characters a batch stores (:func:`_chars`) above which it is a ``bulk`` write: made on the
-#: store's own thread, not its caller's. The final write of a 100 KB answer (the message, and
-#: the fold of its ~1,000 text rows) takes ~40 ms, which no event loop should stall for.
+#: Characters a batch stores (counted by :func:`_together`) above which it is a ``bulk``
+#: write: made on the store's own thread, not its caller's. The final write of a 100 KB answer
+#: (the message, and the fold of its ~1,000 text rows) takes ~40 ms, which no event loop
+#: should stall for.
 BULK_CHARS = 32 * 1024
+# A call in a terminal state keeps it: a late write cannot reopen it.
 _UPSERT_CALL = (
     "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
     "is_error, outcome_unknown, read_only, created_at, updated_at) "
@@ -113,8 +114,8 @@ def _numbered_sql(
 
 #: How a batch's writes are made (see :func:`_together`): by index, a write made in place of
 #: the batch's (None: none) and, where numbered log rows run one after another, the end of
-#: the run.
-_Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int]]
+#: the run; and about how many characters the batch stores.
+_Together: TypeAlias = tuple[dict[int, "UpsertToolCall | None"], dict[int, int], int]
 
 
 def _together(writes: Sequence[JournalWrite]) -> _Together:
@@ -127,10 +128,14 @@ def _together(writes: Sequence[JournalWrite]) -> _Together:
     terminal state the later write is refused), and never across the end of the turn.
 
     Log rows the journal numbered, two or more one after the other, are logged together
-    (:meth:`~drover.store.sql_log.SqlLog._append_numbered`)."""
+    (:meth:`~drover.store.sql_log.SqlLog._append_numbered`).
+
+    The characters counted are a message's text and results, partial text and a call's
+    output: what the time of the batch's transaction grows with."""
     merged: dict[int, UpsertToolCall | None] = {}
     runs: dict[int, int] = {}
     last: dict[tuple[str, str], tuple[int, UpsertToolCall]] = {}
+    chars = 0
     run = -1  # where the current run of numbered log rows began
     for i, write in enumerate(writes):
         kind = type(write)
@@ -141,10 +146,9 @@ def _together(writes: Sequence[JournalWrite]) -> _Together:
         if i - run > 1 and run >= 0:
             runs[run] = i
         run = -1
-        if kind is EndTurn:
-            last.clear()
-        elif kind is UpsertToolCall:
+        if kind is UpsertToolCall:
             call = cast(UpsertToolCall, write)
+            chars += len(call.output or "")
             key = (call.turn_id, call.call_id)
             earlier = last.get(key)
             if earlier is not None and earlier[1].state not in TERMINAL_TOOL_STATES:
@@ -152,28 +156,19 @@ def _together(writes: Sequence[JournalWrite]) -> _Together:
                 merged[j] = None
                 call = merged[i] = _then(first, call)
             last[key] = (i, call)
-    if run >= 0 and len(writes) - run > 1:
-        runs[run] = len(writes)
-    return merged, runs
-
-
-def _chars(writes: Sequence[JournalWrite]) -> int:
-    """About how many characters ``writes`` store (a message's text and results, partial
-    text, a call's output): what the time of their transaction grows with."""
-    total = 0
-    for write in writes:
-        kind = type(write)
-        if kind is AppendMessage or kind is ReplaceMessage:
+        elif kind is AppendMessage or kind is ReplaceMessage:
             for block in cast(AppendMessage | ReplaceMessage, write).message.content:
                 if type(block) is TextBlock:
-                    total += len(block.text)
+                    chars += len(block.text)
                 elif type(block) is ToolResultBlock:
-                    total += len(block.content)
+                    chars += len(block.content)
         elif kind is AppendPartialText:
-            total += len(cast(AppendPartialText, write).text)
-        elif kind is UpsertToolCall:
-            total += len(cast(UpsertToolCall, write).output or "")
-    return total
+            chars += len(cast(AppendPartialText, write).text)
+        elif kind is EndTurn:
+            last.clear()
+    if run >= 0 and len(writes) - run > 1:
+        runs[run] = len(writes)
+    return merged, runs, chars
 
 
 def _then(first: UpsertToolCall, then: UpsertToolCall) -> UpsertToolCall:
@@ -503,10 +498,11 @@ class SqlWork(SqlLog):
         """See :class:`~drover.store.batch.BatchWriter`: one hop, one transaction."""
         now = self._clock()
 
+        merged, runs, chars = _together(writes)
+
         def batch() -> Plan[list[Any]]:
             held = Held()
             yield from self._check_first_turn(writes, held)
-            merged, runs = _together(writes)
             out: list[Any] = []
             i, n = 0, len(writes)
             while i < n:
@@ -524,7 +520,7 @@ class SqlWork(SqlLog):
                 i += 1
             return out
 
-        return await self._perform(batch(), "bulk" if _chars(writes) > BULK_CHARS else "write")
+        return await self._perform(batch(), "bulk" if chars > BULK_CHARS else "write")
 
     def _check_first_turn(self, writes: Sequence[JournalWrite], held: Held) -> Plan[None]:
         """Check (and lock) the turn of the batch's first write of a running turn before the
