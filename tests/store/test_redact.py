@@ -306,3 +306,36 @@ def test_the_quick_check_finds_bearer_in_any_case() -> None:
         assert _has_mark(text) and _BUILTIN_MARKS.search(text)
     for text in ("bear er", "beare", "nothing here", "", "B E A R E R"):
         assert not _has_mark(text) and not _BUILTIN_MARKS.search(text)
+
+
+def _redact_each(redactor: Redactor, value: object) -> object:
+    """What redact_obj must give: every string through redact, every container gone through."""
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_each(redactor, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_each(redactor, v) for v in value]
+    return value
+
+
+_PIECES = st.sampled_from(
+    [*SECRETS, f"Bearer {BEARER}", "bearer", "BEARER ", "sk-", "://", "a", " ", "\n", "id_1", "İ"]
+)
+_TEXTS = st.lists(_PIECES, max_size=4).map("".join)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXTS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXTS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_TEXTS, _JSON, max_size=6), st.booleans())
+def test_redact_obj_redacts_a_dict_as_redacting_each_string_does(
+    value: dict[str, object], extra: bool
+) -> None:
+    """A dict's strings are checked for marks all at once: the result is the same as going
+    through them one by one, with the built-in patterns alone or with extra ones."""
+    redactor = Redactor([CORP]) if extra else Redactor()
+    assert redactor.redact_obj(value) == _redact_each(redactor, value)
