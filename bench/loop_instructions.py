@@ -19,7 +19,10 @@ to check it (natively 3.1; see ``loop_overhead.py``). What the count leaves out:
 side of system calls (SQLite's writes to its WAL are ~100 ``pwrite`` calls a step) and cache
 misses, so it is a floor of the CPU cost, not the whole of it.
 
-``--before SRC`` counts another commit's ``src/`` beside this checkout's.
+Counts of one run vary by ~0.1 % from one run to the next (how the streamed chunks fall into
+reads), ~0.15 M instructions per step at the default lengths; ``--rounds N`` counts each run N
+times and takes the median. ``--before SRC`` counts another commit's ``src/`` beside this
+checkout's.
 
     .venv/bin/python bench/loop_instructions.py                 # --steps 20 --protocol openai
     .venv/bin/python bench/loop_instructions.py --before /tmp/before/src
@@ -41,6 +44,7 @@ from common import (
     count_instructions,
     drover_provider,
     forbid_network,
+    median,
     need_valgrind,
     print_environment,
     src_env,
@@ -98,6 +102,7 @@ def main() -> None:
     parser.add_argument("--protocol", choices=["anthropic", "openai"], default="openai")
     parser.add_argument("--stretch", type=float, default=50.0)
     parser.add_argument("--jobs", type=int, default=2, help="counted runs at once")
+    parser.add_argument("--rounds", type=int, default=1, help="counts of each run (median)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--commits", action="store_true", help=argparse.SUPPRESS)
     add_version_options(parser, "counted beside this checkout's")
@@ -114,8 +119,9 @@ def main() -> None:
     )
     jobs = [
         (label, src, mode, steps)
+        for r in range(args.rounds)
         for label, src in versions(args)
-        for mode in (*MODES, "commits")
+        for mode in (*MODES, "commits")[: 3 if r == 0 else 2]  # (commits: counted once)
         for steps in (short, long)
     ]
 
@@ -127,7 +133,10 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         counted = list(pool.map(run, jobs))
-    results = {(job[0], job[2], job[3]): c for job, c in zip(jobs, counted, strict=True)}
+    rounds: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+    for job, c in zip(jobs, counted, strict=True):
+        rounds.setdefault((job[0], job[2], job[3]), []).append(c)
+    results = {key: (int(median([i for i, _ in cs])), cs[0][1]) for key, cs in rounds.items()}
     rows = []
     for label, _ in versions(args):
         per_step = {}
