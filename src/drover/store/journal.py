@@ -510,9 +510,8 @@ class Journal(JournalLog):
         if text.unflushed == 0:
             self._timer.start()
             self._last_flush = self._clock()
-        text.feed(self._step, delta.index, delta.text, seq)
         return (
-            text.unflushed >= self._flush_bytes
+            text.feed(self._step, delta.index, delta.text, seq) >= self._flush_bytes
             or self._clock() - self._last_flush >= self._interval
         )
 
