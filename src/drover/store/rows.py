@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import accumulate, chain, islice
+from operator import sub
 from typing import Any
 
 from drover.messages import Usage, message_from_dict
@@ -133,24 +135,29 @@ def partial_text_record(row: Row) -> EventRecord:
 
 
 def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
-    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
+    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes): each
+    mark's number less the previous one's (the first: less ``seq``), its end less the previous
+    end (the first: less 0), flattened. (A row holds a mark per delta: the differences are
+    taken and formatted by C loops, not a Python step per mark.)"""
     if marks is None:
         return None
-    pairs: list[str] = []
-    prev_seq, prev_end = seq, 0
-    for mark_seq, end in marks:
-        pairs.append(f"{mark_seq - prev_seq},{end - prev_end}")
-        prev_seq, prev_end = mark_seq, end
-    return f"[{','.join(pairs)}]"  # the compact JSON of a list of integers
+    if not marks:
+        return "[]"
+    seqs, ends = zip(*marks, strict=True)
+    steps = map(sub, seqs, chain((seq,), seqs))
+    lengths = map(sub, ends, chain((0,), ends))
+    flat = chain.from_iterable(zip(steps, lengths, strict=True))
+    return f"[{','.join(map(str, flat))}]"  # the compact JSON of a list of integers
 
 
 def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
+    """The marks :func:`encode_marks` wrote for a row numbered ``seq`` (a last odd value, which
+    it never writes, is ignored)."""
     if raw is None:
         return None
     flat = _json(raw)
-    out: list[tuple[int, int]] = []
-    prev_seq, prev_end = seq, 0
-    for i in range(0, len(flat) - 1, 2):
-        prev_seq, prev_end = prev_seq + int(flat[i]), prev_end + int(flat[i + 1])
-        out.append((prev_seq, prev_end))
-    return tuple(out)
+    n = len(flat) - len(flat) % 2
+    # Running sums from (seq, 0), each without its first value (the start itself).
+    seqs = islice(accumulate(map(int, flat[0:n:2]), initial=seq), 1, None)
+    ends = islice(accumulate(map(int, flat[1:n:2]), initial=0), 1, None)
+    return tuple(zip(seqs, ends, strict=True))
