@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from itertools import accumulate, chain, islice
+from itertools import accumulate, islice
 from operator import sub
 from typing import Any
 
@@ -134,20 +134,31 @@ def partial_text_record(row: Row) -> EventRecord:
     )
 
 
+class _Decimals(dict[int, str]):
+    """``str(n)``, kept for the small integers marks are made of (a delta's length, the step
+    from one number to the next): formatting an int is most of the cost of encoding them."""
+
+    def __missing__(self, n: int) -> str:
+        return str(n)
+
+
+_DECIMAL = _Decimals((n, str(n)) for n in range(512))
+
+
 def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
     """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes): each
-    mark's number less the previous one's (the first: less ``seq``), its end less the previous
-    end (the first: less 0), flattened. (A row holds a mark per delta: the differences are
-    taken and formatted by C loops, not a Python step per mark.)"""
+    mark's number less the previous one's (the first: less ``seq``), then its end less the
+    previous end (the first: less 0). (A row holds a mark per delta: the differences are taken
+    and formatted by C loops, not a Python step per mark.)"""
     if marks is None:
         return None
     if not marks:
         return "[]"
     seqs, ends = zip(*marks, strict=True)
-    steps = map(sub, seqs, chain((seq,), seqs))
-    lengths = map(sub, ends, chain((0,), ends))
-    flat = chain.from_iterable(zip(steps, lengths, strict=True))
-    return f"[{','.join(map(str, flat))}]"  # the compact JSON of a list of integers
+    flat = [0] * (2 * len(seqs))
+    flat[0::2] = map(sub, seqs, (seq, *seqs))
+    flat[1::2] = map(sub, ends, (0, *ends))
+    return f"[{','.join(map(_DECIMAL.__getitem__, flat))}]"  # the compact JSON of the list
 
 
 def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
