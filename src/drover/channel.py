@@ -64,21 +64,21 @@ class Fanout:
                 await sink.send(event)
         except asyncio.CancelledError as exc:
             cancelled = exc
-        holding = False
-        for sink in self._holders:  # (per event: no call, no generator)
-            if sink.holds_back:
-                holding = True
-                break
-        if not holding or isinstance(event, _NEVER_HELD):
-            if self._held:
+        if self._live:  # (with none, nothing is shown: there is nothing to hold back either)
+            holding = False
+            for sink in self._holders:  # (per event: no call, no generator)
+                if sink.holds_back:
+                    holding = True
+                    break
+            if holding and not isinstance(event, _NEVER_HELD):
+                self._held.append(event)
+            elif self._held:
                 shown, self._held = self._held, []
                 shown.append(event)
                 for each in shown:
                     cancelled = await self._show(each) or cancelled
-            elif self._live:  # (the common case: nothing held; no list for it)
+            else:  # (the common case: nothing held; no list for it)
                 cancelled = await self._show(event) or cancelled
-        else:
-            self._held.append(event)
         if self._had_live and not self._live and isinstance(event, PermissionRequest):
             event.decide("deny")
         if cancelled is not None:

@@ -19,6 +19,8 @@ index (the redaction of the stream and of the message agree). Otherwise its rows
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from drover.messages import Message, TextBlock
@@ -57,7 +59,11 @@ def fold_block(
         if record.marks is None or not isinstance(payload.get("text"), str):
             return None
         text = str(payload["text"])
-        marks += [(seq, offset + end) for seq, end in record.marks]
+        if offset == 0 or not record.marks:  # (the first row: its marks as they are)
+            marks += record.marks
+        else:
+            seqs, ends = zip(*record.marks, strict=True)
+            marks += zip(seqs, map(add, repeat(offset), ends), strict=True)
         text_parts.append(text)
         offset += len(text)
     text = "".join(text_parts)

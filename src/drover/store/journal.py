@@ -229,7 +229,8 @@ class Journal(JournalLog):
         """Whether an event ``send`` took is not durable yet although a guarantee says it is
         made before it is shown: it must not reach a live consumer until this is false
         again (with ``hold_messages``; see :class:`~drover.channel.Fanout`)."""
-        return self.failure is None and self._writes.made < self._held_upto
+        # (the comparison first: it is false but for the few events after a held message)
+        return self._held_upto > self._writes.made and self.failure is None
 
     # -- the sink ------------------------------------------------------------------------------
 
@@ -238,13 +239,28 @@ class Journal(JournalLog):
             return
         try:
             if isinstance(event, TextDelta):
-                # Most of a step's events: taken here, not in a coroutine of their own, and
-                # with no await unless a gate flushes or a block of numbers is reserved.
-                if self._turn_id is not None and event.text:
+                # Most of a step's events: taken here, in this frame — not in a coroutine or a
+                # method of their own — with no await unless a gate flushes or a block of
+                # numbers is reserved.
+                text = event.text
+                if text and self._turn_id is not None:
                     seq = self._numbers.take_now()
                     if seq is None:
                         seq = await self._numbers.take()
-                    if self._delta(event, seq):
+                    if self._observed and seq is not None:
+                        self._publish_delta(event, seq)
+                    # The time gate counts from the last flush or, after a pause with nothing
+                    # buffered, from the first delta since: the oldest unwritten text is what
+                    # it bounds (as the timer does), so the first delta of a step is not
+                    # written alone because the previous step was slow.
+                    buffers = self._text
+                    if buffers.unflushed == 0:
+                        self._timer.start()
+                        self._last_flush = self._clock()
+                    if (
+                        buffers.feed(self._step, event.index, text, seq) >= self._flush_bytes
+                        or self._clock() - self._last_flush >= self._interval
+                    ):
                         await self._flush()
             else:
                 await self._handle(event)
@@ -492,29 +508,10 @@ class Journal(JournalLog):
 
     # -- text ----------------------------------------------------------------------------------
 
-    def _delta(self, delta: TextDelta, seq: int | None) -> bool:
-        """Publish (when anyone is told) and buffer a live delta numbered ``seq``; True when
-        a gate says flush now. The time gate counts from the last flush or, after a pause
-        with nothing buffered, from the first delta since: the oldest unwritten text is what
-        it bounds (as the timer does), so the first delta of a step is not written alone
-        because the previous step was slow."""
-        if seq is not None and self._observed:
-            body = {
-                "type": "text_delta",
-                "text": delta.text,
-                "index": delta.index,
-                "step": self._step,
-            }
-            self._publish(seq, self._turn_id, body)
-        text = self._text
-        if text.unflushed == 0:
-            self._timer.start()
-            self._last_flush = self._clock()
-        text.feed(self._step, delta.index, delta.text, seq)
-        return (
-            text.unflushed >= self._flush_bytes
-            or self._clock() - self._last_flush >= self._interval
-        )
+    def _publish_delta(self, delta: TextDelta, seq: int) -> None:
+        """Tell the observer of a live delta numbered ``seq`` (as it would read it back)."""
+        body = {"type": "text_delta", "text": delta.text, "index": delta.index, "step": self._step}
+        self._publish(seq, self._turn_id, body)
 
     def _take_text(self, *, final: bool) -> bool:
         """Queue the buffered text that is safe to write (all of it when ``final``); whether

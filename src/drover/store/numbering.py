@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
+from itertools import accumulate, islice, repeat
+from operator import sub
 from typing import Any
 
 from drover.store.base import EventLog
@@ -125,17 +127,30 @@ class Numbering:
 
 
 class StreamMarks:
-    """Where each live delta of one text block ends, to cut its coalesced rows at them."""
+    """Where each live delta of one text block ends, to cut its coalesced rows at them.
+
+    Deltas come in batches (a flush's worth, see :mod:`~drover.store.text_buffer`) and are
+    kept as two flat lists, so that feeding and cutting them is done by C loops (``extend``,
+    ``accumulate``, ``bisect``, slices) rather than by a Python step per delta.
+    """
 
     def __init__(self) -> None:
-        # (seq, start, end) of deltas not yet written whole, in offsets of the block's raw text.
-        self._pending: deque[tuple[int, int, int]] = deque()
+        # The numbers of the deltas not yet written whole, and where each ends, in offsets of
+        # the block's raw text (non-decreasing: bisect finds where a row ends among them).
+        self._seqs: list[int] = []
+        self._ends: list[int] = []
+        # Where the first of them starts (the end of the last delta written whole).
+        self._start = 0
         self._fed = 0
         self._written = 0
 
-    def feed(self, seq: int, length: int) -> None:
-        self._pending.append((seq, self._fed, self._fed + length))
-        self._fed += length
+    def feed(self, seqs: Iterable[int], lengths: Iterable[int]) -> None:
+        """Deltas numbered ``seqs``, of ``lengths`` raw characters, in the order fed."""
+        ends = self._ends
+        self._seqs += seqs
+        ends += islice(accumulate(lengths, initial=self._fed), 1, None)
+        if ends:  # (the last pending delta ends where the fed text does)
+            self._fed = ends[-1]
 
     def unwritten(self) -> int:
         """Raw characters fed but not yet written."""
@@ -143,10 +158,14 @@ class StreamMarks:
 
     def first_unstarted(self) -> int | None:
         """The first delta none of whose text was written (its number is in no row yet)."""
-        for seq, start, _ in self._pending:
-            if start >= self._written:
-                return seq
-        return None
+        seqs, written = self._seqs, self._written
+        if not seqs:
+            return None
+        if self._start >= written:
+            return seqs[0]
+        # Delta i (i > 0) starts where delta i - 1 ends.
+        i = bisect_left(self._ends, written, 0, len(seqs) - 1) + 1
+        return seqs[i] if i < len(seqs) else None
 
     def release(
         self, raw_len: int, stored_len: int
@@ -154,18 +173,26 @@ class StreamMarks:
         """``raw_len`` characters are being written as ``stored_len`` (redaction may change
         the length): the row's first and last number and its marks (None when the lengths
         differ, so offsets cannot be mapped)."""
-        if raw_len <= 0 or not self._pending:
+        seqs, ends = self._seqs, self._ends
+        if raw_len <= 0 or not seqs:
             self._written += max(raw_len, 0)
             return None
         start, end = self._written, self._written + raw_len
-        first = last = self._pending[0][0]
-        marks: list[tuple[int, int]] = []
-        last_end = start
-        while self._pending and self._pending[0][2] <= end:
-            seq, _, delta_end = self._pending.popleft()
-            marks.append((seq, delta_end - start))
-            last, last_end = seq, delta_end
-        if end > last_end and self._pending:
-            last = self._pending[0][0]  # the row ends inside this delta
+        # The deltas the row holds whole: those ending at or before its end.
+        whole = bisect_right(ends, end)
+        first = seqs[0]
+        if whole:
+            last, last_end = seqs[whole - 1], ends[whole - 1]
+        else:
+            last, last_end = first, start
+        if end > last_end and whole < len(seqs):
+            last = seqs[whole]  # the row ends inside this delta
+        marks = None
+        if raw_len == stored_len:
+            cut = ends[:whole] if start == 0 else map(sub, ends[:whole], repeat(start))
+            marks = tuple(zip(seqs[:whole], cut, strict=True))
+        if whole:
+            self._start = last_end
+            del seqs[:whole], ends[:whole]
         self._written = end
-        return first, last, tuple(marks) if raw_len == stored_len else None
+        return first, last, marks

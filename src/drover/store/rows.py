@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import accumulate, islice
+from operator import sub
 from typing import Any
 
 from drover.messages import Usage, message_from_dict
@@ -132,25 +134,41 @@ def partial_text_record(row: Row) -> EventRecord:
     )
 
 
+class _Decimals(dict[int, str]):
+    """``str(n)``, kept for the small integers marks are made of (a delta's length, the step
+    from one number to the next): formatting an int is most of the cost of encoding them."""
+
+    def __missing__(self, n: int) -> str:
+        return str(n)
+
+
+_DECIMAL = _Decimals((n, str(n)) for n in range(512))
+
+
 def encode_marks(seq: int, marks: Sequence[tuple[int, int]] | None) -> str | None:
-    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes)."""
+    """Marks as a compact JSON list of differences (a 10-byte delta costs ~5 bytes): each
+    mark's number less the previous one's (the first: less ``seq``), then its end less the
+    previous end (the first: less 0). (A row holds a mark per delta: the differences are taken
+    and formatted by C loops, not a Python step per mark.)"""
     if marks is None:
         return None
-    pairs: list[str] = []
-    prev_seq, prev_end = seq, 0
-    for mark_seq, end in marks:
-        pairs.append(f"{mark_seq - prev_seq},{end - prev_end}")
-        prev_seq, prev_end = mark_seq, end
-    return f"[{','.join(pairs)}]"  # the compact JSON of a list of integers
+    if not marks:
+        return "[]"
+    seqs, ends = zip(*marks, strict=True)
+    flat = [0] * (2 * len(seqs))
+    flat[0::2] = map(sub, seqs, (seq, *seqs))
+    flat[1::2] = map(sub, ends, (0, *ends))
+    return f"[{','.join(map(_DECIMAL.__getitem__, flat))}]"  # the compact JSON of the list
 
 
 def decode_marks(seq: int, raw: Any) -> tuple[tuple[int, int], ...] | None:
+    """The marks :func:`encode_marks` wrote for a row numbered ``seq`` (a last odd value, which
+    it never writes, is ignored)."""
     if raw is None:
         return None
     flat = _json(raw)
-    out: list[tuple[int, int]] = []
-    prev_seq, prev_end = seq, 0
-    for i in range(0, len(flat) - 1, 2):
-        prev_seq, prev_end = prev_seq + int(flat[i]), prev_end + int(flat[i + 1])
-        out.append((prev_seq, prev_end))
-    return tuple(out)
+    n = len(flat) - len(flat) % 2
+    # Running sums from (seq, 0), each without its first value (the start itself).
+    seqs = islice(accumulate(map(int, flat[0:n:2]), initial=seq), 1, None)
+    ends = islice(accumulate(map(int, flat[1:n:2]), initial=0), 1, None)
+    return tuple(zip(seqs, ends, strict=True))

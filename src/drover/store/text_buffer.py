@@ -3,7 +3,9 @@
 :class:`TextBuffers` keeps, per (step, block), the text of the live deltas not written yet —
 through a :class:`~drover.store.redact.StreamRedactor`, which keeps back a tail that could be
 the start of a secret — with the numbers those deltas were published under
-(:class:`~drover.store.numbering.StreamMarks`). A flush takes what is safe to write as
+(:class:`~drover.store.numbering.StreamMarks`). A delta is only appended, raw, to its block:
+the stream and the marks take a flush's deltas in one batch, when it takes them (a step streams
+a few hundred deltas and flushes a few times). A flush takes what is safe to write as
 :class:`~drover.store.batch.AppendPartialText` writes, each with the numbers it covers and
 where each delta ends. It also remembers, per step, the first number of the text rows written
 (a finished step's rows are folded into its message from there, see :mod:`drover.store.fold`)
@@ -18,54 +20,75 @@ from drover.store.numbering import StreamMarks
 from drover.store.redact import Redactor, StreamRedactor
 
 
+class _Block:
+    """One block's buffered text: the deltas fed since the last take, raw, then — once a take
+    needs them — its stream redactor and its marks."""
+
+    __slots__ = ("marks", "raw", "stream")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.raw: list[tuple[int | None, str]] = []
+        self.stream = StreamRedactor(redactor)
+        self.marks: StreamMarks | None = None
+
+    def settle(self) -> None:
+        """Hand the raw deltas to the stream and the marks, as one batch.
+
+        The same as feeding them one by one: the stream only joins what it is fed, and the
+        marks count the raw characters of the numbered deltas only, from the first one on."""
+        raw = self.raw
+        if not raw:
+            return
+        seqs, texts = zip(*raw, strict=True)
+        raw.clear()
+        self.stream.feed("".join(texts))
+        if None in seqs:  # (only when numbering failed: the store numbers the rows then)
+            numbered = [
+                (seq, text) for seq, text in zip(seqs, texts, strict=True) if seq is not None
+            ]
+            if not numbered:
+                return
+            seqs, texts = zip(*numbered, strict=True)
+        if self.marks is None:
+            self.marks = StreamMarks()
+        self.marks.feed(seqs, map(len, texts))
+
+
 class TextBuffers:
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
-        self._texts: dict[tuple[int, int], StreamRedactor] = {}
-        self._marks: dict[tuple[int, int], StreamMarks] = {}
+        self._blocks: dict[tuple[int, int], _Block] = {}
         self._fold_from: dict[int, int] = {}
         #: Bytes fed since the last take.
         self.unflushed = 0
         # The first number of superseded deltas no row holds yet.
         self._absorb: int | None = None
-        # The block the last delta went to, its stream and marks: the next delta almost
-        # always goes to the same one (forgotten whenever a block is).
-        self._last: tuple[int, int, StreamRedactor, StreamMarks | None] | None = None
+        # The block the last delta went to and its raw deltas: the next delta almost always
+        # goes to the same one (forgotten whenever a block is).
+        self._at: tuple[int, int] | None = None
+        self._raw: list[tuple[int | None, str]] = []
 
-    def feed(self, step: int, index: int, text: str, seq: int | None) -> None:
-        last = self._last
-        if (
-            last is None
-            or last[0] != step
-            or last[1] != index
-            or (seq is not None and last[3] is None)
-        ):
-            last = self._last = self._block(step, index, seq is not None)
-        last[2].feed(text)
-        marks = last[3]
-        if seq is not None and marks is not None:  # (never None for a numbered delta)
-            marks.feed(seq, len(text))
+    def feed(self, step: int, index: int, text: str, seq: int | None) -> int:
+        """Buffer a delta numbered ``seq`` (None: not numbered); the bytes fed since the last
+        take. Per delta only this: the redaction and the marks are a take's work."""
+        if self._at != (step, index):
+            self._at = key = (step, index)
+            block = self._blocks.get(key)
+            if block is None:
+                block = self._blocks[key] = _Block(self._redactor)
+            self._raw = block.raw
+        self._raw.append((seq, text))
         # (bytes: an ASCII string's length is its size, without encoding a copy)
         self.unflushed += len(text) if text.isascii() else len(text.encode())
-
-    def _block(
-        self, step: int, index: int, numbered: bool
-    ) -> tuple[int, int, StreamRedactor, StreamMarks | None]:
-        key = (step, index)
-        stream = self._texts.get(key)
-        if stream is None:
-            stream = self._texts[key] = StreamRedactor(self._redactor)
-        marks = self._marks.get(key)
-        if marks is None and numbered:
-            marks = self._marks[key] = StreamMarks()
-        return step, index, stream, marks
+        return self.unflushed
 
     def take(self, turn_id: str | None, *, final: bool) -> list[AppendPartialText]:
         """The writes of the text that is safe to write (all of it when ``final``)."""
         out: list[AppendPartialText] = []
-        for key, stream in sorted(self._texts.items()):
+        for key, block in sorted(self._blocks.items()):
+            block.settle()
+            stream, marks = block.stream, block.marks
             text = stream.take(final=final)
-            marks = self._marks.get(key)
             span = None
             if marks is not None:
                 span = marks.release(marks.unwritten() - stream.held_chars, len(text))
@@ -76,22 +99,20 @@ class TextBuffers:
                 if first is not None:
                     self._fold_from[step] = min(first, self._fold_from.get(step, first))
         if final:
-            self._texts.clear()
-            self._marks.clear()
-            self._last = None
+            self.clear()
         self.unflushed = 0
         return out
 
     def drop(self, step: int) -> None:
         """Forget the step's unwritten text (a finished message or a retry supersedes it)."""
-        self._last = None
-        for key in [k for k in self._texts if k[0] == step]:
-            del self._texts[key]
-            marks = self._marks.pop(key, None)
-            first = None if marks is None else marks.first_unstarted()
+        self._at = None
+        for key in [k for k in self._blocks if k[0] == step]:
+            block = self._blocks.pop(key)
+            block.settle()
+            first = None if block.marks is None else block.marks.first_unstarted()
             if first is not None:
                 self._absorb = first if self._absorb is None else min(self._absorb, first)
-        if not self._texts:
+        if not self._blocks:
             self.unflushed = 0
 
     def absorbed(self) -> int | None:
@@ -104,6 +125,5 @@ class TextBuffers:
         return self._fold_from.pop(step, None)
 
     def clear(self) -> None:
-        self._texts.clear()
-        self._marks.clear()
-        self._last = None
+        self._blocks.clear()
+        self._at = None
