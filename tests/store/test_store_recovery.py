@@ -102,6 +102,21 @@ async def test_which_turns_are_recovered(timed_store: Store, clock: FakeClock) -
     assert set(await timed_store.recover_orphans()) == {alive, remote}
 
 
+async def test_recovery_scoped_to_a_session_leaves_the_others(timed_store: Store) -> None:
+    """A turn start recovers its own session's orphan only: another session's dead turn is
+    left for its takeover, which resumes it (a bystander must not end it)."""
+    mine, my_turn = await _running_turn(timed_store, dead_process())
+    _, other_turn = await _running_turn(timed_store, dead_process())
+    assert await timed_store.recover_orphans(session_id=mine) == [my_turn]
+    statuses = {
+        t.id: t.status
+        for s in await timed_store.list_sessions()
+        for t in await timed_store.turns(s.id)
+    }
+    assert statuses == {my_turn: "interrupted", other_turn: "running"}
+    assert await timed_store.recover_orphans() == [other_turn]
+
+
 async def test_is_alive_can_be_injected(timed_store: Store) -> None:
     _, a = await _running_turn(timed_store, "x:1:1")
     _, b = await _running_turn(timed_store, "y:1:1")

@@ -193,8 +193,12 @@ class TurnLeases(Protocol):
         """Mark the unfinished turns after the last completed one discarded; their ids."""
         ...
 
-    async def recover_orphans(self, is_alive: Callable[[str], bool] | None = None) -> list[str]:
-        """Interrupt ``running`` turns whose lease expired or whose owner is dead.
+    async def recover_orphans(
+        self, is_alive: Callable[[str], bool] | None = None, *, session_id: str | None = None
+    ) -> list[str]:
+        """Interrupt ``running`` turns whose lease expired or whose owner is dead (with
+        ``session_id``, only that session's: a turn start must not end other sessions' turns,
+        which their takeover resumes).
 
         Their open tool calls become ``interrupted`` (``outcome_unknown`` when a side-effecting
         call was running), their text deltas a partial message, and the event log gets the
@@ -202,6 +206,33 @@ class TurnLeases(Protocol):
         lease holds and whose owner lives is never touched. ``is_alive`` defaults to
         :func:`owner_alive`. Returns the recovered turn ids.
         """
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRecord:
+    """A permission the user granted "always" in one session."""
+
+    session_id: str
+    #: What it allows: a tool's name (every call of that tool).
+    rule: str
+    created_at: float
+
+
+class PermissionGrants(Protocol):
+    """What a session's user allowed "always", kept with the session (every process and
+    every restart sees it)."""
+
+    async def add_grant(self, session_id: str, rule: str) -> None:
+        """Record the grant (a grant already recorded stays as it is)."""
+        ...
+
+    async def grants(self, session_id: str) -> list[GrantRecord]:
+        """The session's grants, oldest first."""
+        ...
+
+    async def revoke_grants(self, session_id: str, rule: str | None = None) -> list[str]:
+        """Remove one grant (``rule``) or all of them; the rules removed."""
         ...
 
 
@@ -319,7 +350,7 @@ class EventLog(Protocol):
         ...
 
 
-class Store(SessionStore, TurnLeases, TurnJournal, EventLog, Protocol):
+class Store(SessionStore, PermissionGrants, TurnLeases, TurnJournal, EventLog, Protocol):
     """The durable record of sessions, turns, messages, tool calls and events.
 
     Writes are atomic; one that has started completes even if the awaiting task is cancelled.

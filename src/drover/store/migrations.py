@@ -231,6 +231,19 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "0006_permission_grants",
+        (
+            # What the user allowed "always" in a session: every process running the session's
+            # turns reads it at each turn's start, and it outlives a restart.
+            """CREATE TABLE permission_grants (
+                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                rule TEXT NOT NULL,
+                created_at {time} NOT NULL,
+                PRIMARY KEY (session_id, rule)
+            ){no_rowid}""",
+        ),
+    ),
 )
 
 

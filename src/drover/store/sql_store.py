@@ -34,6 +34,7 @@ from drover.messages import Message, Usage, message_to_dict
 from drover.store.base import (
     ORPHAN_ERROR,
     EventRecord,
+    GrantRecord,
     SessionRecord,
     StoredMessage,
     TurnRecord,
@@ -190,6 +191,54 @@ class SqlStore(SqlWork):
                 raise StoreError(f"no session {session_id}")
 
         await self._perform(update(), "write")
+
+    # -- permission grants ---------------------------------------------------------------------
+
+    async def add_grant(self, session_id: str, rule: str) -> None:
+        now = self._clock()
+
+        def insert() -> Plan[None]:
+            yield from self._need_session(session_id)
+            yield from execute(
+                "INSERT INTO permission_grants (session_id, rule, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id, rule) DO NOTHING",
+                session_id,
+                rule,
+                now,
+            )
+
+        await self._perform(insert(), "write")
+
+    async def grants(self, session_id: str) -> list[GrantRecord]:
+        found = await self._select(
+            "SELECT rule, created_at FROM permission_grants WHERE session_id = ? "
+            "ORDER BY created_at, rule",
+            session_id,
+        )
+        return [
+            GrantRecord(session_id=session_id, rule=str(r["rule"]), created_at=r["created_at"])
+            for r in found
+        ]
+
+    async def revoke_grants(self, session_id: str, rule: str | None = None) -> list[str]:
+        def delete() -> Plan[list[str]]:
+            found = yield from rows(
+                "SELECT rule FROM permission_grants WHERE session_id = ? "
+                "AND (?::text IS NULL OR rule = ?::text) ORDER BY created_at, rule",
+                session_id,
+                rule,
+                rule,
+            )
+            yield from execute(
+                "DELETE FROM permission_grants WHERE session_id = ? "
+                "AND (?::text IS NULL OR rule = ?::text)",
+                session_id,
+                rule,
+                rule,
+            )
+            return [str(r["rule"]) for r in found]
+
+        return await self._perform(delete(), "write")
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -348,14 +397,19 @@ class SqlStore(SqlWork):
 
         return await self._perform(update(), "write")
 
-    async def recover_orphans(self, is_alive: Callable[[str], bool] | None = None) -> list[str]:
+    async def recover_orphans(
+        self, is_alive: Callable[[str], bool] | None = None, *, session_id: str | None = None
+    ) -> list[str]:
         alive = is_alive or owner_alive
 
         def recover() -> Plan[list[str]]:
             now = self._clock()
             running = yield from rows(
                 "SELECT id, session_id, owner, lease_expires_at FROM turns "
-                f"WHERE status = 'running' ORDER BY {self.dialect.creation_order}"
+                "WHERE status = 'running' AND (?::text IS NULL OR session_id = ?::text) "
+                f"ORDER BY {self.dialect.creation_order}",
+                session_id,
+                session_id,
             )
             recovered: list[str] = []
             for row in running:
