@@ -76,6 +76,11 @@ class ConversationManager:
         with self._lock:
             self._messages.extend(messages)
 
+    def replace(self, messages: Iterable[Message]) -> None:
+        """The history as stored anew (another process, or recovery, moved it on)."""
+        with self._lock:
+            self._messages = list(messages)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._messages)

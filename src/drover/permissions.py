@@ -1,23 +1,34 @@
 """The permission policy: which tool calls may run without asking the user.
 
 Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
-its name "always" earlier in the session, runs without asking in ``allow`` mode, and is
+its name "always" in the session, runs without asking in ``allow`` mode, and is
 refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
 promises no side effects at all). ``sandboxed`` is ``ask``, except that a tool whose every
 run the sandbox fully contains (its ``contained`` property: no network, writes at most in the
 working directory — see :mod:`drover.tools.sandbox`) runs without asking. The policy only
-decides; the prompt itself is the loop's permission round-trip. No I/O.
+decides; the prompt itself is the loop's permission round-trip.
+
+A policy belongs to one session: its grants are that session's, kept in the journal by the
+``remember`` callback the runner gives it (so another process, or this one after a restart,
+sees them), and loaded again at every turn's start. The policy itself does no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, TypeAlias, get_args
 
 from drover.tools.base import Tool
 
 PermissionMode: TypeAlias = Literal["ask", "allow", "deny", "sandboxed"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
+
+#: Keeps a grant durable (the session's journal); it may raise, the grant then lasts only in
+#: memory.
+Remember = Callable[[str], Awaitable[None]]
+
+log = logging.getLogger(__name__)
 
 
 def is_contained(tool: Tool) -> bool:
@@ -28,13 +39,21 @@ def is_contained(tool: Tool) -> bool:
 class PermissionPolicy:
     """The permission mode of a session plus the tools the user allowed "always"."""
 
-    def __init__(self, mode: PermissionMode = "ask", *, always: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        mode: PermissionMode = "ask",
+        *,
+        always: Iterable[str] = (),
+        remember: Remember | None = None,
+    ) -> None:
         if mode not in PERMISSION_MODES:
             raise ValueError(
                 f"unknown permission mode {mode!r} (expected one of {', '.join(PERMISSION_MODES)})"
             )
         self._mode: PermissionMode = mode
         self._always: set[str] = set(always)
+        #: Where a new grant is kept (None: in memory only).
+        self.remember = remember
 
     @property
     def mode(self) -> PermissionMode:
@@ -46,8 +65,31 @@ class PermissionPolicy:
         return frozenset(self._always)
 
     def grant_always(self, name: str) -> None:
-        """The user answered "always" for tool ``name``: stop asking about it."""
+        """Stop asking about tool ``name`` (in memory; :meth:`grant` also keeps it)."""
         self._always.add(name)
+
+    async def grant(self, name: str) -> None:
+        """The user answered "always" for tool ``name``: stop asking about it in this session,
+        and keep the grant where every process sees it. A grant that cannot be kept still
+        holds here (the user's answer stands); it is logged."""
+        self._always.add(name)
+        if self.remember is None:
+            return
+        try:
+            await self.remember(name)
+        except Exception as exc:
+            log.warning("could not keep the grant of %s for the session: %s", name, exc)
+
+    def set_grants(self, names: Iterable[str]) -> None:
+        """Replace the grants with the session's stored ones (at a turn's start)."""
+        self._always = set(names)
+
+    def revoke(self, name: str | None = None) -> None:
+        """Forget one grant (``name``) or all of them, in memory."""
+        if name is None:
+            self._always.clear()
+        else:
+            self._always.discard(name)
 
     def needs_prompt(self, tool: Tool) -> bool:
         """Whether running ``tool`` needs the user's consent first."""

@@ -1,9 +1,21 @@
-"""The runner: owns running turns on top of the journal.
+"""The runner: the one owner of every turn's life in a process, on top of the journal.
 
-It opens sessions from the store (rebuilding committed history and pending work from the
-stored turns), runs each turn with the journal as a reliable event sink next to the caller's
-live sink, holds an owner lease on the running turn and renews it, and — whenever it opens a
-store — recovers turns left ``running`` by a process that is gone.
+Every front door (the library's :class:`~drover.agent.Agent`, ``-p``, the REPL, ``drover
+serve``) starts its turns here. The runner
+
+- keeps the turns running in this process, one per session (:class:`RunningTurn`: its task,
+  its id once recorded, its open permission questions); a second turn on a busy session is
+  refused here, and the journal refuses one another live process runs;
+- before a turn starts, recovers that session's turn left ``running`` by a dead process (never
+  another session's: that one is its own takeover's to resume), tells followers through
+  ``on_recovered``, and reloads the session's history when the journal moved on since it was
+  loaded (a recovery, another process's turn, a discard);
+- loads the session's "always" grants from the journal at each turn's start and keeps new
+  ones there;
+- runs the turn with the journal as a reliable event sink next to the caller's live sinks,
+  holds an owner lease on it and renews it, and ends it truthfully whatever stops it;
+- routes permission questions: each waits in :attr:`RunningTurn.requests` for an answer from
+  :meth:`decide` (any front door), a live sink, or the session's permission handler.
 """
 
 from __future__ import annotations
@@ -11,23 +23,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drover.channel import EventSink, Fanout
 from drover.convo import ConversationManager
-from drover.errors import DroverError
-from drover.events import Error, Incomplete, event_to_dict
+from drover.errors import DroverError, SessionBusyError
+from drover.events import (
+    Decision,
+    Error,
+    Event,
+    Incomplete,
+    PermissionRequest,
+    TerminalEvent,
+    TurnStarted,
+    event_to_dict,
+    is_terminal,
+    turn_status,
+)
 from drover.loop import LoopSettings, TurnControl
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
-from drover.store.base import SessionRecord, SessionStore, Store, owner_id
+from drover.store.base import SessionRecord, SessionStore, Store, TurnRecord, owner_id
 from drover.store.history import CallsConsulted, build_history
 from drover.store.journal import Journal
 from drover.store.redact import Redactor
@@ -39,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload)`` of each numbered event.
 SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
+#: Answers a permission question: ``"allow"``, ``"always"`` or ``"deny"`` (sync or async).
+PermissionHandler = Callable[[PermissionRequest], Decision | Awaitable[Decision]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +92,95 @@ async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     )
 
 
+def journal_mark(turn: TurnRecord | None) -> tuple[str, str, bool] | None:
+    """What a session's last turn looks like; a session whose mark changed must be reloaded."""
+    return None if turn is None else (turn.id, turn.status, turn.discarded)
+
+
+@dataclass(eq=False)
+class RunningTurn:
+    """A turn running in this process."""
+
+    session_id: str
+    #: Resolves to the turn's id once the journal recorded its start (or to why it could not
+    #: start).
+    started: asyncio.Future[str]
+    #: Permission questions waiting for an answer, by request id.
+    requests: dict[str, PermissionRequest] = field(default_factory=dict)
+    task: asyncio.Task[TurnOutcome] | None = None
+    #: The terminal event, once emitted.
+    end: TerminalEvent | None = None
+    _helpers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def turn_id(self) -> str | None:
+        done = self.started.done() and not self.started.cancelled()
+        return self.started.result() if done and self.started.exception() is None else None
+
+    async def wait_started(self) -> str:
+        """The turn's id once recorded; raises why it could not start."""
+        assert self.task is not None
+        waiting: set[asyncio.Future[Any]] = {self.started, self.task}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if self.started.done() and self.started.exception() is None:
+            return self.started.result()
+        self.task.result()  # raises why the turn could not start
+        raise DroverError("the turn ended before it started")
+
+    def interrupt(self) -> None:
+        """Stop the turn: the loop records its work and ends it ``interrupted``."""
+        if self.task is not None:
+            self.task.cancel()
+
+    async def finished(self) -> None:
+        """Until the turn's task is over, whatever ended it (never raises)."""
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+    def open_requests(self) -> list[PermissionRequest]:
+        return [r for r in self.requests.values() if not r.decision.done()]
+
+
+class _Watch:
+    """The runner's own live sink of a turn: its id, its end and its permission questions."""
+
+    def __init__(self, running: RunningTurn, handler: PermissionHandler | None) -> None:
+        self._running = running
+        self._handler = handler
+
+    async def send(self, event: Event) -> None:
+        running = self._running
+        if isinstance(event, TurnStarted):
+            if not running.started.done():
+                running.started.set_result(event.turn_id)
+        elif isinstance(event, PermissionRequest):
+            running.requests[event.request_id] = event
+            event.decision.add_done_callback(lambda _: running.requests.pop(event.request_id, None))
+            if self._handler is not None:
+                helper = asyncio.get_running_loop().create_task(self._ask(self._handler, event))
+                running._helpers.add(helper)
+                helper.add_done_callback(running._helpers.discard)
+        elif is_terminal(event):
+            running.end = event  # type: ignore[assignment]
+
+    @staticmethod
+    async def _ask(handler: PermissionHandler, request: PermissionRequest) -> None:
+        decision: Decision = "deny"
+        try:
+            answer = handler(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if answer in ("allow", "always", "deny"):
+                decision = answer
+            else:
+                log.warning("permission handler returned %r; denying", answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("permission handler failed; denying %s", request.tool_name)
+        request.decide(decision)
+
+
 class Runner:
     def __init__(
         self,
@@ -74,23 +189,48 @@ class Runner:
         redactor: Redactor | None = None,
         lease_seconds: float = LEASE_SECONDS,
         on_event: SessionPublish | None = None,
+        on_recovered: Callable[[str], None] | None = None,
     ) -> None:
         """``on_event(session_id, seq, turn_id, payload)`` sees every event of every turn as
-        the journal numbers it, live text deltas included (the server's hub)."""
+        the journal numbers it, live text deltas included (the server's hub).
+        ``on_recovered(session_id)`` hears of a dead process's turn this runner ended: its
+        events reached the log without being published, so followers go back to the log."""
         self.store = store
         self.on_event = on_event
+        self.on_recovered = on_recovered
         self.redactor = redactor or Redactor()
         self.lease_seconds = lease_seconds
         self.owner = owner_id()
+        self._running: dict[str, RunningTurn] = {}
+        self._closing = False
+
+    # -- sessions ------------------------------------------------------------------------------
 
     async def discard_pending(self, session: AgentSession) -> None:
         """Drop the session's unfinished work, in memory and in the journal."""
+        if session.id in self._running:
+            raise SessionBusyError(session.id, self._running[session.id].turn_id or "")
         session.discard_pending()
         await self.store.discard_pending(session.id)
+        session.journal_mark = journal_mark(await self.store.last_turn(session.id))
 
-    async def recover(self) -> list[str]:
-        """Mark turns of dead processes interrupted (their work becomes pending)."""
-        return await self.store.recover_orphans()
+    async def recover(self, session_id: str | None = None) -> list[str]:
+        """End turns left ``running`` by dead processes (their work becomes pending): one
+        session's, or with None every session's (a takeover's sweep). Followers are told."""
+        recovered = await self.store.recover_orphans(session_id=session_id)
+        if recovered and self.on_recovered is not None:
+            sessions = {session_id} if session_id is not None else set()
+            if session_id is None:
+                for turn_id in recovered:
+                    turn = await self.store.get_turn(turn_id)
+                    if turn is not None:
+                        sessions.add(turn.session_id)
+            for each in sessions:
+                try:
+                    self.on_recovered(each)
+                except Exception:
+                    log.exception("runner: the recovery observer failed")
+        return recovered
 
     async def open_session(
         self,
@@ -99,20 +239,21 @@ class Runner:
         model: str,
         session_id: str | None = None,
         continue_latest: bool = False,
+        owner: str | None = None,
     ) -> SessionRecord:
         if session_id is not None:
             record = await self.store.get_session(session_id)
             if record is not None:
                 return record
             return await self.store.create_session(
-                session_id=session_id, workdir=str(workdir), model=model
+                session_id=session_id, workdir=str(workdir), model=model, owner=owner
             )
         if continue_latest:
             record = await self.store.latest_session(str(workdir))
             if record is None:
                 raise DroverError(f"no session to continue in {workdir}")
             return record
-        return await self.store.create_session(workdir=str(workdir), model=model)
+        return await self.store.create_session(workdir=str(workdir), model=model, owner=owner)
 
     async def agent_session(
         self,
@@ -125,9 +266,15 @@ class Runner:
         settings: LoopSettings,
         convo: ConversationManager,
     ) -> AgentSession:
+        """The stored session made ready to run turns: its own dead turn recovered, its history
+        and grants loaded."""
+        if record.id not in self._running:
+            await self.recover(record.id)
+        mark = journal_mark(await self.store.last_turn(record.id))
         history = await load_history(self.store, record.id)
         convo.extend(history.committed)
-        return AgentSession(
+        policy.set_grants(g.rule for g in await self.store.grants(record.id))
+        session = AgentSession(
             provider=provider,
             tools=tools,
             workdir=workdir,
@@ -137,6 +284,73 @@ class Runner:
             session_id=record.id,
             pending=history.pending,
         )
+        session.journal_mark = mark
+        return session
+
+    async def _refresh(self, session: AgentSession) -> None:
+        """Bring the session up to date with the journal before a turn starts."""
+        await self.recover(session.id)
+        mark = journal_mark(await self.store.last_turn(session.id))
+        if mark != session.journal_mark:
+            history = await load_history(self.store, session.id)
+            session.reload(history.committed, history.pending)
+            session.journal_mark = mark
+        store = self.store
+        session_id = session.id
+        session.policy.set_grants(g.rule for g in await store.grants(session_id))
+        session.policy.remember = functools.partial(store.add_grant, session_id)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    def running(self, session_id: str) -> RunningTurn | None:
+        """The turn running on the session in this process, if any."""
+        return self._running.get(session_id)
+
+    def start(
+        self,
+        session: AgentSession,
+        prompt: str | None,
+        live: Sequence[EventSink] = (),
+        *,
+        on_permission: PermissionHandler | None = None,
+    ) -> RunningTurn:
+        """Start a turn (``prompt=None`` resumes) in a task of its own, which outlives its
+        caller; :meth:`RunningTurn.wait_started` gives its id once recorded.
+
+        Raises :class:`~drover.errors.SessionBusyError` at once when this process runs a turn
+        on the session (the task raises it when another live process does). Permission
+        questions go to ``on_permission`` when given, else wait for :meth:`decide` or a live
+        sink's answer.
+        """
+        if self._closing:
+            raise DroverError("shutting down: no new turns")
+        busy = self._running.get(session.id)
+        if busy is not None:
+            raise SessionBusyError(session.id, busy.turn_id or "")
+        loop = asyncio.get_running_loop()
+        running = RunningTurn(session_id=session.id, started=loop.create_future())
+        self._running[session.id] = running  # before any await: a second start sees it
+        sinks = [_Watch(running, on_permission), *live]
+        running.task = loop.create_task(self._drive(session, prompt, sinks, running))
+        running.task.add_done_callback(functools.partial(self._forget, running))
+        return running
+
+    def _forget(self, running: RunningTurn, task: asyncio.Task[TurnOutcome]) -> None:
+        if self._running.get(running.session_id) is running:
+            del self._running[running.session_id]
+        for helper in tuple(running._helpers):
+            helper.cancel()
+        if not running.started.done():
+            if task.cancelled():
+                running.started.cancel()
+            elif task.exception() is not None:
+                running.started.set_exception(task.exception())  # type: ignore[arg-type]
+            else:
+                running.started.set_exception(DroverError("the turn ended before it started"))
+        # Retrieved, so that a start that failed is not also logged as never retrieved.
+        running.started.exception() if not running.started.cancelled() else None
+        if not task.cancelled():
+            task.exception()
 
     async def run(
         self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()
@@ -144,16 +358,62 @@ class Runner:
         """Run one turn (``prompt=None`` resumes) with the journal recording it.
 
         Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is running
-        in a live process. Live consumers are isolated: one that raises is detached and the turn
-        goes on. The turn stops — ``Incomplete``/``Error`` with reason ``error`` — when the
-        journal fails for good or another process takes the turn over (lost lease).
+        in a live process. Cancelling the call interrupts the turn: the call raises
+        ``CancelledError`` once its end is recorded. Live consumers are isolated: one that
+        raises is detached and the turn goes on. The turn stops — ``Incomplete``/``Error`` with
+        reason ``error`` — when the journal fails for good or another process takes the turn
+        over (lost lease).
         """
+        running = self.start(session, prompt, live)
+        assert running.task is not None
+        try:
+            return await asyncio.shield(running.task)
+        except asyncio.CancelledError:
+            if not running.task.done():
+                running.interrupt()
+                await running.finished()
+            raise
+
+    def interrupt(self, session_id: str) -> str | None:
+        """Interrupt the session's turn running here; its id (None: none runs here)."""
+        running = self._running.get(session_id)
+        if running is None or running.turn_id is None:
+            return None
+        running.interrupt()
+        return running.turn_id
+
+    def decide(self, session_id: str, request_id: str, decision: Decision) -> bool:
+        """Answer a permission question of the session's turn running here."""
+        running = self._running.get(session_id)
+        request = None if running is None else running.requests.get(request_id)
+        return request is not None and request.decide(decision)
+
+    def open_requests(self, session_id: str) -> list[PermissionRequest]:
+        running = self._running.get(session_id)
+        return [] if running is None else running.open_requests()
+
+    async def shutdown(self) -> None:
+        """Refuse new turns, interrupt every running one and wait until each has recorded how
+        it ended."""
+        self._closing = True
+        running = tuple(self._running.values())
+        for turn in running:
+            turn.interrupt()
+        for turn in running:
+            await turn.finished()
+
+    async def _drive(
+        self,
+        session: AgentSession,
+        prompt: str | None,
+        live: Sequence[EventSink],
+        running: RunningTurn,
+    ) -> TurnOutcome:
+        await self._refresh(session)
         prepared = session.prepare(prompt)
         stored_message = prepared.user_message
         if stored_message is not None:
             stored_message = self.redactor.redact_message(stored_message)
-        # A turn left running by a dead process must not keep the session busy.
-        await self.store.recover_orphans()
         begin = asyncio.ensure_future(
             self.store.begin_turn(session.id, stored_message, self.owner, self.lease_seconds)
         )
@@ -194,6 +454,13 @@ class Runner:
             await journal.aclose()
             if not journal.ended and journal.failure is None:
                 await self._end_unrecorded(session.id, turn.id)
+            # The session's last turn as the journal now holds it (None: unsure; the next
+            # turn reloads the session).
+            end = running.end
+            recorded = journal.ended and journal.failure is None
+            session.journal_mark = (
+                (turn.id, turn_status(end), False) if recorded and end is not None else None
+            )
         if journal.failure is not None and outcome.event.type == "done" and not journal.ended:
             # The turn finished, but the journal could not record that it did.
             raise journal.failure

@@ -86,6 +86,9 @@ class AgentSession:
         self._pending: list[Message] = list(pending)
         #: Runs at the start of every turn (see :class:`~drover.loop.AgentLoop`).
         self.prelude = prelude
+        #: How the journal's last turn of the session looked when this view was made (the
+        #: runner reloads the view when the journal moved on; None: unknown, reload).
+        self.journal_mark: tuple[str, str, bool] | None = None
 
     # -- pending work --------------------------------------------------------------------------
 
@@ -98,6 +101,11 @@ class AgentSession:
         """Drop the pending work (returns it)."""
         dropped, self._pending = tuple(self._pending), []
         return dropped
+
+    def reload(self, committed: Sequence[Message], pending: Sequence[Message]) -> None:
+        """Take the session as the journal holds it now."""
+        self.convo.replace(committed)
+        self._pending = list(pending)
 
     def history(self) -> tuple[Message, ...]:
         """Committed history followed by pending work: what the next request starts from."""

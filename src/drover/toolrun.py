@@ -210,7 +210,7 @@ class ToolBatch:
                 await self._finish(slot, "denied", DENIED_TEXT, True)
                 return
             if decision == "always":
-                self._policy.grant_always(tool.name)
+                await self._policy.grant(tool.name)
         await self._execute(slot, tool)
 
     async def _ask(self, slot: CallSlot, tool: Tool) -> Decision:

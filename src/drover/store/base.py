@@ -154,6 +154,12 @@ class SessionStore(Protocol):
 
     async def turns(self, session_id: str) -> list[TurnRecord]: ...
 
+    async def get_turn(self, turn_id: str) -> TurnRecord | None: ...
+
+    async def last_turn(self, session_id: str) -> TurnRecord | None:
+        """The session's latest turn (None: it has none)."""
+        ...
+
     async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
         """The turn's messages in order, then one partial message per step whose deltas were
         never folded into a message."""

@@ -355,6 +355,16 @@ class SqlStore(SqlWork):
         )
         return [turn_from_row(r) for r in found]
 
+    async def get_turn(self, turn_id: str) -> TurnRecord | None:
+        found = await self._select("SELECT * FROM turns WHERE id = ?", turn_id)
+        return turn_from_row(found[0]) if found else None
+
+    async def last_turn(self, session_id: str) -> TurnRecord | None:
+        found = await self._select(
+            "SELECT * FROM turns WHERE session_id = ? ORDER BY seq DESC LIMIT 1", session_id
+        )
+        return turn_from_row(found[0]) if found else None
+
     async def turns_with_messages(
         self, session_id: str
     ) -> list[tuple[TurnRecord, list[StoredMessage]]]:
