@@ -363,3 +363,29 @@ def test_a_line_typed_during_a_turn_is_sent_once_the_turn_ends(
     assert "keep it short" not in sent(fake_llm, 1)  # not part of the turn it was typed in
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_a_paste_during_a_turn_is_one_piece_of_the_next_line(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    write = {"name": "write_file", "input": {"path": "x.txt", "content": "x"}}
+    fake_llm.script(
+        {"text": "Writing x.", "tool_calls": [write]},
+        {"text": "Wrote x."},
+        {"text": "Read both lines."},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("write x")
+    screen.wait_for("y once · a always")
+    # Its n's do not deny the call and its newline does not send its first line.
+    screen._tmux("set-buffer", "an answer line\nnone of it sent")
+    screen._tmux("paste-buffer", "-p")
+    screen.keys("y")
+    screen.wait_for("none of it sent", after="Wrote x.")
+    assert (tmp_path / "x.txt").read_text() == "x"
+    assert len(fake_llm.requests) == 2
+    screen.keys("Enter")
+    screen.wait_for(PROMPT, after="Read both lines.")
+    assert "an answer line\\nnone of it sent" in sent(fake_llm)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0

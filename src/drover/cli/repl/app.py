@@ -23,6 +23,7 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import Input, create_input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.output import Output, create_output
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -120,12 +121,15 @@ class Repl:
         session: AgentSession,
         console: Console,
         keyboard: Input | None = None,
+        screen: Output | None = None,
     ) -> None:
         self.runtime = runtime
         self.session = session
         self.console = console
-        # The one input of the prompt and of every turn's reader (the typeahead's key).
+        # The one input of the prompt and of every turn's reader (the typeahead's key), and
+        # the terminal output they set modes on.
         self.keyboard = keyboard or create_input()
+        self.screen = screen or create_output()
         self.account = TokenAccount(prices=load_prices(prices_path()))
         # Where bash runs its commands: "workdir", "read-only+net", "off", "unavailable"…
         self.sandbox = runtime.sandbox.label()
@@ -208,6 +212,7 @@ class Repl:
                 key_bindings=_key_bindings(),
                 prompt_continuation="  ",
                 input=self.keyboard,
+                output=self.screen,
             )
         while True:
             try:
@@ -250,7 +255,7 @@ class Repl:
         # The turn's reader keeps the keyboard until the end is reported, so that keys typed
         # while the turn ends are read in raw mode (no echo, no signal, Enter still Enter)
         # and handed to the prompt with the rest.
-        with TurnKeys(handler.key, self.keyboard).attached():
+        with TurnKeys(handler.key, self.keyboard, self.screen).attached():
             loop.add_signal_handler(signal.SIGINT, handler.interrupt)
             try:
                 with Live(view, console=self.console, refresh_per_second=10, transient=True):

@@ -7,7 +7,9 @@ turn does not use (text, Enter, editing keys, a paste) are handed to the next pr
 prompt_toolkit's typeahead for the same input, which the prompt replays before reading the
 terminal: a line typed with its Enter during a turn is submitted as soon as the turn ends, as
 if typed at the prompt. Keys the previous prompt read after its Enter come first, through the
-same turn's rules (an Esc among them interrupts).
+same turn's rules (an Esc among them interrupts). Bracketed paste is on while the reader owns
+the keyboard, as at the prompt: a paste is one key, kept whole for the prompt, so its newlines
+do not submit its lines one by one and its letters do not answer a permission question.
 
 A lone Esc byte is ambiguous (it also starts escape sequences such as the arrow keys): the
 parser holds it until no more bytes follow for :data:`ESC_TIMEOUT`, then flushes it, as
@@ -25,6 +27,7 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead
 from prompt_toolkit.key_binding import KeyPress
 from prompt_toolkit.keys import Keys
+from prompt_toolkit.output import Output
 
 #: Seconds without a following byte after which an Esc byte is the Esc key.
 ESC_TIMEOUT = 0.05
@@ -36,18 +39,20 @@ KeyHandler = Callable[[str], bool]
 
 class TurnKeys:
     """Reads ``source`` while attached, gives each key to ``on_key`` and keeps the keys it
-    did not use as ``source``'s typeahead (see the module docstring)."""
+    did not use as ``source``'s typeahead (see the module docstring). ``screen`` is the
+    terminal's output, where bracketed paste is switched on and off."""
 
-    def __init__(self, on_key: KeyHandler, source: Input) -> None:
+    def __init__(self, on_key: KeyHandler, source: Input, screen: Output | None = None) -> None:
         self._on_key = on_key
         self._input = source
+        self._screen = screen
         self._flush: asyncio.TimerHandle | None = None
         self._kept: list[KeyPress] = []
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[None]:
         source = self._input
-        with source.raw_mode(), source.attach(self._ready):
+        with source.raw_mode(), source.attach(self._ready), self._pasting():
             try:
                 self._deliver(get_typeahead(source))
                 yield
@@ -57,6 +62,20 @@ class TurnKeys:
                 self._deliver(source.flush_keys())
                 kept, self._kept = self._kept, []
                 store_typeahead(source, kept)
+
+    @contextlib.contextmanager
+    def _pasting(self) -> Iterator[None]:
+        screen = self._screen
+        if screen is None:
+            yield
+            return
+        screen.enable_bracketed_paste()
+        screen.flush()
+        try:
+            yield
+        finally:
+            screen.disable_bracketed_paste()
+            screen.flush()
 
     def _ready(self) -> None:
         self._deliver(self._input.read_keys())
