@@ -318,3 +318,74 @@ def test_a_failed_turn_says_so_and_how_to_go_on(
     assert "new request" in request and "bad request" not in request
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_esc_then_a_line_typed_at_once_runs_it_without_another_enter(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    first = "The first paragraph arrived whole.\n\nThe second one never ends"
+    fake_llm.script({"text": first, "stall_after": 12}, {"text": "Picked up again."})
+    screen = open_repl(screens, fake_llm, tmp_path, "--session", "s1")
+    screen.type("tell me")
+    screen.wait_for("The first paragraph arrived whole.")
+    # One send-keys: the line and its Enter arrive while the interrupted turn ends.
+    screen.keys("Escape", "go on", "Enter")
+    shown = screen.wait_for(PROMPT, after="Picked up again.")
+    assert "interrupted during the model's answer" in flat(shown)
+    assert shown.count("› go on") == 1
+    assert len(fake_llm.requests) == 2 and "go on" in sent(fake_llm)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+    journal = run_drover(["show", "s1", "--json", "--db", str(tmp_path / "journal.db")])
+    assert journal.returncode == 0, journal.stderr
+    assert '"go on"' in journal.stdout
+
+
+def test_a_line_typed_during_a_turn_is_sent_once_the_turn_ends(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    write = {"name": "write_file", "input": {"path": "x.txt", "content": "x"}}
+    fake_llm.script(
+        {"text": "Writing x.", "tool_calls": [write]},
+        {"text": "Wrote x."},
+        {"text": "Going on as asked."},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("write x")
+    screen.wait_for("y once · a always")
+    # Typed while the question waits (no y, a or n in it), then the answer: the turn's own
+    # reader takes the keys in order, so the line was read before the turn went on and ended.
+    screen.keys("keep it short", "Enter", "y")
+    shown = screen.wait_for(PROMPT, after="Going on as asked.")
+    assert "Wrote x." in shown and (tmp_path / "x.txt").read_text() == "x"
+    assert shown.count("› keep it short") == 1
+    assert len(fake_llm.requests) == 3 and "keep it short" in sent(fake_llm)
+    assert "keep it short" not in sent(fake_llm, 1)  # not part of the turn it was typed in
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_a_paste_during_a_turn_is_one_piece_of_the_next_line(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    write = {"name": "write_file", "input": {"path": "x.txt", "content": "x"}}
+    fake_llm.script(
+        {"text": "Writing x.", "tool_calls": [write]},
+        {"text": "Wrote x."},
+        {"text": "Read both lines."},
+    )
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("write x")
+    screen.wait_for("y once · a always")
+    # Its n's do not deny the call and its newline does not send its first line.
+    screen._tmux("set-buffer", "an answer line\nnone of it sent")
+    screen._tmux("paste-buffer", "-p")
+    screen.keys("y")
+    screen.wait_for("none of it sent", after="Wrote x.")
+    assert (tmp_path / "x.txt").read_text() == "x"
+    assert len(fake_llm.requests) == 2
+    screen.keys("Enter")
+    screen.wait_for(PROMPT, after="Read both lines.")
+    assert "an answer line\\nnone of it sent" in sent(fake_llm)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0

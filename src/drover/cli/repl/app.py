@@ -5,8 +5,11 @@ Alt-Enter or a trailing backslash, Tab completion of slash commands and of paths
 the working directory, bracketed paste) with the status line at the bottom. During a turn
 :class:`~drover.cli.repl.keys.TurnKeys` owns the keyboard and :class:`~drover.cli.tui.TurnView`
 draws: Esc (or one Ctrl-C) interrupts the turn in any phase — the journal keeps what it did and
-the next message resumes it (seed 000 §7) — and a second Ctrl-C also leaves the REPL once the
-interrupted turn is recorded. Ctrl-C at the prompt clears it; twice leaves, as does Ctrl-D.
+the next message resumes it — and a second Ctrl-C also leaves the REPL once the interrupted
+turn is recorded. Every other key typed during a turn, or while it ends, goes to the next
+prompt in order; an Enter among them submits the line there. Ctrl-C at the prompt clears it;
+twice leaves, as does Ctrl-D. Both readers share one input, which carries the typed-ahead keys
+from one to the other.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import signal
 from platformdirs import user_data_path
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.input import Input, create_input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.output import Output, create_output
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -68,7 +73,7 @@ def _key_bindings() -> KeyBindings:
 
 
 class _TurnKeysHandler:
-    """What the keys typed during one turn do."""
+    """What the keys typed during one turn do; a key it does not use goes to the next prompt."""
 
     def __init__(self, view: TurnView, task: asyncio.Task[object], console: Console) -> None:
         self.view = view
@@ -76,26 +81,25 @@ class _TurnKeysHandler:
         self.console = console
         self.phase: str | None = None
         self.quit = False
-        self.typed: list[str] = []
 
-    def key(self, name: str) -> None:
+    def key(self, name: str) -> bool:
+        """Act on one key; True when the turn used it."""
         if name in ("escape", "c-c"):
             if self.phase is not None and name == "c-c":
                 self.quit = True
                 self.console.print(Text("leaving once the interrupted turn is recorded…"))
             self.interrupt()
-            return
-        if self.view.question is not None:
-            decision = {"y": "allow", "a": "always", "n": "deny"}.get(name.lower())
-            if decision == "allow":
-                self.view.answer("allow")
-            elif decision == "always":
-                self.view.answer("always")
-            elif decision == "deny":
-                self.view.answer("deny")
-        elif name.isprintable():
-            # Typed ahead while the turn runs: it starts the next prompt's line.
-            self.typed.append(name)
+            return True
+        if self.view.question is None:
+            return False
+        decision = {"y": "allow", "a": "always", "n": "deny"}.get(name.lower())
+        if decision == "allow":
+            self.view.answer("allow")
+        elif decision == "always":
+            self.view.answer("always")
+        elif decision == "deny":
+            self.view.answer("deny")
+        return decision is not None
 
     def interrupt(self) -> None:
         if self.phase is not None or self.task.done():
@@ -111,16 +115,26 @@ class _TurnKeysHandler:
 
 
 class Repl:
-    def __init__(self, runtime: Runtime, session: AgentSession, console: Console) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        session: AgentSession,
+        console: Console,
+        keyboard: Input | None = None,
+        screen: Output | None = None,
+    ) -> None:
         self.runtime = runtime
         self.session = session
         self.console = console
+        # The one input of the prompt and of every turn's reader (the typeahead's key), and
+        # the terminal output they set modes on.
+        self.keyboard = keyboard or create_input()
+        self.screen = screen or create_output()
         self.account = TokenAccount(prices=load_prices(prices_path()))
         # Where bash runs its commands: "workdir", "read-only+net", "off", "unavailable"…
         self.sandbox = runtime.sandbox.label()
         self._prompt: PromptSession[str] | None = None
         self._ctrl_c_armed = False
-        self._typed_ahead = ""
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -197,13 +211,13 @@ class Repl:
                 multiline=True,
                 key_bindings=_key_bindings(),
                 prompt_continuation="  ",
+                input=self.keyboard,
+                output=self.screen,
             )
         while True:
             try:
-                typed, self._typed_ahead = self._typed_ahead, ""
-                line = await self._prompt.prompt_async(
-                    "› ", bottom_toolbar=self.status, default=typed
-                )
+                # The keys typed during the last turn are replayed first (typeahead).
+                line = await self._prompt.prompt_async("› ", bottom_toolbar=self.status)
             except KeyboardInterrupt:
                 if self._ctrl_c_armed:
                     return None
@@ -238,24 +252,23 @@ class Repl:
             self.runtime.runner.run(self.session, prompt, [view])
         )
         handler = _TurnKeysHandler(view, task, self.console)
-        loop.add_signal_handler(signal.SIGINT, handler.interrupt)
-        try:
-            with (
-                TurnKeys(handler.key).attached(),
-                Live(view, console=self.console, refresh_per_second=10, transient=True),
-            ):
-                await asyncio.wait([task])
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-        if not task.cancelled() and task.exception() is not None:
+        # The turn's reader keeps the keyboard until the end is reported, so that keys typed
+        # while the turn ends are read in raw mode (no echo, no signal, Enter still Enter)
+        # and handed to the prompt with the rest.
+        with TurnKeys(handler.key, self.keyboard, self.screen).attached():
+            loop.add_signal_handler(signal.SIGINT, handler.interrupt)
+            try:
+                with Live(view, console=self.console, refresh_per_second=10, transient=True):
+                    await asyncio.wait([task])
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
             view.settle(await self._journal_states(view.turn_id))
-            exc = task.exception()
-            assert exc is not None
-            raise exc
-        view.settle(await self._journal_states(view.turn_id))
-        self._report_end(view, handler)
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                assert exc is not None
+                raise exc
+            self._report_end(view, handler)
         self._ctrl_c_armed = handler.quit
-        self._typed_ahead = "".join(handler.typed)
         return handler.quit
 
     async def _journal_states(self, turn_id: str) -> dict[str, tuple[ToolState, bool, str | None]]:

@@ -1,10 +1,20 @@
-"""The keyboard while a turn runs: Esc interrupts, Ctrl-C twice quits, y/a/n answer a question.
+"""The keyboard while a turn runs: Esc interrupts, Ctrl-C twice quits, y/a/n answer a question;
+every other key is kept, in order, for the next prompt.
 
-Between turns prompt_toolkit owns standard input; during a turn this reader does, in raw mode,
-so there is always exactly one owner and no key typed during a turn leaks into the next
-prompt's line. A lone Esc byte is ambiguous (it also starts escape sequences such as the arrow
-keys): the parser holds it until no more bytes follow for :data:`ESC_TIMEOUT`, then flushes it,
-as prompt_toolkit's own applications do.
+Between turns prompt_toolkit owns standard input; during a turn, and until the turn's end is
+reported, this reader does, in raw mode, so there is always exactly one owner. The keys the
+turn does not use (text, Enter, editing keys, a paste) are handed to the next prompt as
+prompt_toolkit's typeahead for the same input, which the prompt replays before reading the
+terminal: a line typed with its Enter during a turn is submitted as soon as the turn ends, as
+if typed at the prompt. Keys the previous prompt read after its Enter come first, through the
+same turn's rules (an Esc among them interrupts). Bracketed paste is on while the reader owns
+the keyboard, as at the prompt: a paste is one key, kept whole for the prompt, so its newlines
+do not submit its lines one by one and its letters do not answer a permission question.
+
+A lone Esc byte is ambiguous (it also starts escape sequences such as the arrow keys): the
+parser holds it until no more bytes follow for :data:`ESC_TIMEOUT`, then flushes it, as
+prompt_toolkit's own applications do. What the parser still holds when the reader detaches is
+flushed too, so an Esc typed as the turn ends is the turn's, never the start of a prompt key.
 """
 
 from __future__ import annotations
@@ -13,53 +23,74 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 
-from prompt_toolkit.input import Input, create_input
+from prompt_toolkit.input import Input
+from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead
 from prompt_toolkit.key_binding import KeyPress
 from prompt_toolkit.keys import Keys
+from prompt_toolkit.output import Output
 
 #: Seconds without a following byte after which an Esc byte is the Esc key.
 ESC_TIMEOUT = 0.05
 
-KeyHandler = Callable[[str], None]
+#: Takes a key's name (``"escape"``, ``"c-c"``, ``"c-m"`` for Enter…, or the character typed)
+#: and says whether the turn used it; a key it did not use goes to the next prompt.
+KeyHandler = Callable[[str], bool]
 
 
 class TurnKeys:
-    """Delivers keys typed during a turn to ``on_key`` as names: ``"escape"``, ``"c-c"``, or
-    the character typed."""
+    """Reads ``source`` while attached, gives each key to ``on_key`` and keeps the keys it
+    did not use as ``source``'s typeahead (see the module docstring). ``screen`` is the
+    terminal's output, where bracketed paste is switched on and off."""
 
-    def __init__(self, on_key: KeyHandler, source: Input | None = None) -> None:
+    def __init__(self, on_key: KeyHandler, source: Input, screen: Output | None = None) -> None:
         self._on_key = on_key
         self._input = source
+        self._screen = screen
         self._flush: asyncio.TimerHandle | None = None
+        self._kept: list[KeyPress] = []
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[None]:
-        source = self._input or create_input()
-        self._input = source
-        with source.raw_mode(), source.attach(self._ready):
+        source = self._input
+        with source.raw_mode(), source.attach(self._ready), self._pasting():
             try:
+                self._deliver(get_typeahead(source))
                 yield
             finally:
                 if self._flush is not None:
                     self._flush.cancel()
+                self._deliver(source.flush_keys())
+                kept, self._kept = self._kept, []
+                store_typeahead(source, kept)
+
+    @contextlib.contextmanager
+    def _pasting(self) -> Iterator[None]:
+        screen = self._screen
+        if screen is None:
+            yield
+            return
+        screen.enable_bracketed_paste()
+        screen.flush()
+        try:
+            yield
+        finally:
+            screen.disable_bracketed_paste()
+            screen.flush()
 
     def _ready(self) -> None:
-        assert self._input is not None
         self._deliver(self._input.read_keys())
         if self._flush is not None:
             self._flush.cancel()
         self._flush = asyncio.get_running_loop().call_later(ESC_TIMEOUT, self._flush_now)
 
     def _flush_now(self) -> None:
-        assert self._input is not None
         self._deliver(self._input.flush_keys())
 
     def _deliver(self, presses: list[KeyPress]) -> None:
         for press in presses:
             key = press.key
-            if key == Keys.Escape:
-                self._on_key("escape")
-            elif key == Keys.ControlC:
-                self._on_key("c-c")
-            elif isinstance(key, str) and len(key) == 1:
-                self._on_key(key)
+            if key == Keys.CPRResponse:
+                continue  # the terminal answering a cursor query of the last prompt: no key
+            name = key.value if isinstance(key, Keys) else key
+            if not self._on_key(name):
+                self._kept.append(press)
