@@ -59,8 +59,11 @@ def create_app(agent: Agent) -> FastAPI:
     @app.post("/chat/stream")
     async def chat_stream(body: Chat) -> StreamingResponse:
         async def lines() -> AsyncIterator[str]:
-            async for event in agent.run_stream(body.prompt, session=body.session_id):
-                yield json.dumps(event_to_dict(event)) + "\n"
+            # A client that goes away cancels this generator: leaving the block interrupts
+            # the turn, and its work stays pending in the session.
+            async with agent.run_stream(body.prompt, session=body.session_id) as stream:
+                async for event in stream:
+                    yield json.dumps(event_to_dict(event)) + "\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 

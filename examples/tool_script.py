@@ -72,14 +72,13 @@ async def main(model: str | None) -> int:
         store="todo-journal.db",
         permission_mode="allow",  # a script has nobody to ask
     )
-    async with agent:
-        async for event in agent.run_stream("Add 'buy lamp oil', high priority."):
+    async with agent, agent.run_stream("Add 'buy lamp oil', high priority.") as stream:
+        async for event in stream:
             if isinstance(event, ToolDone):
                 print(f"[{event.name}] {'error: ' if event.is_error else ''}{event.output_summary}")
-            elif event.type in ("done", "incomplete", "error"):
-                print(f"{event.type}: {getattr(event, 'text', '') or getattr(event, 'error', '')}")
-                return 0 if event.type == "done" else 1
-    return 1
+        result = stream.result
+        print(f"{result.status}: {result.text or result.error}")
+        return 0 if result.completed else 1
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def test_the_tool_script(tmp_path: Path) -> None:
     assert lines[1:] == [
         "[add_items] the list has 1 items",
         "[show_items] buy lamp oil",
-        "done: Added 'buy lamp oil' as high priority.",
+        "completed: Added 'buy lamp oil' as high priority.",
     ]
     assert json.loads((tmp_path / "todo.json").read_text()) == [
         {"title": "buy lamp oil", "priority": "high"}

@@ -3,6 +3,7 @@ with the scripted provider, a real journal and (once) the fake server through th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import drover
-from drover import Agent, DroverError, PermissionRequest, TextDelta, ToolContext, tool
+from drover import Agent, DroverError, Event, PermissionRequest, TextDelta, ToolContext, tool
 from drover.config import Config
 from drover.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call
@@ -33,6 +34,7 @@ EXPORTS = [
     "PermissionRequest",
     "ProviderError",
     "RunResult",
+    "Session",
     "SessionBusyError",
     "StoreError",
     "TextDelta",
@@ -45,6 +47,7 @@ EXPORTS = [
     "ToolStateChanged",
     "TurnStarted",
     "TurnStatus",
+    "TurnStream",
     "Usage",
     "event_to_dict",
     "tool",
@@ -170,23 +173,26 @@ async def test_leaving_run_stream_mid_turn_leaves_a_resumable_session(tmp_path: 
         [Reply(text="A long answer that stalls", chunk=4, stall_after=4), Reply(text="Done now.")]
     )
     async with agent_for(provider, tmp_path) as agent:
-        stream = agent.run_stream("talk")
         seen = []
-        async for event in stream:
-            seen.append(event)
-            if isinstance(event, TextDelta):
-                break
-        await stream.aclose()  # type: ignore[attr-defined]
-        session_id = seen[0].session_id  # type: ignore[union-attr]
+        async with agent.run_stream("talk") as stream:
+            async for event in stream:
+                seen.append(event)
+                if isinstance(event, TextDelta):
+                    break
+        # The block is left: the turn is over and recorded, the session free at once.
+        session_id = stream.session_id
         (turn,) = await agent.store.turns(session_id)
         assert turn.status == "interrupted"
+        assert stream.result.status == "interrupted"
         session = await agent.session(session_id)
         assert session.pending
         types_seen = []
-        async for event in agent.run_stream(None, session=session_id):
-            types_seen.append(event.type)
+        async with agent.run_stream(None, session=session_id) as again:
+            async for event in again:
+                types_seen.append(event.type)
     assert types_seen[0] == "turn_started"
     assert types_seen[-1] == "done"
+    assert again.result.text == "Done now."
     # The resumed request carries the text streamed before the reader left.
     assert provider.requests[-1].messages[1].text.startswith("A lo")
 
@@ -248,14 +254,32 @@ async def test_the_default_store_and_tools(tmp_path: Path, monkeypatch: pytest.M
     assert str(tmp_path) in provider.requests[0].system
 
 
-async def test_closing_the_agent_ends_a_stream_its_reader_abandoned(tmp_path: Path) -> None:
+async def test_a_stream_is_read_inside_its_block(tmp_path: Path) -> None:
+    """Iterating ``run_stream`` outside ``async with`` would leave the turn running behind a
+    reader that breaks off: it is refused with the way to write it."""
+    agent = Agent(ScriptedProvider([]), tools=[], store=":memory:", workdir=tmp_path)
+    with pytest.raises(DroverError, match=r"async with agent\.run_stream"):
+        async for _event in agent.run_stream("talk"):
+            pass
+    await agent.aclose()
+
+
+async def test_closing_the_agent_ends_a_turn_still_running(tmp_path: Path) -> None:
     db = str(tmp_path / "journal.db")
     provider = ScriptedProvider([Reply(text="Stalling here", chunk=4, stall_after=3)])
     agent = Agent(provider, tools=[], store=db, workdir=tmp_path, config=Config())
-    async for event in agent.run_stream("talk"):
-        if isinstance(event, TextDelta):
-            break  # the generator is left suspended, not closed
+    session = await agent.session()
+    seen = asyncio.Event()
+
+    class Sees:
+        async def send(self, event: Event) -> None:
+            if isinstance(event, TextDelta):
+                seen.set()
+
+    running = session.start("talk", live=[Sees()])
+    await asyncio.wait_for(seen.wait(), timeout=10)
     await agent.aclose()
+    assert running.task is not None and running.task.done()
     async with Agent(provider, tools=[], store=db, workdir=tmp_path, config=Config()) as again:
         (record,) = await again.store.list_sessions()
         (turn,) = await again.store.turns(record.id)

@@ -13,7 +13,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from drover.agent import Agent, PermissionCallback, RunResult
+    from drover.agent import Agent, PermissionCallback
     from drover.errors import (
         ConfigError,
         DroverError,
@@ -38,7 +38,9 @@ if _typing.TYPE_CHECKING:
         TurnStatus,
         event_to_dict,
     )
+    from drover.handle import RunResult, Session
     from drover.messages import Message, Usage
+    from drover.stream import TurnStream
     from drover.tools.base import Tool, ToolContext, ToolOutput
     from drover.tools.decorator import tool
 
@@ -57,6 +59,7 @@ __all__ = [
     "PermissionRequest",
     "ProviderError",
     "RunResult",
+    "Session",
     "SessionBusyError",
     "StoreError",
     "TextDelta",
@@ -69,6 +72,7 @@ __all__ = [
     "ToolStateChanged",
     "TurnStarted",
     "TurnStatus",
+    "TurnStream",
     "Usage",
     "event_to_dict",
     "tool",
@@ -89,7 +93,8 @@ _ORIGINS: dict[str, str] = {
     "PermissionCallback": "drover.agent",
     "PermissionRequest": "drover.events",
     "ProviderError": "drover.errors",
-    "RunResult": "drover.agent",
+    "RunResult": "drover.handle",
+    "Session": "drover.handle",
     "SessionBusyError": "drover.errors",
     "StoreError": "drover.errors",
     "TextDelta": "drover.events",
@@ -102,6 +107,7 @@ _ORIGINS: dict[str, str] = {
     "ToolStateChanged": "drover.events",
     "TurnStarted": "drover.events",
     "TurnStatus": "drover.events",
+    "TurnStream": "drover.stream",
     "Usage": "drover.messages",
     "event_to_dict": "drover.events",
     "tool": "drover.tools.decorator",

@@ -1,67 +1,64 @@
-"""The library's entry point: :class:`Agent`, a durable, resumable tool-using agent.
+"""The entry point of every front door: :class:`Agent`, a durable, resumable tool-using agent.
 
-An agent is a model, its tools, a system prompt and a journal. Every turn it runs goes through
-the :class:`~drover.runner.Runner`, so the journal records it as it happens and a turn that
-ends badly (API failure, turn limit, cancellation, a killed process) leaves its work pending in
-the session, where the next ``run`` or :meth:`Agent.resume` picks it up::
+An agent is a model, its tools, a system prompt, a sandbox for ``bash`` and a journal. The
+library, ``drover -p``, the REPL and ``drover serve`` all build one and run their turns through
+its sessions (:class:`~drover.handle.Session`) and its :class:`~drover.runner.Runner`, so the
+journal records every turn as it happens and a turn that ends badly (API failure, turn limit,
+cancellation, a killed process) leaves its work pending in the session, where the next ``run``
+or :meth:`Agent.resume` picks it up::
 
     async with Agent("anthropic:claude-sonnet-4-5", tools=[word_count]) as agent:
         result = await agent.run("count the words of notes.txt")
         print(result.status, result.text)
         again = await agent.run("now the lines", session=result.session_id)
 
-Resources (the store, the provider's HTTP client) are opened on first use and closed by
-:meth:`Agent.aclose` (or the ``async with`` block). :meth:`Agent.run_sync` is the one-call form
-for scripts: it opens, runs and closes inside its own event loop.
-
-The agent sits just above the runner; the command line and the HTTP server build on the same
-pieces (:func:`resolve_workdir`, :func:`default_system_prompt` live here for all of them).
+Resources (the store, the provider's HTTP client, the sandbox probe) are opened on first use
+and closed by :meth:`Agent.aclose` (or the ``async with`` block). :meth:`Agent.run_sync` is the
+one-call form for scripts: it opens, runs and closes inside its own event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from drover.channel import EventChannel
 from drover.config import Config, load_config
 from drover.convo import ConversationManager
 from drover.errors import ConfigError, DroverError
-from drover.events import (
-    Decision,
-    Done,
-    Event,
-    PermissionRequest,
-    TerminalEvent,
-    TurnStatus,
-    is_terminal,
-    turn_status,
-)
+from drover.handle import RunResult, Session
 from drover.loop import LoopSettings
-from drover.messages import Message, Usage
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
-from drover.runner import Runner
-from drover.session import AgentSession
+from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
 from drover.store import open_store
-from drover.store.base import SessionRecord, Store
+from drover.store.base import Store
 from drover.store.redact import Redactor
+from drover.stream import TurnStream
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
-from drover.tools.sandbox import probe_sandbox, sandbox_settings
+from drover.tools.sandbox import (
+    SandboxSettings,
+    SandboxStatus,
+    probe_sandbox,
+    require_sandbox,
+    sandbox_settings,
+)
 from drover.workers import Coordinator, add_task_tool
 
 log = logging.getLogger(__name__)
 
 #: Decides a permission request: ``"allow"``, ``"always"`` or ``"deny"`` (sync or async).
-PermissionCallback = Callable[[PermissionRequest], Decision | Awaitable[Decision]]
+PermissionCallback = PermissionHandler
+
+#: Session handles an agent keeps between turns (the least recently used idle ones go).
+MAX_SESSIONS = 256
 
 
 def resolve_workdir(path: Path | str | None) -> Path:
@@ -97,133 +94,6 @@ def journal_files(db: str | None) -> list[str]:
     return [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
 
 
-async def open_agent_session(
-    runner: Runner,
-    record: SessionRecord,
-    *,
-    provider: Provider,
-    tools: ToolRegistry,
-    workdir: Path,
-    policy: PermissionPolicy,
-    settings: LoopSettings,
-    config: Config,
-    system_prompt: str,
-    coordinator: Coordinator | None,
-) -> AgentSession:
-    """A stored session made ready to run turns: its history loaded, its conversation manager
-    set up from the config, and the ``task`` tool's workers resumed at each turn's start."""
-    session = await runner.agent_session(
-        record,
-        provider=provider,
-        tools=tools,
-        workdir=workdir,
-        policy=policy,
-        settings=settings,
-        convo=ConversationManager(
-            context_limit=config.context_limit,
-            chars_per_token=config.chars_per_token,
-            system_prompt=system_prompt,
-        ),
-    )
-    if coordinator is not None:
-        session.prelude = coordinator.resume
-    return session
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
-    """How a turn ended and what it left."""
-
-    session_id: str
-    turn_id: str
-    status: TurnStatus
-    #: The final answer; for a turn that did not complete, the last text it produced.
-    text: str
-    usage: Usage
-    #: Work of unfinished turns kept for the next run (empty once a turn completes).
-    pending: tuple[Message, ...]
-    #: Why a turn that did not complete ended (``error``, ``max_turns``, ``interrupted``…).
-    reason: str | None = None
-    error: str | None = None
-    #: For a turn that did not complete: whether sending the same request again may succeed.
-    retryable: bool = True
-
-    @property
-    def completed(self) -> bool:
-        return self.status == "completed"
-
-
-def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunResult:
-    """The :class:`RunResult` of a turn of ``session`` that ended with ``event``."""
-    pending = session.pending
-    if isinstance(event, Done):
-        return RunResult(
-            session_id=session.id,
-            turn_id=turn_id,
-            status="completed",
-            text=event.text,
-            usage=event.usage,
-            pending=pending,
-        )
-    text = next((m.text for m in reversed(pending) if m.role == "assistant" and m.text), "")
-    return RunResult(
-        session_id=session.id,
-        turn_id=turn_id,
-        status=turn_status(event),
-        text=text,
-        usage=event.usage,
-        pending=pending,
-        reason=event.reason,
-        error=event.error,
-        retryable=event.retryable,
-    )
-
-
-class _Permissions:
-    """The live sink that answers permission requests through the agent's callback.
-
-    Each request is answered in a task of its own, so a slow callback (a human) does not hold
-    up the other events of the turn. Without a callback, a request is denied: nobody is there
-    to allow it. A callback that fails denies too.
-    """
-
-    def __init__(self, callback: PermissionCallback | None, *, deny_unanswered: bool) -> None:
-        self._callback = callback
-        self._deny_unanswered = deny_unanswered
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def send(self, event: Event) -> None:
-        if not isinstance(event, PermissionRequest):
-            return
-        if self._callback is None:
-            if self._deny_unanswered:
-                event.decide("deny")
-            return
-        task = asyncio.get_running_loop().create_task(self._answer(self._callback, event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, callback: PermissionCallback, request: PermissionRequest) -> None:
-        decision: Decision = "deny"
-        try:
-            answer = callback(request)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            if answer in ("allow", "always", "deny"):
-                decision = answer
-            else:
-                log.warning("permission callback returned %r; denying", answer)
-        except Exception:
-            log.exception("permission callback failed; denying %s", request.tool_name)
-        request.decide(decision)
-
-    async def aclose(self) -> None:
-        for task in tuple(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks)
-
-
 @dataclass(slots=True)
 class _Open:
     """What an open agent holds."""
@@ -237,10 +107,16 @@ class _Open:
     coordinator: Coordinator | None
     config: Config
     workdir: Path
+    sandbox: SandboxStatus | None
+    #: The model spec of new sessions.
+    model: str
     loop: asyncio.AbstractEventLoop
-    sessions: dict[str, AgentSession]
-    #: Turns of ``run_stream`` still running, and whether their terminal event was emitted.
-    streams: dict[asyncio.Task[None], bool]
+    #: Handles kept between turns, least recently used first.
+    sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+    #: Providers a session switched to (``/model``), closed with the agent.
+    providers: list[Provider] = field(default_factory=list)
+    #: The model spec each session uses, when not the agent's.
+    models: dict[str, str] = field(default_factory=dict)
 
 
 class Agent:
@@ -250,11 +126,13 @@ class Agent:
     and compatible servers, ``openai-responses:…``; None: the config's default) or a
     :class:`~drover.providers.base.Provider` — e.g. drover's scripted fake,
     :class:`drover.testing.scripted.ScriptedProvider`. ``tools`` are the tools offered (None:
-    the built-in coding tools and the ``task`` tool, as on the command line). ``store`` is a
-    path, ``":memory:"``, a ``postgresql://`` URL or an open :class:`~drover.store.base.Store`
-    (None: ``DROVER_DB``, else the SQLite journal in the user data directory). Side-effecting
-    tools ask ``on_permission`` in ``permission_mode="ask"``; without a callback they are
-    denied.
+    the built-in coding tools and the ``task`` tool, as on the command line; their ``bash``
+    runs in the sandbox ``sandbox`` names — ``workdir``, ``read-only`` or ``off``, None: the
+    config's — with network when ``sandbox_network``). ``store`` is a path, ``":memory:"``, a
+    ``postgresql://`` URL or an open :class:`~drover.store.base.Store` (None: ``DROVER_DB``,
+    else the SQLite journal in the user data directory). Side-effecting tools ask
+    ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
+    without one, ``run`` denies them and a stream's reader answers them.
     """
 
     def __init__(
@@ -270,17 +148,28 @@ class Agent:
         max_turns: int | None = None,
         base_url: str | None = None,
         config: Config | None = None,
+        sandbox: str | None = None,
+        sandbox_network: bool = False,
+        require_sandbox: bool = False,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
+        """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
+        agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
         self._config = config
         self._model = model
         self._tools = None if tools is None else list(tools)
         self._system_prompt = system_prompt
         self._store = store
         self._workdir_arg = workdir
-        self.policy = PermissionPolicy(permission_mode)
+        PermissionPolicy(permission_mode)  # checks the mode now
+        self.permission_mode: PermissionMode = permission_mode
         self.on_permission = on_permission
         self._max_turns = max_turns
         self._base_url = base_url
+        self._sandbox_mode = sandbox
+        self._sandbox_network = sandbox_network
+        self._require_sandbox = require_sandbox
+        self._lease_seconds = lease_seconds
         self._open: _Open | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -294,31 +183,67 @@ class Agent:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    async def open(self) -> Agent:
+        """Open the resources now (they open on first use otherwise)."""
+        await self._resources()
+        return self
+
     async def aclose(self) -> None:
-        """Close the store and the provider the agent opened (not those it was given)."""
+        """Interrupt the turns still running (their work is recorded), then close the store
+        and the providers the agent opened (not those it was given)."""
         opened, self._open = self._open, None
         if opened is None:
             return
-        # A stream its reader left without closing it (``break``, ``return``) is finished
-        # first: a turn past its end records it, one before its end is interrupted.
-        for task, ended in tuple(opened.streams.items()):
-            if not ended:
-                task.cancel()
-        if opened.streams:
-            await asyncio.wait(tuple(opened.streams))
         try:
-            if opened.owns_provider:
-                await opened.provider.aclose()
+            await opened.runner.shutdown()
         finally:
-            if opened.owns_store:
-                await opened.store.close()
+            try:
+                for provider in opened.providers:
+                    with contextlib.suppress(Exception):
+                        await provider.aclose()
+                if opened.owns_provider:
+                    await opened.provider.aclose()
+            finally:
+                if opened.owns_store:
+                    await opened.store.close()
+
+    def _opened(self) -> _Open:
+        if self._open is None:
+            raise DroverError("the agent is not open: use `async with agent` or run it first")
+        return self._open
 
     @property
     def store(self) -> Store:
         """The journal (the agent must be open: after a run or inside ``async with``)."""
-        if self._open is None:
-            raise DroverError("the agent is not open: use `async with agent` or run it first")
-        return self._open.store
+        return self._opened().store
+
+    @property
+    def runner(self) -> Runner:
+        """The owner of this agent's running turns (front doors route interrupts and
+        permission answers through it)."""
+        return self._opened().runner
+
+    @property
+    def workdir(self) -> Path:
+        return self._opened().workdir
+
+    @property
+    def config(self) -> Config:
+        return self._opened().config
+
+    @property
+    def sandbox(self) -> SandboxStatus | None:
+        """Where ``bash`` runs its commands (None: the agent's own tools, no sandbox probed)."""
+        return self._opened().sandbox
+
+    @property
+    def model(self) -> str:
+        """The model spec of new sessions (a given provider's model name)."""
+        return self._opened().model
+
+    def model_of(self, session: Session) -> str:
+        opened = self._opened()
+        return opened.models.get(session.id, self.model)
 
     async def _resources(self) -> _Open:
         loop = asyncio.get_running_loop()
@@ -332,38 +257,53 @@ class Agent:
             self._open = await self._build()
             return self._open
 
+    def _sandbox_settings(self, config: Config, workdir: Path, db: str | None) -> SandboxSettings:
+        """The sandbox from the agent's settings over the config file's; the journal's SQLite
+        file is hidden too. Relative paths in the config file are taken from the workdir."""
+        return sandbox_settings(
+            mode=self._sandbox_mode or config.sandbox_mode,
+            network=self._sandbox_network or config.sandbox_network,
+            writable=config.sandbox_writable,
+            hidden=[*config.sandbox_hidden, *journal_files(db)],
+            base=workdir,
+        )
+
     async def _build(self) -> _Open:
         config = self._config or load_config()
         workdir = resolve_workdir(self._workdir_arg)
+        sandbox: SandboxStatus | None = None
+        if self._tools is None:
+            db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
+            check = require_sandbox if self._require_sandbox else probe_sandbox
+            settings = self._sandbox_settings(config, workdir, db)
+            sandbox = await asyncio.to_thread(check, settings)
+        if self._model is None or isinstance(self._model, str):
+            # A misspelt model or a missing key fails before anything is opened.
+            spec = self._model or config.default_model
+            provider: Provider = create_provider(spec, config, base_url=self._base_url)
+            owns_provider = True
+        else:
+            provider, owns_provider = self._model, False
+            spec = provider.model
         async with contextlib.AsyncExitStack() as stack:
-            db: str | None = None
+            if owns_provider:
+                stack.push_async_callback(provider.aclose)
             if isinstance(self._store, str | None):
-                db = self._store or os.environ.get("DROVER_DB")
-                store = open_store(db)
+                store = open_store(self._store or os.environ.get("DROVER_DB"))
                 stack.push_async_callback(store.close)
                 await store.open()
                 owns_store = True
             else:
                 store, owns_store = self._store, False
-            if isinstance(self._model, str | None):
-                spec = self._model or config.default_model
-                provider = create_provider(spec, config, base_url=self._base_url)
-                stack.push_async_callback(provider.aclose)
-                owns_provider = True
-            else:
-                provider, owns_provider = self._model, False
-            runner = Runner(store, redactor=Redactor(config.redact_patterns))
-            await runner.recover()
+            runner = Runner(
+                store,
+                redactor=Redactor(config.redact_patterns),
+                lease_seconds=self._lease_seconds,
+            )
             coordinator = None
             if self._tools is None:
-                settings = sandbox_settings(
-                    mode=config.sandbox_mode,
-                    network=config.sandbox_network,
-                    writable=config.sandbox_writable,
-                    hidden=[*config.sandbox_hidden, *journal_files(db)],
-                    base=workdir,
-                )
-                sandbox = await asyncio.to_thread(probe_sandbox, settings)
+                assert sandbox is not None
+                # The built-in set includes the task tool; a caller's own set is taken as given.
                 tools = default_registry(sandbox=sandbox)
                 coordinator = Coordinator(store)
                 add_task_tool(tools, coordinator)
@@ -380,36 +320,104 @@ class Agent:
             coordinator=coordinator,
             config=config,
             workdir=workdir,
+            sandbox=sandbox,
+            model=spec,
             loop=asyncio.get_running_loop(),
-            sessions={},
-            streams={},
         )
 
-    async def session(self, session: str | None = None) -> AgentSession:
-        """The session with id ``session`` (created when new), or a new one (None)."""
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def session(
+        self,
+        session: str | None = None,
+        *,
+        continue_latest: bool = False,
+        must_exist: bool = False,
+        owner: str | None = None,
+        on_permission: PermissionCallback | None = None,
+    ) -> Session:
+        """The session with id ``session`` (created when new, unless ``must_exist``), the
+        latest one of the working directory (``continue_latest``), or a new one. ``owner``
+        marks a new session as someone's (the server's token hash); ``on_permission``
+        answers its permission questions instead of the agent's handler."""
         opened = await self._resources()
-        if session is not None and session in opened.sessions:
-            return opened.sessions[session]
+        if session is not None:
+            kept = opened.sessions.get(session)
+            if kept is not None:
+                opened.sessions.move_to_end(session)
+                if on_permission is not None:
+                    kept.on_permission = on_permission
+                return kept
+        if session is None:
+            if must_exist and not continue_latest:
+                raise DroverError("no session given (use --session ID or --continue)")
+            created = not continue_latest
+        else:
+            created = await opened.store.get_session(session) is None
+            if created and must_exist:
+                raise DroverError(f"no session {session} in this journal")
         config, workdir = opened.config, opened.workdir
-        model = self._model if isinstance(self._model, str) else opened.provider.model
         record = await opened.runner.open_session(
-            workdir=workdir, model=model or config.default_model, session_id=session
+            workdir=workdir,
+            model=opened.model,
+            session_id=session,
+            continue_latest=continue_latest,
+            owner=owner,
         )
+        kept = opened.sessions.get(record.id)
+        if kept is not None:  # ``continue_latest`` found one already open
+            return kept
         prompt = self._system_prompt
-        agent_session = await open_agent_session(
-            opened.runner,
+        engine = await opened.runner.agent_session(
             record,
             provider=opened.provider,
             tools=opened.tools,
             workdir=workdir,
-            policy=self.policy,
+            policy=PermissionPolicy(self.permission_mode),
             settings=LoopSettings(max_turns=self._max_turns or config.max_turns),
-            config=config,
-            system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
-            coordinator=opened.coordinator,
+            convo=ConversationManager(
+                context_limit=config.context_limit,
+                chars_per_token=config.chars_per_token,
+                system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
+            ),
         )
-        opened.sessions[record.id] = agent_session
-        return agent_session
+        if opened.coordinator is not None:
+            engine.prelude = opened.coordinator.resume
+        handle = Session(
+            self,
+            record,
+            engine,
+            created=created,
+            on_permission=on_permission or self.on_permission,
+        )
+        opened.sessions[record.id] = handle
+        self._forget_idle(opened)
+        return handle
+
+    def _forget_idle(self, opened: _Open) -> None:
+        """Keep at most :data:`MAX_SESSIONS` handles; a session with a turn running stays."""
+        excess = len(opened.sessions) - MAX_SESSIONS
+        for session_id in list(opened.sessions):
+            if excess <= 0:
+                return
+            if opened.runner.running(session_id) is None:
+                del opened.sessions[session_id]
+                opened.models.pop(session_id, None)
+                excess -= 1
+
+    async def switch_model(self, session: Session, model: str) -> None:
+        """Use ``model`` for ``session`` from its next turn on (the agent's ``base_url``);
+        its pending work is converted. When the new provider cannot be built the old one
+        stays in use."""
+        opened = self._opened()
+        provider = create_provider(model, opened.config, base_url=self._base_url)
+        try:
+            session.engine.switch_provider(provider)
+        except BaseException:
+            await provider.aclose()
+            raise
+        opened.providers.append(provider)
+        opened.models[session.id] = model
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -419,64 +427,23 @@ class Agent:
         Pending work of the session goes before the prompt. Cancelling the call interrupts
         the turn; its work stays pending in the journal.
         """
-        return await self._run(prompt, session)
+        return await (await self.session(session)).run(prompt)
 
     async def resume(self, session: str) -> RunResult:
         """Finish the session's unfinished turn without a new instruction."""
-        return await self._run(None, session)
+        return await (await self.session(session)).resume()
 
-    async def _run(self, prompt: str | None, session_id: str | None) -> RunResult:
-        opened = await self._resources()
-        session = await self.session(session_id)
-        permissions = _Permissions(self.on_permission, deny_unanswered=True)
-        try:
-            outcome = await opened.runner.run(session, prompt, [permissions])
-        finally:
-            await permissions.aclose()
-        return result_of(session, outcome.turn_id, outcome.event)
+    def run_stream(self, prompt: str | None, *, session: str | None = None) -> _AgentStream:
+        """Run one turn, yielding its typed events as they happen (``prompt=None`` resumes),
+        as a context manager (see :mod:`drover.stream`)::
 
-    async def run_stream(
-        self, prompt: str | None, *, session: str | None = None
-    ) -> AsyncIterator[Event]:
-        """Run one turn, yielding its typed events as they happen (``prompt=None`` resumes).
+            async with agent.run_stream("fix the test") as stream:
+                async for event in stream:
+                    ...
 
-        The turn runs in a task of its own: a slow reader may miss text deltas (the finished
-        message carries the text) but never a tool state, a permission request or the
-        terminal event, which comes last. Permission requests go to ``on_permission`` when
-        the agent has one; otherwise the reader answers them with ``request.decide(...)``.
-        Leaving the iteration early (``break``, ``aclose``, cancellation) interrupts the turn;
-        its work stays pending and the session resumable.
-        """
-        opened = await self._resources()
-        agent_session = await self.session(session)
-        channel = EventChannel()
-        permissions = _Permissions(self.on_permission, deny_unanswered=False)
-
-        async def drive() -> None:
-            try:
-                await opened.runner.run(agent_session, prompt, [permissions, channel])
-            finally:
-                channel.close()
-
-        turn = asyncio.get_running_loop().create_task(drive())
-        opened.streams[turn] = False
-        turn.add_done_callback(lambda task: opened.streams.pop(task, None))
-        ended = False
-        try:
-            async for event in channel:
-                if is_terminal(event):
-                    ended = True
-                    if turn in opened.streams:
-                        opened.streams[turn] = True
-                yield event
-            await turn
-        finally:
-            # A reader leaving after the terminal event lets the turn finish recording it.
-            if not turn.done() and not ended:
-                turn.cancel()
-                # The runner records the interruption before the task ends: wait for it.
-                await asyncio.wait([turn])
-            await permissions.aclose()
+        Leaving the block before the terminal event interrupts the turn; its work stays
+        pending and the session is free and resumable at once."""
+        return _AgentStream(self, prompt, session)
 
     def run_sync(self, prompt: str, *, session: str | None = None) -> RunResult:
         """:meth:`run` for scripts: opens the agent, runs the turn and closes it again, in an
@@ -496,3 +463,15 @@ class Agent:
                 await self.aclose()
 
         return asyncio.run(once())
+
+
+class _AgentStream(TurnStream):
+    """:meth:`Agent.run_stream`: opens the agent and the session on entering."""
+
+    def __init__(self, agent: Agent, prompt: str | None, session: str | None) -> None:
+        super().__init__(None, prompt)
+        self._agent = agent
+        self._session_id = session
+
+    async def _open_session(self) -> Session:
+        return await self._agent.session(self._session_id)

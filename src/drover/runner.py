@@ -214,23 +214,24 @@ class Runner:
         await self.store.discard_pending(session.id)
         session.journal_mark = journal_mark(await self.store.last_turn(session.id))
 
-    async def recover(self, session_id: str | None = None) -> list[str]:
+    async def recover(self, session_id: str | None = None) -> dict[str, str]:
         """End turns left ``running`` by dead processes (their work becomes pending): one
-        session's, or with None every session's (a takeover's sweep). Followers are told."""
+        session's, or with None every session's (a takeover's sweep). Followers are told
+        through ``on_recovered``. Returns ``{turn_id: session_id}`` of the turns ended."""
         recovered = await self.store.recover_orphans(session_id=session_id)
-        if recovered and self.on_recovered is not None:
-            sessions = {session_id} if session_id is not None else set()
-            if session_id is None:
-                for turn_id in recovered:
-                    turn = await self.store.get_turn(turn_id)
-                    if turn is not None:
-                        sessions.add(turn.session_id)
-            for each in sessions:
+        found: dict[str, str] = {}
+        for turn_id in recovered:
+            if session_id is not None:
+                found[turn_id] = session_id
+            elif (turn := await self.store.get_turn(turn_id)) is not None:
+                found[turn_id] = turn.session_id
+        if self.on_recovered is not None:
+            for each in dict.fromkeys(found.values()):
                 try:
                     self.on_recovered(each)
                 except Exception:
                     log.exception("runner: the recovery observer failed")
-        return recovered
+        return found
 
     async def open_session(
         self,
@@ -348,9 +349,13 @@ class Runner:
             else:
                 running.started.set_exception(DroverError("the turn ended before it started"))
         # Retrieved, so that a start that failed is not also logged as never retrieved.
-        running.started.exception() if not running.started.cancelled() else None
-        if not task.cancelled():
-            task.exception()
+        if not running.started.cancelled():
+            running.started.exception()
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None and running.turn_id is not None:
+            log.error(
+                "turn %s on session %s failed: %r", running.turn_id, running.session_id, failure
+            )
 
     async def run(
         self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()

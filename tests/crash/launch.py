@@ -254,7 +254,8 @@ def _fork_server_main(fd: int) -> None:
     for module in (
         "drover.cli.main",
         "drover.cli.headless",
-        "drover.cli.runtime",
+        "drover.cli.build",
+        "drover.agent",
         "drover.providers.factory",
         "drover.providers.anthropic",
         "drover.providers.openai_chat",

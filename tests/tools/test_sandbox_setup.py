@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.cli.runtime import RunOptions, open_runtime
+from drover.agent import Agent
 from drover.config import load_config
 from drover.errors import ConfigError, ToolError
 from drover.permissions import PermissionPolicy
@@ -225,23 +225,26 @@ def test_bad_sandbox_settings_name_the_problem(tmp_path: Path, text: str, proble
     assert str(path) in str(caught.value)
 
 
-async def test_a_server_runtime_requires_the_sandbox(
+async def test_a_server_agent_requires_the_sandbox(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What ``drover serve`` gets from ``open_runtime(..., require_sandbox=True)``: a one-line
-    refusal without bubblewrap, and a runtime when ``--sandbox off`` is explicit."""
+    """What ``drover serve`` gets from ``Agent(..., require_sandbox=True)``: a one-line
+    refusal without bubblewrap, and an agent when ``--sandbox off`` is explicit."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no bwrap to be found
     monkeypatch.setenv("DROVER_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
-    options = RunOptions(workdir=tmp_path, db=str(tmp_path / "j.db"), model="anthropic:x")
+
+    def agent(**kwargs: object) -> Agent:
+        return Agent("anthropic:x", workdir=tmp_path, store=str(tmp_path / "j.db"), **kwargs)  # type: ignore[arg-type]
+
     with pytest.raises(ConfigError, match=r"^refusing to serve without a sandbox for bash: "):
-        async with open_runtime(options, require_sandbox=True):
+        async with agent(require_sandbox=True):
             pass
-    off = replace(options, sandbox="off")
-    async with open_runtime(off, require_sandbox=True) as runtime:
-        assert runtime.sandbox.mode == "off"
-        bash = runtime.tools.get("bash")
+    async with agent(sandbox="off", require_sandbox=True) as opened:
+        assert opened.sandbox is not None and opened.sandbox.mode == "off"
+        session = await opened.session()
+        bash = session.engine.tools.get("bash")
         assert isinstance(bash, BashTool) and bash.sandbox_label == "off"
-    # Without require_sandbox (-p, the REPL) the runtime opens and bash refuses commands.
-    async with open_runtime(options) as runtime:
-        assert runtime.sandbox.unavailable
+    # Without require_sandbox (-p, the REPL) the agent opens and bash refuses commands.
+    async with agent() as opened:
+        assert opened.sandbox is not None and opened.sandbox.unavailable

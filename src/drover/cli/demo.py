@@ -18,16 +18,16 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from drover.agent import Agent
 from drover.channel import EventSink
 from drover.cli.render import HeadlessPrinter
-from drover.cli.runtime import RunOptions, open_runtime
 from drover.config import load_config
-from drover.events import turn_status
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.testing.scenario import load_scenario
 from drover.testing.server import FakeLLMServer
-from drover.tools.registry import ToolRegistry, default_registry
+from drover.tools.base import Tool
+from drover.tools.registry import default_registry
 
 DEMO_PROMPT = (
     "Look at the files in this directory and write a short notes.txt summarising them, "
@@ -44,14 +44,9 @@ def _say(text: str) -> None:
     print(f"\n── {text}", file=sys.stderr, flush=True)
 
 
-def _demo_tools() -> ToolRegistry:
+def _demo_tools() -> list[Tool]:
     full = default_registry()
-    tools = ToolRegistry()
-    for name in full.names():
-        tool = full.get(name)
-        if tool is not None and name != "bash":
-            tools.register(tool)
-    return tools
+    return [tool for name in full.names() if name != "bash" and (tool := full.get(name))]
 
 
 def _prepare_workdir(requested: Path | None) -> tuple[Path, Path]:
@@ -85,28 +80,35 @@ async def run_demo(args: argparse.Namespace) -> int:
         provider = AnthropicProvider(model, api_key="fake-key", base_url=server.base_url)
         _say(f"no ANTHROPIC_API_KEY: using drover's scripted fake LLM server at {server.base_url}")
     try:
-        options = RunOptions(model=model, db=db, workdir=workdir, permission_mode="allow")
-        async with open_runtime(
-            options, provider=provider, tools=_demo_tools(), config=config
-        ) as runtime:
-            opened = await runtime.session()
-            record, session = opened.record, opened.session
-            _say(f"session {record.id} in {workdir}")
+        agent = Agent(
+            provider or model,
+            store=db,
+            workdir=workdir,
+            permission_mode="allow",
+            tools=_demo_tools(),
+            config=config,
+        )
+        async with agent:
+            session = await agent.session()
+            _say(f"session {session.id} in {workdir}")
             _say(f"turn 1: {DEMO_PROMPT}")
             live: list[EventSink] = [HeadlessPrinter(output_format="text")]
-            outcome = await runtime.runner.run(session, DEMO_PROMPT, live)
-            status = turn_status(outcome.event)
-            if status != "completed":
+            result = await session.run(DEMO_PROMPT, live=live)
+            if not result.completed:
                 kept = sum(len(m.tool_results) for m in session.pending)
                 _say(
-                    f"turn 1 ended {status}; nothing was lost: {len(session.pending)} messages "
-                    f"with {kept} tool outputs are pending in {db}"
+                    f"turn 1 ended {result.status}; nothing was lost: {len(session.pending)} "
+                    f"messages with {kept} tool outputs are pending in {db}"
                 )
                 _say("turn 2: resuming the unfinished turn, with no new instruction")
-                outcome = await runtime.runner.run(session, None, live)
-                status = turn_status(outcome.event)
-            _say(f"final status: {status}. Inspect it with: drover show {record.id} --db {db}")
-            return 0 if status == "completed" else 1
+                result = await session.resume(live=live)
+            _say(
+                f"final status: {result.status}. Inspect it with: drover show {session.id} "
+                f"--db {db}"
+            )
+            return 0 if result.completed else 1
     finally:
+        if provider is not None:
+            await provider.aclose()
         if server is not None:
             server.stop()

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import signal
 import sys
 from typing import Any
 
+from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note, write
-from drover.cli.runtime import RunOptions, Runtime, open_runtime
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import ConfigError
 from drover.events import (
@@ -34,23 +33,10 @@ from drover.events import (
     TurnStarted,
     turn_status,
 )
+from drover.handle import Session
 from drover.messages import Message, Usage
-from drover.session import AgentSession
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
-
-
-def run_options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(
-        model=args.model,
-        base_url=args.base_url,
-        db=args.db,
-        workdir=args.workdir,
-        permission_mode=args.permission_mode,
-        max_turns=args.max_turns,
-        sandbox=args.sandbox,
-        sandbox_network=args.sandbox_network,
-    )
 
 
 class _Terminal:
@@ -97,34 +83,27 @@ def headless_prompt(args: argparse.Namespace) -> str | None:
 
 
 async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
-    async with open_runtime(run_options(args)) as runtime:
-        if runtime.sandbox.unavailable:
-            _note(f"drover: warning: {runtime.sandbox.describe()}")
-        opened = await runtime.session(
-            session_id=args.session,
-            continue_latest=args.continue_,
-            must_exist=prompt is None,
+    async with agent_from_args(args) as agent:
+        if agent.sandbox is not None and agent.sandbox.unavailable:
+            _note(f"drover: warning: {agent.sandbox.describe()}")
+        session = await agent.session(
+            args.session, continue_latest=args.continue_, must_exist=prompt is None
         )
-        record, session = opened.record, opened.session
-        if opened.created:
-            _note(f"new session {record.id} (continue it with --session {record.id})")
+        if session.created:
+            _note(f"new session {session.id} (continue it with --session {session.id})")
         if args.discard_pending:
-            dropped = len(session.pending)
-            if dropped:
-                await runtime.runner.discard_pending(session)
+            dropped = await session.discard() if session.pending else 0
             if prompt is None:
-                _report_discarded(args.output_format, record.id, dropped)
+                _report_discarded(args.output_format, session.id, dropped)
                 return 0
         note = None
         if prompt is not None and args.output_format == "text":
             note = pending_note(len(session.pending), "--discard-pending")
-        return await _run_turn(runtime, record.id, session, prompt, args, note)
+        return await _run_turn(session, prompt, args, note)
 
 
 async def _run_turn(
-    runtime: Runtime,
-    session_id: str,
-    session: AgentSession,
+    session: Session,
     prompt: str | None,
     args: argparse.Namespace,
     note: str | None = None,
@@ -134,17 +113,24 @@ async def _run_turn(
         output_format=args.output_format, lines=StdinLines() if ask else None, preamble=note
     )
     terminal = _Terminal()
-    loop = asyncio.get_running_loop()
-    turn = loop.create_task(runtime.runner.run(session, prompt, [terminal, printer]))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, turn.cancel)
+    session_id = session.id
     try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await turn
+        running = session.start(prompt, live=[terminal, printer])
+    except BaseException:
+        await printer.aclose()
+        raise
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, running.interrupt)
+    try:
+        await running.finished()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await printer.aclose()
+    assert running.task is not None
+    if not running.task.cancelled() and running.task.exception() is not None:
+        raise running.task.exception()  # type: ignore[misc]
 
     event = terminal.event
     status = turn_status(event) if event else "interrupted"

@@ -19,20 +19,15 @@ from types import FrameType
 import uvicorn
 
 from drover.cli import serve_pool
-from drover.cli.headless import run_options
-from drover.cli.runtime import Runtime, open_runtime, system_prompt
-from drover.convo import ConversationManager
+from drover.cli.build import agent_from_args
 from drover.errors import ConfigError
-from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
-from drover.server import heap
+from drover.server import heap, takeover
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
 from drover.server.shared import DEFAULT_LEASE, Shared, is_shared
-from drover.session import AgentSession
-from drover.store.base import SessionRecord
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -70,13 +65,15 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help=f"seconds a turn's lease lasts without renewal before another process takes the "
         f"turn over (env DROVER_LEASE; {DEFAULT_LEASE:g})",
     )
-    scale.add_argument(
+    parser.add_argument(
         "--takeover",
         choices=("resume", "end"),
         default="resume",
-        help="what a process does with a dead process's turn: end it interrupted and resume "
-        "it (default), or only end it",
+        help="what the server does with a turn a dead process left running (found at start "
+        "and every few seconds): end it interrupted and resume it (default), or only end it",
     )
+    # Seconds between two looks for dead processes' turns (tests stretch it).
+    parser.add_argument("--takeover-interval", type=float, default=None, help=argparse.SUPPRESS)
     scale.add_argument(
         "--workers",
         type=int,
@@ -165,7 +162,16 @@ def lease_from(args: argparse.Namespace) -> float:
 
 
 async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
-    """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks)."""
+    """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks; it is
+    closed at the end)."""
+    try:
+        return await _serve(args, provider)
+    finally:
+        if provider is not None:
+            await provider.aclose()
+
+
+async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
     settings = settings_from(args)
     if args.workers != 1 and provider is None:
         serve_pool.check(args)
@@ -176,24 +182,25 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
     hub = Hub()
     # A server runs commands for whoever holds a token: never without a sandbox, unless the
     # operator said --sandbox off.
-    async with open_runtime(run_options(args), provider=provider, require_sandbox=True) as runtime:
-        runtime.runner.lease_seconds = lease
+    agent = agent_from_args(args, provider=provider, require_sandbox=True, lease_seconds=lease)
+    async with agent:
+        runner = agent.runner
         shared = (
-            Shared.open(runtime.store, runtime.runner.owner, hub, redis_url)
-            if is_shared(runtime.store)
+            Shared.open(agent.store, runner.owner, hub, redis_url)
+            if is_shared(agent.store)
             else None
         )
         if redis_url and shared is None:
             raise ConfigError("--redis needs a shared journal: --db postgresql://…")
-        runtime.runner.on_event = hub.publish if shared is None else shared.relay.publish
+        if shared is None:
+            runner.on_event = hub.publish
+            runner.on_recovered = lambda session_id: hub.feed(session_id).resync(drop_ring=True)
+        else:
+            runner.on_event = shared.relay.publish
+            runner.on_recovered = shared.relay.nudge
         service = Service(
-            store=runtime.store,
-            runner=runtime.runner,
+            agent=agent,
             hub=hub,
-            new_session=_session_factory(runtime),
-            workdir=str(runtime.workdir),
-            model=runtime.model,
-            permission_mode=args.permission_mode,
             permission_timeout=args.permission_timeout,
             running_elsewhere=None if shared is None else shared.running_turn,
             send_control=None if shared is None else shared.relay.control,
@@ -212,16 +219,27 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         server = _Server(config, service, hub)
+        resume = service.resume if args.takeover == "resume" else None
+        interval = args.takeover_interval or min(lease / 3, takeover.MAX_WATCH_INTERVAL)
+        watching: asyncio.Task[None] | None = None
         try:
             if shared is not None:
-                await shared.start(service, resume=args.takeover == "resume", lease=lease)
-            print(f"drover serve: bash {runtime.sandbox.describe()}", file=sys.stderr, flush=True)
+                await shared.start(service)
+            watching = asyncio.get_running_loop().create_task(
+                takeover.watch(runner.recover, resume, interval=interval)
+            )
+            if agent.sandbox is not None:
+                print(f"drover serve: bash {agent.sandbox.describe()}", file=sys.stderr, flush=True)
             if shared is not None:
                 print(f"drover serve: {shared.describe()}", file=sys.stderr, flush=True)
             print(f"drover serve: listening on http://{shown}:{port}", flush=True)
             heap.settle()
             await server.serve(sockets=[sock])
         finally:
+            if watching is not None:
+                watching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watching
             with contextlib.suppress(Exception):
                 await service.shutdown()
             if shared is not None:
@@ -229,22 +247,3 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
             sock.close()
     print("drover serve: stopped", file=sys.stderr, flush=True)
     return 0
-
-
-def _session_factory(runtime: Runtime):  # type: ignore[no-untyped-def]
-    async def new_session(record: SessionRecord, policy: PermissionPolicy) -> AgentSession:
-        return await runtime.runner.agent_session(
-            record,
-            provider=runtime.provider,
-            tools=runtime.tools,
-            workdir=runtime.workdir,
-            policy=policy,
-            settings=runtime.settings,
-            convo=ConversationManager(
-                context_limit=runtime.config.context_limit,
-                chars_per_token=runtime.config.chars_per_token,
-                system_prompt=system_prompt(runtime.workdir),
-            ),
-        )
-
-    return new_session

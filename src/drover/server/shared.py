@@ -1,10 +1,10 @@
 """One server process among several on a shared PostgreSQL journal (and optionally Redis).
 
 What a process adds when its journal is PostgreSQL: the :class:`~drover.server.relay.Relay`
-(other processes' live events for its clients, Redis or the log), a ``LISTEN`` for control
+(other processes' live events for its clients, Redis or the log) and a ``LISTEN`` for control
 messages (interrupts and permission answers posted to another process, when Redis cannot carry
-them), and the takeover watch (:mod:`drover.server.takeover`). One process on SQLite needs none
-of it.
+them). One process on SQLite needs neither; every server runs the takeover watch
+(:mod:`drover.server.takeover`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from drover.errors import ConfigError
 from drover.server.hub import Hub
 from drover.server.relay import Relay
 from drover.server.service import Service
-from drover.server.takeover import watch
 from drover.store import pg_claims
 from drover.store.base import Store
 from drover.store.pg_conn import redact
@@ -26,8 +25,6 @@ from drover.store.postgres import PostgresStore
 
 #: Seconds a turn's lease lasts; a dead process's turn is taken over within about this.
 DEFAULT_LEASE = 15.0
-#: Takeover looks at least this often (seconds), whatever the lease.
-MAX_WATCH_INTERVAL = 5.0
 
 
 def is_shared(store: Store) -> bool:
@@ -56,22 +53,11 @@ class Shared:
     async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
         return await pg_claims.running_turns(self.store, session_ids)
 
-    async def start(self, service: Service, *, resume: bool, lease: float) -> None:
+    async def start(self, service: Service) -> None:
         self.relay.on_control = service.on_control
         await self.relay.start()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(pg_claims.listen(self.store.url, self.relay.received)))
-        self._tasks.append(
-            loop.create_task(
-                watch(
-                    self.store.recover_orphans,
-                    functools.partial(pg_claims.turn_sessions, self.store),
-                    service.resume if resume else None,
-                    interval=min(lease / 3, MAX_WATCH_INTERVAL),
-                    recovered=self.relay.nudge,
-                )
-            )
-        )
 
     def describe(self) -> str:
         live = (

@@ -199,8 +199,9 @@ def test_server_killed_mid_turn_then_restarted(
     serve: Callable[..., DroverServe],
 ) -> None:
     """The page rides out a crash of the server: it reconnects to the restarted process and
-    shows the turn as recovery recorded it (interrupted, its streamed text kept)."""
-    fake_llm.script({"text": ANSWER})
+    shows the turn as recovery recorded it (interrupted, its streamed text kept), then the
+    continuation the restarted server resumes it with (its takeover policy)."""
+    fake_llm.script({"text": ANSWER}, {"text": "Carried on after the restart."})
     proxy = gate(5)
     server = serve(proxy.base_url)
     session_id = new_session(page, server)
@@ -213,9 +214,11 @@ def test_server_killed_mid_turn_then_restarted(
     server.kill()
     expect(page.locator("#connection")).not_to_have_attribute("data-state", "live")
     restarted = serve(proxy.base_url, port=server.port)
-    expect_status(page, "interrupted")
+    expect_status(page, "interrupted", 0)
     expect(page.locator("#connection")).to_have_attribute("data-state", "live")
-    expect(last_text(page)).to_have_text(streamed)
+    expect(page.locator("#transcript .turn").first.locator(".block.text")).to_have_text(streamed)
+    expect_status(page, "completed", 1)
+    expect(last_text(page)).to_have_text("Carried on after the restart.")
     assert_page_shows_stored_transcript(page, restarted, session_id)
     proxy.release(5)
 

@@ -12,8 +12,7 @@ import argparse
 import os
 import sys
 
-from drover.cli.headless import run_options
-from drover.cli.runtime import open_runtime
+from drover.cli.build import agent_from_args
 
 
 def interactive_terminal() -> bool:
@@ -30,5 +29,5 @@ async def run_repl(args: argparse.Namespace) -> int:
         return await run_line_repl(args)
     from drover.cli.repl.app import run_interactive
 
-    async with open_runtime(run_options(args)) as runtime:
-        return await run_interactive(args, runtime)
+    async with agent_from_args(args) as agent:
+        return await run_interactive(args, agent)

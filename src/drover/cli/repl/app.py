@@ -28,16 +28,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from drover.agent import Agent
 from drover.cli.repl.complete import ReplCompleter
 from drover.cli.repl.keys import TurnKeys
 from drover.cli.repl.status import TokenAccount, load_prices, prices_path, status_text
 from drover.cli.repl.transcript import print_transcript
-from drover.cli.runtime import Runtime
 from drover.cli.tui import TurnView, describe_kept
 from drover.errors import DroverError
 from drover.events import Done, Error, Incomplete, ToolState
+from drover.handle import Session
 from drover.messages import Usage
-from drover.session import AgentSession
 
 HISTORY_FILE = "repl_history"
 
@@ -117,13 +117,13 @@ class _TurnKeysHandler:
 class Repl:
     def __init__(
         self,
-        runtime: Runtime,
-        session: AgentSession,
+        agent: Agent,
+        session: Session,
         console: Console,
         keyboard: Input | None = None,
         screen: Output | None = None,
     ) -> None:
-        self.runtime = runtime
+        self.agent = agent
         self.session = session
         self.console = console
         # The one input of the prompt and of every turn's reader (the typeahead's key), and
@@ -132,16 +132,16 @@ class Repl:
         self.screen = screen or create_output()
         self.account = TokenAccount(prices=load_prices(prices_path()))
         # Where bash runs its commands: "workdir", "read-only+net", "off", "unavailable"…
-        self.sandbox = runtime.sandbox.label()
+        self.sandbox = agent.sandbox.label() if agent.sandbox is not None else "off"
         self._prompt: PromptSession[str] | None = None
         self._ctrl_c_armed = False
 
     # -- status ---------------------------------------------------------------------------------
 
     def status(self) -> str:
-        convo = self.session.convo
+        convo = self.session.engine.convo
         return status_text(
-            model=self.runtime.model,
+            model=self.session.model,
             account=self.account,
             context_used=convo.calibrated_tokens(self.session.pending),
             context_limit=convo.context_limit,
@@ -153,19 +153,20 @@ class Repl:
         self.account = TokenAccount(prices=self.account.prices)
 
     def add_usage(self, usage: Usage) -> None:
-        self.account.add(usage, self.runtime.model)
+        self.account.add(usage, self.session.model)
 
     async def show_session(self, *, transcript: bool) -> None:
         """The header of a session, with its transcript so far when it has one."""
         if transcript:
-            used = await print_transcript(self.runtime.store, self.session.id, self.console)
+            used = await print_transcript(self.agent.store, self.session.id, self.console)
             self.account.used = self.account.used + used
         self.console.print(
-            Text(f"drover — session {self.session.id} in {self.runtime.workdir}", style="bold")
+            Text(f"drover — session {self.session.id} in {self.agent.workdir}", style="bold")
         )
-        sandbox = self.runtime.sandbox
-        style = "yellow" if sandbox.unavailable else "dim"
-        self.console.print(Text(sandbox.describe(), style=style))
+        sandbox = self.agent.sandbox
+        if sandbox is not None:
+            style = "yellow" if sandbox.unavailable else "dim"
+            self.console.print(Text(sandbox.describe(), style=style))
         pending = self.session.pending
         if pending:
             self.console.print(
@@ -206,7 +207,7 @@ class Repl:
         if self._prompt is None:
             self._prompt = PromptSession(
                 history=history_store(),
-                completer=ReplCompleter(self.runtime),
+                completer=ReplCompleter(self.agent),
                 complete_while_typing=False,
                 multiline=True,
                 key_bindings=_key_bindings(),
@@ -245,12 +246,12 @@ class Repl:
                 )
             )
         view = TurnView(
-            self.console, self.runtime.workdir, status=self.status, on_usage=self.add_usage
+            self.console, self.agent.workdir, status=self.status, on_usage=self.add_usage
         )
         loop = asyncio.get_running_loop()
-        task: asyncio.Task[object] = loop.create_task(
-            self.runtime.runner.run(self.session, prompt, [view])
-        )
+        running = self.session.start(prompt, live=[view])
+        task = running.task
+        assert task is not None
         handler = _TurnKeysHandler(view, task, self.console)
         # The turn's reader keeps the keyboard until the end is reported, so that keys typed
         # while the turn ends are read in raw mode (no echo, no signal, Enter still Enter)
@@ -274,7 +275,7 @@ class Repl:
     async def _journal_states(self, turn_id: str) -> dict[str, tuple[ToolState, bool, str | None]]:
         if not turn_id:
             return {}
-        calls = await self.runtime.store.tool_calls(turn_id)
+        calls = await self.agent.store.tool_calls(turn_id)
         return {c.call_id: (c.state, c.outcome_unknown, c.output) for c in calls}
 
     def _report_end(self, view: TurnView, handler: _TurnKeysHandler) -> None:
@@ -316,13 +317,12 @@ def make_console() -> Console:
     return Console(highlight=False)
 
 
-async def run_interactive(args: argparse.Namespace, runtime: Runtime) -> int:
-    session_id = args.resume or args.session
-    opened = await runtime.session(
-        session_id=session_id,
+async def run_interactive(args: argparse.Namespace, agent: Agent) -> int:
+    session = await agent.session(
+        args.resume or args.session,
         continue_latest=args.continue_,
         must_exist=args.resume is not None,
     )
-    repl = Repl(runtime, opened.session, make_console())
-    await repl.show_session(transcript=not opened.created)
+    repl = Repl(agent, session, make_console())
+    await repl.show_session(transcript=not session.created)
     return await repl.run(args.initial_prompt)

@@ -54,24 +54,22 @@ async def run_command(repl: Repl, line: str) -> bool:
     elif name == "/tokens":
         _tokens(repl)
     elif name == "/compact":
-        session = repl.session
-        keep = repl.runtime.settings.keep_tail
-        if not await compact_history(session.provider, session.convo, keep, _CompactionNote(repl)):
+        engine = repl.session.engine
+        keep = engine.settings.keep_tail
+        if not await compact_history(engine.provider, engine.convo, keep, _CompactionNote(repl)):
             say(f"nothing compacted (the history is short, or the summary failed); keeps {keep}")
     elif name == "/sessions":
         await _sessions(repl)
     elif name == "/resume":
         return await _resume(repl, arg)
     elif name == "/clear":
-        opened = await repl.runtime.session()
-        repl.session = opened.session
+        repl.session = await repl.agent.session()
         repl.reset_account()
-        say(f"new session {opened.record.id} (the previous one stays stored: /sessions)")
+        say(f"new session {repl.session.id} (the previous one stays stored: /sessions)")
     elif name == "/pending":
         _pending(repl)
     elif name == "/discard":
-        count = len(repl.session.pending)
-        await repl.runtime.runner.discard_pending(repl.session)
+        count = await repl.session.discard()
         say(
             f"discarded {count} pending message{'' if count == 1 else 's'} "
             "(the journal keeps them, marked discarded)"
@@ -84,13 +82,13 @@ async def run_command(repl: Repl, line: str) -> bool:
 async def _model(repl: Repl, spec: str) -> None:
     say = repl.console.print
     if not spec:
-        say(f"model: {repl.runtime.model}")
+        say(f"model: {repl.session.model}")
         return
     pending = len(repl.session.pending)
     try:
-        await repl.runtime.switch_model(repl.session, spec)
+        await repl.session.switch_model(spec)
     except DroverError as exc:
-        say(Text(f"error: {exc} (still using {repl.runtime.model})", style="red"))
+        say(Text(f"error: {exc} (still using {repl.session.model})", style="red"))
         return
     note = (
         f"; the unfinished work ({pending} message{'' if pending == 1 else 's'}) is kept and "
@@ -102,7 +100,7 @@ async def _model(repl: Repl, spec: str) -> None:
 
 
 def _tokens(repl: Repl) -> None:
-    convo = repl.session.convo
+    convo = repl.session.engine.convo
     pending = repl.session.pending
     calibration = convo.calibration
     ratio = f"{calibration:.2f}" if calibration is not None else "not yet measured"
@@ -117,12 +115,12 @@ def _tokens(repl: Repl) -> None:
         f"API/estimate calibration ratio {ratio}\n"
         f"used in this session: {used.input_tokens:,} input, {used.output_tokens:,} output, "
         f"{used.cache_read_tokens:,} cache read, {used.cache_write_tokens:,} cache write; "
-        f"cost {repl.account.cost_text(repl.runtime.model)} ({repl.runtime.model})"
+        f"cost {repl.account.cost_text(repl.session.model)} ({repl.session.model})"
     )
 
 
 async def _sessions(repl: Repl) -> None:
-    store = repl.runtime.store
+    store = repl.agent.store
     records = await store.list_sessions(limit=20)
     if not records:
         repl.console.print("no sessions yet")
@@ -141,8 +139,7 @@ async def _sessions(repl: Repl) -> None:
 
 async def _resume(repl: Repl, session_id: str) -> bool:
     if session_id and session_id != repl.session.id:
-        opened = await repl.runtime.session(session_id=session_id, must_exist=True)
-        repl.session = opened.session
+        repl.session = await repl.agent.session(session_id, must_exist=True)
         repl.reset_account()
         await repl.show_session(transcript=True)
         return False

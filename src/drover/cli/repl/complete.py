@@ -9,7 +9,7 @@ from pathlib import Path
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-from drover.cli.runtime import Runtime
+from drover.agent import Agent
 from drover.config import list_models
 
 #: Entries of one directory offered at most, so a huge directory cannot stall the prompt.
@@ -55,8 +55,8 @@ def path_completions(workdir: Path, word: str) -> list[str]:
 
 
 class ReplCompleter(Completer):
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
@@ -69,12 +69,12 @@ class ReplCompleter(Completer):
             return
         if text.startswith("/model ") and " " not in text[7:]:
             typed = text[7:]
-            for spec, _source in list_models(self.runtime.config):
+            for spec, _source in list_models(self.agent.config):
                 if spec.startswith(typed):
                     yield Completion(spec, start_position=-len(typed))
             return
         if not text or text[-1].isspace():
             return
         word = text.split()[-1]
-        for path in path_completions(self.runtime.workdir, word):
+        for path in path_completions(self.agent.workdir, word):
             yield Completion(path, start_position=-len(word))

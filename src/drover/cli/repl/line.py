@@ -15,13 +15,12 @@ import asyncio
 import signal
 import sys
 
-from drover.cli.headless import run_options
+from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note
-from drover.cli.runtime import Runtime, open_runtime
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import DroverError
 from drover.events import Error, Incomplete, turn_status
-from drover.session import AgentSession
+from drover.handle import Session
 
 HELP = __doc__.split("Slash commands:", 1)[1].strip() if __doc__ else ""
 
@@ -47,20 +46,20 @@ async def _read_line(lines: StdinLines, prompt: str) -> str | None:
 async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
-    async with open_runtime(run_options(args)) as runtime:
-        opened = await runtime.session(
-            session_id=args.resume or args.session,
+    async with agent_from_args(args) as agent:
+        session = await agent.session(
+            args.resume or args.session,
             continue_latest=args.continue_,
             must_exist=args.resume is not None,
         )
-        session = opened.session
-        print(f"drover — session {opened.record.id} in {runtime.workdir} ({runtime.model})")
-        print(runtime.sandbox.describe())
+        print(f"drover — session {session.id} in {agent.workdir} ({session.model})")
+        if agent.sandbox is not None:
+            print(agent.sandbox.describe())
         print("Type a request, /help for commands, Ctrl-D to leave.")
         if session.pending:
             print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
         if args.initial_prompt:
-            await _turn(runtime, session, args.initial_prompt, lines)
+            await _turn(session, args.initial_prompt, lines)
         while True:
             line = await _read_line(lines, "› ")
             if line is None:
@@ -71,18 +70,17 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                 continue
             try:
                 if line.startswith("/"):
-                    if await _command(line, runtime, session, lines):
+                    if await _command(line, session, lines):
                         return 0
                     continue
                 note = pending_note(len(session.pending), "/discard", "message")
-                await _turn(runtime, session, line, lines, note)
+                await _turn(session, line, lines, note)
             except DroverError as exc:  # a busy session, a journal that failed: stay here
                 print(f"error: {exc}")
 
 
 async def _turn(
-    runtime: Runtime,
-    session: AgentSession,
+    session: Session,
     prompt: str | None,
     lines: StdinLines,
     note: str | None = None,
@@ -90,16 +88,25 @@ async def _turn(
     asks = lines if stdin_is_terminal() else None
     printer = HeadlessPrinter(output_format="text", lines=asks, preamble=note)
     loop = asyncio.get_running_loop()
-    task = loop.create_task(runtime.runner.run(session, prompt, [printer]))
-    loop.add_signal_handler(signal.SIGINT, task.cancel)
     try:
-        outcome = await task
-    except asyncio.CancelledError:
+        running = session.start(prompt, live=[printer])
+        loop.add_signal_handler(signal.SIGINT, running.interrupt)
+        try:
+            await running.finished()
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+    finally:
+        await printer.aclose()
+    assert running.task is not None
+    if running.task.cancelled() or running.end is None:
+        if not running.task.cancelled() and running.task.exception() is not None:
+            raise running.task.exception()  # type: ignore[misc]
         print("\n[interrupted: the work is kept; /resume or type a new message to continue]")
         return
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        await printer.aclose()
+    if turn_status(running.end) == "interrupted":
+        print("\n[interrupted: the work is kept; /resume or type a new message to continue]")
+        return
+    outcome = running.task.result()
     event = outcome.event
     status = turn_status(event)
     if isinstance(event, Incomplete | Error) and not event.retryable:
@@ -111,7 +118,7 @@ async def _turn(
         print(f"[{status}: the work is kept; /resume or type a new message to continue]")
 
 
-async def _command(line: str, runtime: Runtime, session: AgentSession, lines: StdinLines) -> bool:
+async def _command(line: str, session: Session, lines: StdinLines) -> bool:
     """Run a slash command; True means leave."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
@@ -120,7 +127,7 @@ async def _command(line: str, runtime: Runtime, session: AgentSession, lines: St
     if name == "/help":
         print(HELP)
     elif name == "/tokens":
-        convo = session.convo
+        convo = session.engine.convo
         calibration = convo.calibration
         ratio = f"{calibration:.2f}" if calibration is not None else "not yet measured"
         print(
@@ -140,8 +147,7 @@ async def _command(line: str, runtime: Runtime, session: AgentSession, lines: St
                 f"{f' ({results} results)' if results else ''}"
             )
     elif name == "/discard":
-        count = len(session.pending)
-        await runtime.runner.discard_pending(session)
+        count = await session.discard()
         print(
             f"discarded {count} pending message{'' if count == 1 else 's'} "
             "(the journal keeps them, marked discarded)"
@@ -150,15 +156,15 @@ async def _command(line: str, runtime: Runtime, session: AgentSession, lines: St
         if not session.pending:
             print("nothing to resume")
         else:
-            await _turn(runtime, session, None, lines)
+            await _turn(session, None, lines)
     elif name == "/model":
         if not arg:
-            print(f"model: {runtime.model}")
+            print(f"model: {session.model}")
         else:
             try:
-                await runtime.switch_model(session, arg)
+                await session.switch_model(arg)
             except DroverError as exc:
-                print(f"error: {exc} (still using {runtime.model})")
+                print(f"error: {exc} (still using {session.model})")
             else:
                 print(f"now using {arg}")
     elif name == "/session":

@@ -1,0 +1,228 @@
+"""A stored session as every front door holds it: :class:`Session`, and a turn's :class:`RunResult`.
+
+``agent.session(id)`` gives a :class:`Session`; the library, ``-p``, the REPL and ``drover
+serve`` all run turns through it. It holds the session's conversation as loaded from the
+journal (committed history and pending work), its permission policy (mode and the grants kept
+in the journal) and its permission handler, and starts each turn through the agent's runner,
+which records it, renews its lease and ends it truthfully.
+
+A session handle belongs to the agent that made it and to one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from drover.channel import EventSink
+from drover.errors import SessionBusyError
+from drover.events import Decision, Done, PermissionRequest, TerminalEvent, TurnStatus, turn_status
+from drover.messages import Message, Usage
+from drover.runner import PermissionHandler, Runner, RunningTurn
+from drover.session import AgentSession
+from drover.store.base import GrantRecord, SessionRecord, Store
+
+if TYPE_CHECKING:
+    from drover.stream import TurnStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """How a turn ended and what it left."""
+
+    session_id: str
+    turn_id: str
+    status: TurnStatus
+    #: The final answer; for a turn that did not complete, the last text it produced.
+    text: str
+    usage: Usage
+    #: Work of unfinished turns kept for the next run (empty once a turn completes).
+    pending: tuple[Message, ...]
+    #: Why a turn that did not complete ended (``error``, ``max_turns``, ``interrupted``…).
+    reason: str | None = None
+    error: str | None = None
+    #: For a turn that did not complete: whether sending the same request again may succeed.
+    retryable: bool = True
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+
+def last_text(pending: Sequence[Message]) -> str:
+    """The last assistant text of unfinished work (what a turn that did not complete said)."""
+    return next((m.text for m in reversed(pending) if m.role == "assistant" and m.text), "")
+
+
+def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunResult:
+    """The :class:`RunResult` of a turn of ``session`` that ended with ``event``."""
+    pending = session.pending
+    if isinstance(event, Done):
+        return RunResult(
+            session_id=session.id,
+            turn_id=turn_id,
+            status="completed",
+            text=event.text,
+            usage=event.usage,
+            pending=pending,
+        )
+    return RunResult(
+        session_id=session.id,
+        turn_id=turn_id,
+        status=turn_status(event),
+        text=last_text(pending),
+        usage=event.usage,
+        pending=pending,
+        reason=event.reason,
+        error=event.error,
+        retryable=event.retryable,
+    )
+
+
+def deny_unanswered(request: PermissionRequest) -> Decision:
+    """The handler of a turn nobody can be asked in: refuse."""
+    return "deny"
+
+
+class SessionOwner(Protocol):
+    """What a session handle needs of the agent that made it."""
+
+    @property
+    def runner(self) -> Runner: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    async def switch_model(self, session: Session, model: str) -> None: ...
+
+    def model_of(self, session: Session) -> str: ...
+
+
+class Session:
+    """A stored session; see the module docstring."""
+
+    def __init__(
+        self,
+        agent: SessionOwner,
+        record: SessionRecord,
+        engine: AgentSession,
+        *,
+        created: bool,
+        on_permission: PermissionHandler | None,
+    ) -> None:
+        self._agent = agent
+        self.record = record
+        #: The conversation and its turn machinery (front doors use it directly).
+        self.engine = engine
+        #: True when opening it created it (it was not in the journal before).
+        self.created = created
+        #: Answers this session's permission questions (None: a live reader of the turn
+        #: answers them, e.g. with ``request.decide``; ``run`` denies what nobody answers).
+        self.on_permission = on_permission
+
+    @property
+    def id(self) -> str:
+        return self.engine.id
+
+    @property
+    def pending(self) -> tuple[Message, ...]:
+        """Work of unfinished turns, placed before the next message (empty: none)."""
+        return self.engine.pending
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """Committed history followed by pending work: what the next request starts from."""
+        return self.engine.history()
+
+    @property
+    def running(self) -> RunningTurn | None:
+        """This session's turn running in this process, if any."""
+        return self._agent.runner.running(self.id)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    def start(
+        self,
+        prompt: str | None,
+        *,
+        live: Sequence[EventSink] = (),
+        on_permission: PermissionHandler | None = None,
+    ) -> RunningTurn:
+        """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
+        :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's."""
+        return self._agent.runner.start(
+            self.engine, prompt, live, on_permission=on_permission or self.on_permission
+        )
+
+    async def run(self, prompt: str, *, live: Sequence[EventSink] = ()) -> RunResult:
+        """Run one turn for ``prompt`` (pending work goes before it). Cancelling the call
+        interrupts the turn; its work stays pending in the journal."""
+        return await self._run(prompt, live)
+
+    async def resume(self, *, live: Sequence[EventSink] = ()) -> RunResult:
+        """Finish the session's unfinished turn without a new instruction."""
+        return await self._run(None, live)
+
+    async def _run(self, prompt: str | None, live: Sequence[EventSink]) -> RunResult:
+        running = self.start(prompt, live=live, on_permission=self.on_permission or deny_unanswered)
+        assert running.task is not None
+        try:
+            outcome = await asyncio.shield(running.task)
+        except BaseException:
+            if not running.task.done():
+                running.interrupt()
+                await running.finished()
+            raise
+        return result_of(self.engine, outcome.turn_id, outcome.event)
+
+    def run_stream(self, prompt: str | None = None) -> TurnStream:
+        """A turn's events as they happen (``prompt=None`` resumes), as a context manager::
+
+            async with session.run_stream("fix the test") as stream:
+                async for event in stream:
+                    ...
+            print(stream.result.status)
+
+        Leaving the block before the turn ended (``break``, an exception, cancellation)
+        interrupts the turn at once and waits until its work is recorded: the session is then
+        free and resumable."""
+        from drover.stream import TurnStream
+
+        return TurnStream(self, prompt)
+
+    # -- pending work and grants ---------------------------------------------------------------
+
+    async def discard(self) -> int:
+        """Drop the unfinished work (the journal keeps it, marked discarded); how many
+        messages were dropped."""
+        if self.running is not None:
+            raise SessionBusyError(self.id, self.running.turn_id or "")
+        dropped = len(self.engine.pending)
+        await self._agent.runner.discard_pending(self.engine)
+        return dropped
+
+    async def grants(self) -> list[GrantRecord]:
+        """What the user allowed "always" in this session (kept in the journal)."""
+        return await self._agent.store.grants(self.id)
+
+    async def revoke(self, rule: str | None = None) -> list[str]:
+        """Withdraw one grant (``rule``) or all; the rules withdrawn. A turn running here stops
+        using them at once, one running in another process from its next turn."""
+        revoked = await self._agent.store.revoke_grants(self.id, rule)
+        self.engine.policy.revoke(rule)
+        return revoked
+
+    async def switch_model(self, model: str) -> None:
+        """Use ``model`` (``PROVIDER:MODEL``) from the next turn on; pending work is kept and
+        converted. When the new provider cannot be built the old one stays in use."""
+        await self._agent.switch_model(self, model)
+
+    @property
+    def model(self) -> str:
+        """The ``PROVIDER:MODEL`` (or bare model name) this session's turns use."""
+        return self._agent.model_of(self)

@@ -1,0 +1,90 @@
+"""A dead process's turn is resumed, not ended by a bystander.
+
+Two or three real ``drover serve`` processes on one PostgreSQL journal (with Redis). A process
+killed with SIGKILL leaves its turn ``running``. A message posted to *another* session must
+not end that turn (it would end ``interrupted`` and never be resumed, its followers never
+told): only the takeover resumes it. A message posted to the *same* session recovers it and
+continues its work, and followers on other processes see the recovered turn's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from server.support import TERMINAL, Served
+
+from drover.testing.server import FakeLLMServer
+
+from .test_scale import Follower, _check_final, _post, _session, _snapshot, _turn_ended
+
+LONG = " ".join(f"w{i:04d}" for i in range(1500))
+
+
+def _streaming(follower: Follower, count: int = 150) -> None:
+    follower.wait_for(lambda got: sum(e.event == "text_delta" for e in got) >= count)
+
+
+def test_a_post_to_another_session_leaves_the_dead_turn_to_its_takeover(
+    fake: FakeLLMServer, spawn: Callable[..., Served]
+) -> None:
+    victim = spawn()
+    # Its startup look is over before the victim dies; it never looks again.
+    bystander = spawn("--takeover-interval", "3600")
+    fake.script(
+        {"text": LONG, "delay": 0.004},
+        {"text": "A reply for the other session."},
+        {"text": "Resumed after the cut."},
+    )
+    dead_sid, other_sid = _session(bystander), _session(bystander)
+    first = _post(victim, dead_sid)
+    follower = Follower(bystander, dead_sid, until=_turn_ended(first))
+    follower.start()
+    _streaming(follower)
+    victim.stop(9)
+    # The victim's pid is gone: its turn may be recovered by anyone now. A bystander's post
+    # to another session must leave it alone.
+    _post(bystander, other_sid)
+    other = Follower(bystander, other_sid)
+    other.start()
+    assert other.result(bystander)[-1].event == "done"
+    assert [t["status"] for t in _snapshot(bystander, dead_sid)["turns"]] == ["running"]
+    # The takeover (a process starting: its first look) ends it and resumes it; the
+    # follower on the bystander sees both, over Redis and the log.
+    spawn()
+    events = follower.result(bystander)
+    snap = _snapshot(bystander, dead_sid)
+    assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
+    assert "cut off" in snap["turns"][1]["user_message"]["content"][0]["text"]
+    ends = [e.data["turn_id"] for e in events if e.event in TERMINAL]
+    assert ends == [first, snap["turns"][1]["id"]]
+    _check_final(events, snap)
+
+
+def test_a_post_to_the_dead_turns_session_recovers_and_continues_it(
+    fake: FakeLLMServer, spawn: Callable[..., Served]
+) -> None:
+    victim = spawn()
+    bystander = spawn("--takeover-interval", "3600")
+    watcher = spawn("--takeover-interval", "3600")
+    fake.script({"text": LONG, "delay": 0.004}, {"text": "Carried on from the cut."})
+    sid = _session(bystander)
+    first = _post(victim, sid)
+    follower = Follower(watcher, sid, until=_turn_ended(first))
+    follower.start()
+    _streaming(follower)
+    victim.stop(9)
+    second = _post(bystander, sid, "go on")
+    events = follower.result(watcher, bystander)
+    snap = _snapshot(watcher, sid)
+    assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
+    assert snap["turns"][1]["id"] == second
+    # The follower on a third process saw the recovered turn end, then the new one.
+    ends = [e.data["turn_id"] for e in events if e.event in TERMINAL]
+    assert ends == [first, second]
+    # The new turn carried the dead turn's flushed text before the new message.
+    kept = snap["turns"][0]["messages"]
+    assert kept and kept[0]["partial"]
+    request = fake.requests[-1].body["messages"]
+    assert LONG.startswith(request[1]["content"][0]["text"][:20])
+    assert request[-1]["content"][-1]["text"] == "go on"
+    _check_final(events, snap)
