@@ -166,7 +166,8 @@ def test_sigkill_mid_turn_then_restart_answers_with_survivors_and_a_reset(
     last_seen = seen[-1].id
     assert last_seen is not None
 
-    restarted = serve()
+    # Only ended, not resumed (the default takeover would start a continuation turn).
+    restarted = serve("--takeover", "end")
     with restarted.client() as c:
         snapshot = c.get(f"/v1/sessions/{sid}").json()
         (turn,) = snapshot["turns"]

@@ -225,8 +225,10 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
         try:
             if shared is not None:
                 await shared.start(service)
+            # What a previous process left is ended (and resumed) before clients come.
+            await takeover.sweep(runner.recover, resume)
             watching = asyncio.get_running_loop().create_task(
-                takeover.watch(runner.recover, resume, interval=interval)
+                takeover.watch(runner.recover, resume, interval=interval, first=False)
             )
             if agent.sandbox is not None:
                 print(f"drover serve: bash {agent.sandbox.describe()}", file=sys.stderr, flush=True)

@@ -47,8 +47,13 @@ async def sweep(recover: Recover, resume: Resume | None) -> list[str]:
     return list(taken)
 
 
-async def watch(recover: Recover, resume: Resume | None, *, interval: float) -> None:
-    """Run until cancelled: a sweep at once, then one every ``interval`` seconds."""
+async def watch(
+    recover: Recover, resume: Resume | None, *, interval: float, first: bool = True
+) -> None:
+    """Run until cancelled: a sweep (at once unless not ``first``), then one every
+    ``interval`` seconds."""
+    if not first:
+        await asyncio.sleep(interval)
     while True:
         try:
             await sweep(recover, resume)
