@@ -10,9 +10,10 @@ every request, in this order:
   port but not the name the browser puts in ``Host``;
 * a request that may change something (any method but GET, HEAD and OPTIONS), and every
   request outside the public files (the page, ``/static``, ``/openapi.json``), is refused with
-  403 when it carries an ``Origin`` that is neither the server's own (scheme and the ``Host``
-  it was reached by) nor a ``--cors-origin``; without an ``Origin``, a ``Sec-Fetch-Site`` of
-  ``cross-site`` or ``same-site`` (another port is the same site) is refused the same way.
+  403 when it carries an ``Origin`` that is neither the server's own (``http`` or ``https``
+  and the ``Host`` it was reached by) nor a ``--cors-origin``; without an ``Origin``, a
+  ``Sec-Fetch-Site`` of ``cross-site`` or ``same-site`` (another port is the same site) is
+  refused the same way.
 
 The third rule needs the route, so it is in the handlers' body reader
 (:func:`drover.server.routes.json_body`): a route that takes a body takes it only as
@@ -84,12 +85,11 @@ class Guard:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            error = refusal(scope, self.settings)
-            if error is not None and scope["type"] == "http":
-                await error.response()(scope, receive, send)
-                return
-            if error is not None:
-                await send({"type": "websocket.close", "code": 1008, "reason": error.code})
-                return
-        await self.app(scope, receive, send)
+        kind = scope["type"]
+        error = refusal(scope, self.settings) if kind in ("http", "websocket") else None
+        if error is None:
+            await self.app(scope, receive, send)
+        elif kind == "http":
+            await error.response()(scope, receive, send)
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": error.code})
