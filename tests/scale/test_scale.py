@@ -50,7 +50,7 @@ def c(spawn: Callable[..., Served]) -> Served:
 
 def _session(server: Served) -> str:
     with server.client() as client:
-        return str(client.post("/v1/sessions").json()["id"])
+        return str(client.post("/v1/sessions", json={}).json()["id"])
 
 
 def _post(server: Served, sid: str, content: str = "go") -> str:
@@ -341,7 +341,7 @@ def test_without_redis_a_process_follows_the_log_and_interrupts_reach_the_turn(
         lambda got: any(e.event == "text_delta" and e.data["turn_id"] == turn for e in got)
     )
     with c.client() as client:
-        reply = client.post(f"/v1/sessions/{sid}/interrupt")
+        reply = client.post(f"/v1/sessions/{sid}/interrupt", json={})
         assert reply.status_code == 202, reply.text
         assert reply.json()["turn_id"] == turn
     events = on_c.result()

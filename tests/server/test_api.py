@@ -81,11 +81,11 @@ def test_a_turn_runs_on_with_no_client_and_is_interrupted_by_endpoint(
     server = serve("--permission-mode", "ask")
     with server.client() as c:
         sid = _session(c)
-        assert c.post(f"/v1/sessions/{sid}/interrupt").status_code == 409
+        assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 409
         turn_id = c.post(f"/v1/sessions/{sid}/messages", json={"content": "go"}).json()["turn_id"]
         # No client is connected: the turn still reaches its permission request.
         _wait_for(lambda: bool(c.get(f"/v1/sessions/{sid}").json()["pending_permissions"]))
-        stop = c.post(f"/v1/sessions/{sid}/interrupt")
+        stop = c.post(f"/v1/sessions/{sid}/interrupt", json={})
         assert stop.status_code == 202
         assert stop.json() == {"turn_id": turn_id}
         events = read_events(c, sid)
@@ -165,7 +165,7 @@ def test_tokens_own_their_sessions(fake_llm: FakeLLMServer, serve: Callable[...,
         assert beta.get("/v1/sessions").json()["sessions"] == []
         assert beta.get(f"/v1/sessions/{sid}").status_code == 404
         assert beta.post(f"/v1/sessions/{sid}/messages", json={"content": "x"}).status_code == 404
-        assert beta.post(f"/v1/sessions/{sid}/interrupt").status_code == 404
+        assert beta.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 404
         assert beta.get(f"/v1/sessions/{sid}/events").status_code == 404
         assert alpha.get(f"/v1/sessions/{sid}").status_code == 200
     with server.client() as browser:  # EventSource cannot send headers

@@ -23,7 +23,7 @@ from .support import (
 
 def _start_turn(server: Served, content: str = "go") -> tuple[str, str]:
     with server.client() as c:
-        sid = c.post("/v1/sessions").json()["id"]
+        sid = c.post("/v1/sessions", json={}).json()["id"]
         reply = c.post(f"/v1/sessions/{sid}/messages", json={"content": content})
         assert reply.status_code == 202, reply.text
         return sid, reply.json()["turn_id"]
@@ -65,7 +65,7 @@ def test_a_client_dropping_every_few_events_of_a_live_turn_misses_nothing(
     fake_llm.script(*tool_turn_script(2000, delay=0.002))
     server = serve()
     with server.client() as c:
-        sid = c.post("/v1/sessions").json()["id"]
+        sid = c.post("/v1/sessions", json={}).json()["id"]
     reference: list[Sse] = []
     ready = threading.Event()
 
@@ -113,7 +113,7 @@ def test_fifty_clients_see_one_sequence(
     fake_llm.script(*tool_turn_script(1500, delay=0.002))
     server = serve()
     with server.client() as c:
-        sid = c.post("/v1/sessions").json()["id"]
+        sid = c.post("/v1/sessions", json={}).json()["id"]
     results: list[list[tuple[int | None, str, object]]] = [[] for _ in range(50)]
     connected = threading.Barrier(51)
 

@@ -20,6 +20,7 @@ import uvicorn
 
 from drover.cli import serve_pool
 from drover.cli.build import agent_from_args
+from drover.config import Config, load_config
 from drover.errors import ConfigError
 from drover.providers.base import Provider
 from drover.server import heap, takeover
@@ -37,8 +38,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--token",
         action="append",
         default=[],
-        help="accepted bearer token, repeatable (env DROVER_TOKEN, comma-separated); "
-        "required beyond loopback",
+        help="accepted bearer token, repeatable (env DROVER_TOKEN, comma-separated; none); "
+        "required beyond loopback and with --sandbox-network",
     )
     parser.add_argument(
         "--permission-timeout",
@@ -49,7 +50,21 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat", type=float, default=15.0, help="seconds between pings")
     parser.add_argument("--max-body", type=int, default=1024 * 1024, help="request body limit")
     parser.add_argument(
-        "--cors-origin", action="append", default=[], help="allowed CORS origin, repeatable"
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients reach the server by (their Host header), repeatable; "
+        "loopback names and the --host address are always allowed, any other gets 421 "
+        "(none; required beyond loopback)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="http(s)://host[:port] of another web page allowed to call the API, repeatable; "
+        "requests from any other page are refused (none)",
     )
     scale = parser.add_argument_group("several processes (with --db postgresql://…)")
     scale.add_argument(
@@ -83,7 +98,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
 
 
-def settings_from(args: argparse.Namespace) -> ServerSettings:
+def settings_from(args: argparse.Namespace, config: Config) -> ServerSettings:
     tokens = list(args.token)
     tokens += os.environ.get("DROVER_TOKEN", "").split(",")
     if args.permission_timeout <= 0 or args.heartbeat <= 0 or args.max_body <= 0:
@@ -92,9 +107,12 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         host=args.host,
         port=args.port,
         tokens=tokens,
+        allowed_hosts=args.allowed_host,
+        cors_origins=args.cors_origin,
+        # The flag or the config file's [sandbox] network: either lets commands reach us.
+        sandbox_network=args.sandbox_network or config.sandbox_network,
         max_body=args.max_body,
         heartbeat=args.heartbeat,
-        cors_origins=tuple(args.cors_origin),
     )
 
 
@@ -172,7 +190,8 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
 
 
 async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
-    settings = settings_from(args)
+    drover_config = load_config()
+    settings = settings_from(args, drover_config)
     if args.workers != 1 and provider is None:
         serve_pool.check(args)
         lease_from(args)
@@ -182,7 +201,13 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
     hub = Hub()
     # A server runs commands for whoever holds a token: never without a sandbox, unless the
     # operator said --sandbox off.
-    agent = agent_from_args(args, provider=provider, require_sandbox=True, lease_seconds=lease)
+    agent = agent_from_args(
+        args,
+        provider=provider,
+        config=drover_config,
+        require_sandbox=True,
+        lease_seconds=lease,
+    )
     async with agent:
         runner = agent.runner
         shared = (

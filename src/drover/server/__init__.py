@@ -7,7 +7,8 @@ reconnects with ``Last-Event-ID`` (or ``?after=N``) gets exactly the events afte
 from memory for what the journal has not flushed yet and from the event log for the rest, even
 when the number falls inside one coalesced flush of text.
 
-Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.routes` (handlers),
+Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.guard` (what a web page may not
+ask), :mod:`.routes` (handlers),
 :mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
 :mod:`.replay` (log rows to wire events, reset detection), :mod:`.sse` (the stream),
 :mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript); with
@@ -23,7 +24,28 @@ HTTP contract (JSON bodies, UTF-8; every error is ``{"error": {"code", "message"
 Authentication: with a token (``--token`` / ``DROVER_TOKEN``; required when the server listens
 beyond loopback) every ``/v1`` request needs ``Authorization: Bearer TOKEN`` — or, for the
 browser's ``EventSource``, which cannot set headers, ``?token=TOKEN`` on the events route.
-Sessions belong to the token that created them; another token gets 404 for them.
+Sessions belong to the token that created them; another token gets 404 for them. Tokens are
+compared in constant time, each against every accepted one. ``drover serve`` refuses to start
+without a token beyond loopback, and also with ``--sandbox-network`` (or ``network = true`` in
+the config file's ``[sandbox]``), since a command could then reach the server on loopback.
+
+Requests a web page could make on a user's behalf are refused before any route runs, token
+or not:
+
+* ``Host`` must name the server: ``localhost``, a loopback address, the ``--host`` address or
+  an ``--allowed-host`` name, with any port — else 421 ``misdirected_request``, on every route
+  (``/`` and ``/static`` included). This stops DNS rebinding: a page whose own name resolves
+  to 127.0.0.1 sends that name. ``--allowed-host`` is required beyond loopback.
+* A request with an ``Origin`` that is neither the server's own (``http`` or ``https``, and
+  the ``Host`` the request came to) nor a ``--cors-origin`` gets 403 ``forbidden_origin`` when
+  its method is not GET, HEAD or OPTIONS, and on every path but ``/``, ``/static/…`` and
+  ``/openapi.json`` whatever the method (so reads and event streams too). Without an
+  ``Origin``, ``Sec-Fetch-Site: cross-site`` or ``same-site`` (another port of the same host
+  is the same site) is refused the same way.
+* Every route that takes a body (each POST) takes it only as ``Content-Type:
+  application/json``, even an empty one — else 415 ``unsupported_media_type``: a form or a
+  ``no-cors`` fetch, which a page may send anywhere without a CORS preflight, cannot set it.
+  An empty JSON body is ``{}``.
 
 =====================================================  =========================================
 ``POST /v1/sessions`` ``{}``                           201 ``{"id"}``
@@ -31,7 +53,7 @@ Sessions belong to the token that created them; another token gets 404 for them.
 ``GET /v1/sessions/{id}``                              200 ``Snapshot`` (the durable transcript)
 ``POST /v1/sessions/{id}/messages`` ``{"content"}``    202 ``{"turn_id"}``; 409 ``session_busy``
                                                        with the running ``turn_id``
-``POST /v1/sessions/{id}/interrupt``                   202 ``{"turn_id"}`` (the turn being
+``POST /v1/sessions/{id}/interrupt`` ``{}``            202 ``{"turn_id"}`` (the turn being
                                                        stopped); 409 ``no_running_turn``
 ``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
 ``{"decision": "allow"|"always"|"deny"}``              when unknown or already answered

@@ -1,7 +1,8 @@
-"""The ASGI application: routes, JSON errors for every failure, optional CORS.
+"""The ASGI application: the guard, routes, JSON errors for every failure, optional CORS.
 
-No ``BaseHTTPMiddleware`` (it breaks streaming): errors are exception handlers, CORS is
-Starlette's pure ASGI middleware and only there when origins are configured.
+No ``BaseHTTPMiddleware`` (it breaks streaming): the guard (:mod:`.guard`) is a pure ASGI
+middleware, outermost; errors are exception handlers; CORS is Starlette's pure ASGI middleware
+and only there when origins are configured.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from drover.server import routes
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
+from drover.server.guard import Guard
 from drover.server.service import Service
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         # The web page's scripts and stylesheet (public files, like the page itself).
         Mount("/static", app=StaticFiles(directory=settings.static_dir), name="static"),
     ]
-    middleware = []
+    middleware = [Middleware(Guard, settings=settings)]
     if settings.cors_origins:
         middleware.append(
             Middleware(

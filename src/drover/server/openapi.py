@@ -27,11 +27,18 @@ def _error(description: str) -> dict[str, Any]:
 
 
 _UNAUTHORIZED = _error("missing or unknown bearer token (only when the server has tokens)")
+#: What the guard answers on every route (drover.server.guard).
+_GUARDED = {
+    "403": _error(
+        "sent from a web page of another origin (not the server's own, not a --cors-origin)"
+    ),
+    "421": _error("the Host header names neither loopback, the bound address nor --allowed-host"),
+}
 _NOT_FOUND = _error("no such session, or not this token's")
 _BAD_BODY = {
     "400": _error("the body is not JSON"),
     "413": _error("the body is too large"),
-    "415": _error("the body is not application/json"),
+    "415": _error("no Content-Type: application/json (required even for an empty body)"),
     "422": _error("the body does not match the schema"),
 }
 _SESSION_ID: dict[str, Any] = {
@@ -156,14 +163,17 @@ def _op(
     *,
     params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
-    body_required: bool = True,
 ) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "responses": {**responses, "401": _UNAUTHORIZED}}
+    op: dict[str, Any] = {
+        "summary": summary,
+        "responses": {**responses, "401": _UNAUTHORIZED, **_GUARDED},
+    }
     if params:
         op["parameters"] = params
     if body is not None:
+        # Required: the Content-Type is, even when the JSON object is empty.
         content = {"application/json": {"schema": body}}
-        op["requestBody"] = {"required": body_required, "content": content}
+        op["requestBody"] = {"required": True, "content": content}
     return op
 
 
@@ -191,7 +201,6 @@ def schema() -> dict[str, Any]:
                 "Create a session",
                 {"201": _json(_object({"id": {"type": "string"}}, ["id"]), "created"), **_BAD_BODY},
                 body=_object({}, []),
-                body_required=False,
             ),
             "get": _op(
                 "List this token's sessions, most recently updated first",
@@ -239,6 +248,7 @@ def schema() -> dict[str, Any]:
                 "Interrupt the running turn (its work is kept)",
                 {"202": turn, "404": _NOT_FOUND, "409": _error("no turn is running"), **_BAD_BODY},
                 params=[_SESSION_ID],
+                body=_object({}, []),
             )
         },
         f"{sid}/permissions/{{request_id}}": {

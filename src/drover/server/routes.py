@@ -40,8 +40,20 @@ def _settings(request: Request) -> ServerSettings:
     return settings
 
 
-async def _body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
-    """The JSON object of the body, with only ``fields`` (checked for type)."""
+async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
+    """The JSON object of the body, with only ``fields`` (checked for type); an empty body is
+    ``{}``. Every route that takes a body reads it here, before it acts.
+
+    The body must come as ``Content-Type: application/json``, even when it is empty: the
+    requests a web page may send to another origin without asking it first (a form, a
+    ``no-cors`` fetch) can only be ``text/plain``, form-encoded or untyped, so none of them
+    gets past this.
+    """
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415, "unsupported_media_type", "the body must be sent as Content-Type: application/json"
+        )
     limit = _settings(request).max_body
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -56,9 +68,6 @@ async def _body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
     if not raw.strip():
         data: Any = {}
     else:
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
-        if ctype.lower() not in ("application/json", ""):
-            raise ApiError(415, "unsupported_media_type", "the body must be application/json")
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -109,7 +118,7 @@ async def sessions(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     owner = principal(request)
-    await _body(request, {})
+    await json_body(request, {})
     record = await _service(request).create_session(owner)
     return JSONResponse({"id": record.id}, status_code=201)
 
@@ -134,7 +143,7 @@ async def get_session(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     record = await _session(request)
-    data = await _body(request, {"content": str})
+    data = await json_body(request, {"content": str})
     content = data.get("content")
     if not isinstance(content, str) or not content.strip():
         raise ApiError(422, "invalid_request", "content must be a non-empty string")
@@ -152,7 +161,7 @@ async def post_message(request: Request) -> Response:
 
 async def interrupt(request: Request) -> Response:
     record = await _session(request)
-    await _body(request, {})
+    await json_body(request, {})
     try:
         turn_id = await _service(request).interrupt(record.id)
     except NoRunningTurnError as exc:
@@ -163,7 +172,7 @@ async def interrupt(request: Request) -> Response:
 async def decide(request: Request) -> Response:
     record = await _session(request)
     request_id = request.path_params["request_id"]
-    data = await _body(request, {"decision": str})
+    data = await json_body(request, {"decision": str})
     decision = data.get("decision")
     if decision not in _DECISIONS:
         raise ApiError(422, "invalid_request", f"decision must be one of {', '.join(_DECISIONS)}")
