@@ -55,7 +55,7 @@ from drover.store.base import SessionRecord, Store
 from drover.store.redact import Redactor
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
-from drover.tools.sandbox import probe_sandbox, sandbox_settings
+from drover.tools.sandbox import probe_sandbox, settings_from_config
 from drover.workers import Coordinator, add_task_tool
 
 log = logging.getLogger(__name__)
@@ -356,13 +356,7 @@ class Agent:
             await runner.recover()
             coordinator = None
             if self._tools is None:
-                settings = sandbox_settings(
-                    mode=config.sandbox_mode,
-                    network=config.sandbox_network,
-                    writable=config.sandbox_writable,
-                    hidden=[*config.sandbox_hidden, *journal_files(db)],
-                    base=workdir,
-                )
+                settings = settings_from_config(config, hidden=journal_files(db), base=workdir)
                 sandbox = await asyncio.to_thread(probe_sandbox, settings)
                 tools = default_registry(sandbox=sandbox)
                 coordinator = Coordinator(store)

@@ -29,7 +29,12 @@ from drover.tools.sandbox import (
     sandbox_settings,
 )
 
-ACTIVE = SandboxStatus(settings=SandboxSettings(), active=True, bwrap="/usr/bin/bwrap")
+ACTIVE = SandboxStatus(
+    settings=SandboxSettings(),
+    active=True,
+    bwrap="/usr/bin/bwrap",
+    pids_cgroup=Path("/sys/fs/cgroup/pids"),
+)
 
 
 def fake_bwrap(tmp_path: Path) -> str:
@@ -122,15 +127,16 @@ def test_labels_and_containment() -> None:
     assert BashTool().sandbox_label == "off" and not BashTool().contained
     # The model is told what the sandbox allows; unsandboxed, the description is unchanged.
     assert BashTool(sandbox=ACTIVE).description.endswith(
-        "Commands run in a sandbox: only the working directory and a private /tmp can be "
-        "written, there is no network access, and secret files are hidden."
+        "Commands run in a sandbox: only the working directory (not its .git and other "
+        "protected paths) and a private /tmp can be written, there is no network access, and "
+        "secret files are hidden."
     )
     assert "read-only" not in BashTool(sandbox=ro).description
     assert "only /tmp (private to the command) can be written" in BashTool(sandbox=ro).description
     assert "sandbox" not in BashTool().description
 
 
-def test_secret_variables_are_filtered() -> None:
+def test_the_environment_is_an_allow_list() -> None:
     env = {
         "PATH": "/usr/bin",
         "HOME": "/home/u",
@@ -146,14 +152,25 @@ def test_secret_variables_are_filtered() -> None:
         "PIP_INDEX_URL": "https://u:p@pypi.example/simple",
         "PIP_EXTRA_INDEX_URL": "https://pypi.example/simple",
         "TMPDIR": "/var/tmp/me",
+        "MYSQL_PWD": "p",
+        "CI_JOB_JWT": "j",
+        "PGPASSFILE": "/home/u/.pgpass",
+        "LC_ALL": "C",
+        "TERM": "xterm",
     }
     assert filtered_env(env) == {
         "PATH": "/usr/bin",
         "HOME": "/home/u",
         "LANG": "C.UTF-8",
-        "PIP_EXTRA_INDEX_URL": "https://pypi.example/simple",
+        "LC_ALL": "C",
+        "TERM": "xterm",
         "TMPDIR": "/tmp",
     }
+    # Names the config file adds, exactly or by prefix; a lone "*" is no prefix.
+    extra = filtered_env(env, ["PIP_*", "MYSQL_PWD", "*"])
+    assert extra["PIP_INDEX_URL"] == "https://u:p@pypi.example/simple"
+    assert extra["MYSQL_PWD"] == "p"
+    assert "CI_JOB_JWT" not in extra and "GH_TOKEN" not in extra
 
 
 def test_hints_name_the_cause_and_what_to_do(workdir: Path) -> None:
@@ -188,10 +205,14 @@ def test_sandboxed_mode_runs_contained_commands_without_asking(
     bash, write = tools.get("bash"), tools.get("write_file")
     assert bash is not None and write is not None
     policy = PermissionPolicy("sandboxed")
-    assert policy.needs_prompt(bash) is asks
+    assert policy.needs_prompt(bash, {"command": "make test"}) is asks
+    # Without the call's input the policy cannot tell, and asks.
+    assert policy.needs_prompt(bash)
+    # A command that would write a protected path asks, though the sandbox would stop it.
+    assert policy.needs_prompt(bash, {"command": "git config core.fsmonitor x"})
     assert policy.needs_prompt(write)  # only what the sandbox contains skips the prompt
     assert not policy.denied_outright(bash)
-    assert PermissionPolicy("ask").needs_prompt(bash)  # the plain mode still asks
+    assert PermissionPolicy("ask").needs_prompt(bash, {"command": "ls"})  # plain mode asks
 
 
 def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:

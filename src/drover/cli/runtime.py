@@ -37,7 +37,7 @@ from drover.tools.sandbox import (
     SandboxSettings,
     SandboxStatus,
     probe_sandbox,
-    sandbox_settings,
+    settings_from_config,
 )
 from drover.tools.sandbox import require_sandbox as sandbox_required
 from drover.workers import Coordinator, add_task_tool
@@ -137,12 +137,11 @@ def resolve_sandbox_settings(options: RunOptions, config: Config, workdir: Path)
 
     Relative paths in the config file are taken from the working directory.
     """
-    hidden = [*config.sandbox_hidden, *journal_files(options.db or os.environ.get("DROVER_DB"))]
-    return sandbox_settings(
-        mode=options.sandbox or config.sandbox_mode,
-        network=options.sandbox_network or config.sandbox_network,
-        writable=config.sandbox_writable,
-        hidden=hidden,
+    return settings_from_config(
+        config,
+        mode=options.sandbox,
+        network=options.sandbox_network,
+        hidden=journal_files(options.db or os.environ.get("DROVER_DB")),
         base=workdir,
     )
 
