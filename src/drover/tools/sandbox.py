@@ -431,7 +431,7 @@ def sandbox_hint(status: SandboxStatus, output: str, workdir: Path) -> str | Non
     if not status.active:
         return None
     notes: list[str] = []
-    protected = _protected_in(status, output)
+    protected = _protected_in(status, output, workdir)
     if protected is not None:
         notes.append(
             f"[sandbox: {protected} is protected: commands may read it but not change or "
@@ -467,11 +467,11 @@ def sandbox_hint(status: SandboxStatus, output: str, workdir: Path) -> str | Non
     return "\n".join(notes) or None
 
 
-def _protected_in(status: SandboxStatus, output: str) -> str | None:
+def _protected_in(status: SandboxStatus, output: str, workdir: Path) -> str | None:
     """The protected name a failed write in ``output`` names, if any."""
     if status.mode != "workdir" or not _REFUSED_WRITE.search(output):
         return None
-    pattern = name_pattern(protected_names(status.settings.protected))
+    pattern = name_pattern(protected_names(status.protected(workdir)))
     for line in output.splitlines():
         found = pattern.search(line) if pattern and _REFUSED_WRITE.search(line) else None
         if found:
