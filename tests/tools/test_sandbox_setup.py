@@ -27,6 +27,7 @@ from drover.tools.sandbox import (
     require_sandbox,
     sandbox_hint,
     sandbox_settings,
+    settings_from_config,
 )
 
 ACTIVE = SandboxStatus(
@@ -176,6 +177,14 @@ def test_the_environment_is_an_allow_list() -> None:
 def test_hints_name_the_cause_and_what_to_do(workdir: Path) -> None:
     ro = sandbox_hint(ACTIVE, "touch: cannot touch '/etc/x': Read-only file system", workdir)
     assert ro is not None and f"only the working directory {workdir}" in ro
+    git = sandbox_hint(
+        ACTIVE, "error: could not lock config file .git/config: Read-only file system", workdir
+    )
+    assert git is not None and git.startswith("[sandbox: .git is protected")
+    assert "only the working directory" not in git  # not the generic advice
+    envrc = sandbox_hint(ACTIVE, "bash: line 1: .envrc: Is a directory", workdir)
+    assert envrc is not None and envrc.startswith("[sandbox: .envrc is protected")
+    assert sandbox_hint(ACTIVE, "cat: .gitignore: Permission denied", workdir) is None
     net = sandbox_hint(ACTIVE, "curl: (6) Could not resolve host: pypi.org", workdir)
     assert net is not None and "no network access" in net and "--sandbox-network" in net
     assert sandbox_hint(ACTIVE, "SyntaxError: invalid syntax", workdir) is None
@@ -219,11 +228,16 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
         '[sandbox]\nmode = "read-only"\nnetwork = true\nwritable = ["~/.cache"]\n'
-        'hidden = ["secrets"]\n'
+        'hidden = ["secrets"]\nprotected = [".husky"]\nenv = ["PYTHONPATH", "CARGO_*"]\n'
+        "processes = 100\nmemory_mb = 512\n"
     )
     config = load_config(path, env={})
     assert config.sandbox_mode == "read-only" and config.sandbox_network
     assert config.sandbox_writable == ["~/.cache"] and config.sandbox_hidden == ["secrets"]
+    settings = settings_from_config(config, base=tmp_path)
+    assert settings.protected == (tmp_path / ".husky",)
+    assert settings.env == ("PYTHONPATH", "CARGO_*")
+    assert (settings.processes, settings.memory) == (100, 512 << 20)
     assert load_config(tmp_path / "none.toml", env={}).sandbox_mode == "workdir"
 
 
@@ -235,6 +249,10 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
         ('[sandbox]\nnetwork = "yes"', "sandbox.network must be true or false"),
         ("[sandbox]\nhidden = 3", "sandbox.hidden must be a list of paths"),
         ("[sandbox]\nproxy = 1", "unknown setting 'sandbox.proxy'"),
+        ('[sandbox]\nenv = ["MY VAR"]', "sandbox.env must be a list of variable names"),
+        ('[sandbox]\nenv = ["*"]', "sandbox.env must be a list of variable names"),
+        ("[sandbox]\nprocesses = 0", "sandbox.processes must be a positive integer"),
+        ('[sandbox]\nprotected = [""]', "sandbox.protected must be a list of paths"),
     ],
 )
 def test_bad_sandbox_settings_name_the_problem(tmp_path: Path, text: str, problem: str) -> None:
