@@ -11,7 +11,8 @@ therefore mounted read-only over the writable working directory.
 A protected path that does not exist must not be creatable either (a new ``.git`` makes a
 repository whose config the command wrote). bubblewrap can only mount over a path that exists,
 so drover creates a *placeholder* first: an empty directory, mounted read-only, which a command
-can neither write into, remove nor replace. Placeholders are removed when no
+can neither write into, remove nor replace (for a path below a missing directory, at that
+directory, which the command then cannot create at all). Placeholders are removed when no
 sandboxed command runs in the working directory any more: each call holds a shared ``flock``
 on the working directory while it runs, and the call that ends last (the one that gets the
 exclusive lock without waiting) removes every placeholder it finds, those of a drover that
@@ -23,6 +24,10 @@ repository around it (an empty ``.git`` file would).
 A protected path that is a symbolic link cannot be protected (a mount follows the link, and
 the link itself could be replaced): commands are refused until the user replaces the link or
 lists the path under ``[sandbox] writable``, which takes it out of the protected set.
+
+Not covered: repositories nested below the top of the working directory, and the parents of a
+protected path that lie inside the working directory (renaming one moves the mount away with
+it; the default names sit at the top, whose directory is itself a mount and cannot be renamed).
 
 :func:`writes_protected` is the textual check the permission policy uses: a command that names
 a protected path, or runs a version-control command that changes the repository, is not

@@ -75,7 +75,8 @@ PROBE_TIMEOUT = 20.0
 
 # Messages by which the usual tools report a write refused by a read-only mount.
 _READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
-# ... or by a protected path (a placeholder is a directory that cannot be removed or entered).
+# ... or by a protected path (writing over a placeholder says it is a directory; moving or
+# removing a mount point says the device is busy).
 _REFUSED_WRITE = re.compile(
     r"read-only file system|is a directory|permission denied|device or resource busy",
     re.IGNORECASE,
