@@ -48,7 +48,7 @@ from drover.tools.sandbox import (
     SandboxStatus,
     probe_sandbox,
     require_sandbox,
-    sandbox_settings,
+    settings_from_config,
 )
 from drover.workers import Coordinator, add_task_tool
 
@@ -92,6 +92,22 @@ def journal_files(db: str | None) -> list[str]:
         return []
     path = Path(db).expanduser().resolve()
     return [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
+
+
+def sandbox_settings_for(
+    config: Config,
+    workdir: Path,
+    *,
+    db: str | None = None,
+    mode: str | None = None,
+    network: bool = False,
+) -> SandboxSettings:
+    """The sandbox of an agent: ``mode``/``network`` (the flags) over the config file's
+    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too; relative paths in the
+    config file are taken from the workdir."""
+    return settings_from_config(
+        config, mode=mode, network=network, hidden=journal_files(db), base=workdir
+    )
 
 
 @dataclass(slots=True)
@@ -257,17 +273,6 @@ class Agent:
             self._open = await self._build()
             return self._open
 
-    def _sandbox_settings(self, config: Config, workdir: Path, db: str | None) -> SandboxSettings:
-        """The sandbox from the agent's settings over the config file's; the journal's SQLite
-        file is hidden too. Relative paths in the config file are taken from the workdir."""
-        return sandbox_settings(
-            mode=self._sandbox_mode or config.sandbox_mode,
-            network=self._sandbox_network or config.sandbox_network,
-            writable=config.sandbox_writable,
-            hidden=[*config.sandbox_hidden, *journal_files(db)],
-            base=workdir,
-        )
-
     async def _build(self) -> _Open:
         config = self._config or load_config()
         workdir = resolve_workdir(self._workdir_arg)
@@ -275,7 +280,9 @@ class Agent:
         if self._tools is None:
             db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
             check = require_sandbox if self._require_sandbox else probe_sandbox
-            settings = self._sandbox_settings(config, workdir, db)
+            settings = sandbox_settings_for(
+                config, workdir, db=db, mode=self._sandbox_mode, network=self._sandbox_network
+            )
             sandbox = await asyncio.to_thread(check, settings)
         if self._model is None or isinstance(self._model, str):
             # A misspelt model or a missing key fails before anything is opened.

@@ -22,6 +22,10 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     network = false                                         # --sandbox-network
     writable = ["~/.cache/pip"]                             # extra writable paths
     hidden = ["~/secrets", "config/prod.env"]               # never readable by commands
+    protected = [".husky", ".pre-commit-config.yaml"]       # readable, never writable
+    env = ["PYTHONPATH", "CARGO_*"]                          # variables commands get too
+    processes = 4096                                        # processes at once per command
+    memory_mb = 8192                                        # memory per process
 
 Environment: ``DROVER_MODEL``, ``DROVER_CHARS_PER_TOKEN`` (1..32), ``DROVER_MAX_TURNS``,
 ``DROVER_STALL_TIMEOUT`` (seconds, > 0),
@@ -81,7 +85,17 @@ _FILE_KEYS = (
     "stall_timeout",
 )
 SANDBOX_MODES = ("off", "workdir", "read-only")
-_SANDBOX_KEYS = ("mode", "network", "writable", "hidden")
+_SANDBOX_KEYS = (
+    "mode",
+    "network",
+    "writable",
+    "hidden",
+    "protected",
+    "env",
+    "processes",
+    "memory_mb",
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 
 def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
@@ -122,6 +136,13 @@ class Config:
     #: Extra writable and hidden paths, as written (``~`` and relative paths resolved later).
     sandbox_writable: list[str] = field(default_factory=list)
     sandbox_hidden: list[str] = field(default_factory=list)
+    #: Extra protected paths (readable, not writable by commands), as written.
+    sandbox_protected: list[str] = field(default_factory=list)
+    #: Environment variable names commands get besides the built-in allow-list.
+    sandbox_env: list[str] = field(default_factory=list)
+    #: Processes a command may have at once, memory per process (MiB); None: the defaults.
+    sandbox_processes: int | None = None
+    sandbox_memory_mb: int | None = None
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -409,7 +430,7 @@ def _patterns(value: object, where: str) -> list[str]:
 
 def _sandbox(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: [sandbox] must be a table (mode, network, writable, hidden)")
+        raise ConfigError(f"{where}: [sandbox] must be a table ({', '.join(_SANDBOX_KEYS)})")
     out: dict[str, Any] = {}
     for key, item in value.items():
         if key not in _SANDBOX_KEYS:
@@ -426,6 +447,16 @@ def _sandbox(value: object, where: str) -> dict[str, Any]:
             if not isinstance(item, bool):
                 raise ConfigError(f"{where}: sandbox.network must be true or false")
             out["sandbox_network"] = item
+        elif key in ("processes", "memory_mb"):
+            out[f"sandbox_{key}"] = _positive_int(item, where, f"sandbox.{key}")
+        elif key == "env":
+            if not isinstance(item, list) or not all(
+                isinstance(n, str) and _ENV_NAME.match(n) for n in item
+            ):
+                raise ConfigError(
+                    f"{where}: sandbox.env must be a list of variable names (NAME or PREFIX*)"
+                )
+            out["sandbox_env"] = list(item)
         else:
             if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
                 raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")

@@ -3,10 +3,12 @@
 Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
 its name "always" in the session, runs without asking in ``allow`` mode, and is
 refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
-promises no side effects at all). ``sandboxed`` is ``ask``, except that a tool whose every
-run the sandbox fully contains (its ``contained`` property: no network, writes at most in the
-working directory — see :mod:`drover.tools.sandbox`) runs without asking. The policy only
-decides; the prompt itself is the loop's permission round-trip.
+promises no side effects at all). ``sandboxed`` is ``ask``, except that a call the sandbox
+fully contains runs without asking: no network, writes at most in the working directory and
+none to its protected paths (see :mod:`drover.tools.sandbox`). A tool says so for one call
+with its ``contains(input)`` method, or for all its calls with its ``contained`` property;
+a tool with ``contains`` asked about without the call's input counts as not contained. The
+policy only decides; the prompt itself is the loop's permission round-trip.
 
 A policy belongs to one session: its grants are that session's, kept in the journal by the
 ``remember`` callback the runner gives it (so another process, or this one after a restart,
@@ -16,8 +18,8 @@ sees them), and loaded again at every turn's start. The policy itself does no I/
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Literal, TypeAlias, get_args
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal, TypeAlias, get_args
 
 from drover.tools.base import Tool
 
@@ -31,8 +33,11 @@ Remember = Callable[[str], Awaitable[None]]
 log = logging.getLogger(__name__)
 
 
-def is_contained(tool: Tool) -> bool:
-    """Whether the sandbox contains every run of ``tool`` (tools without the property: no)."""
+def is_contained(tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
+    """Whether the sandbox contains this call of ``tool`` (tools that do not say: no)."""
+    contains = getattr(tool, "contains", None)
+    if callable(contains):
+        return input is not None and contains(input) is True
     return getattr(tool, "contained", False) is True
 
 
@@ -91,11 +96,11 @@ class PermissionPolicy:
         else:
             self._always.discard(name)
 
-    def needs_prompt(self, tool: Tool) -> bool:
-        """Whether running ``tool`` needs the user's consent first."""
+    def needs_prompt(self, tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
+        """Whether running ``tool`` with ``input`` needs the user's consent first."""
         if tool.read_only or self._mode in ("allow", "deny"):
             return False
-        if self._mode == "sandboxed" and is_contained(tool):
+        if self._mode == "sandboxed" and is_contained(tool, input):
             return False
         return tool.name not in self._always
 

@@ -204,7 +204,7 @@ class ToolBatch:
         if self._policy.denied_outright(tool):
             await self._finish(slot, "denied", DENIED_TEXT, True)
             return
-        if self._policy.needs_prompt(tool):
+        if self._policy.needs_prompt(tool, call.input):
             decision = await self._ask(slot, tool)
             if decision == "deny":
                 await self._finish(slot, "denied", DENIED_TEXT, True)

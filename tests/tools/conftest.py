@@ -45,9 +45,22 @@ def make_sandbox() -> SandboxFactory:
         network: bool = False,
         writable: Iterable[str | Path] = (),
         hidden: Iterable[str | Path] = (),
+        protected: Iterable[str | Path] = (),
+        env: Iterable[str] = (),
+        processes: int | None = None,
+        memory: int | None = None,
     ) -> SandboxStatus:
         status = probe_sandbox(
-            sandbox_settings(mode=mode, network=network, writable=writable, hidden=hidden)
+            sandbox_settings(
+                mode=mode,
+                network=network,
+                writable=writable,
+                hidden=hidden,
+                protected=protected,
+                env=env,
+                processes=processes,
+                memory=memory,
+            )
         )
         if not status.active:
             why = f"no working bubblewrap sandbox here: {status.reason}"

@@ -138,7 +138,7 @@ async def test_no_network_not_even_loopback(make_sandbox: SandboxFactory, workdi
 
 
 async def test_api_keys_and_tokens_never_reach_the_command(
-    sandbox: SandboxStatus, workdir: Path, monkeypatch: pytest.MonkeyPatch
+    make_sandbox: SandboxFactory, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     planted = {
         "ANTHROPIC_API_KEY": "sk-ant-planted",
@@ -152,10 +152,16 @@ async def test_api_keys_and_tokens_never_reach_the_command(
     for name, value in planted.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HARMLESS_SETTING", "visible")
-    out = await run(sandbox, "env", workdir)
+    monkeypatch.setenv("LC_TIME", "C")
+    out = await run(make_sandbox(), "env", workdir)
     assert "planted" not in out.content
+    # An allow-list: a variable no one named stays out too.
+    assert "HARMLESS_SETTING" not in out.content
+    assert "PATH=" in out.content and "LC_TIME=C" in out.content
+    # ... until the config file names it.
+    out = await run(make_sandbox(env=["HARMLESS_*"]), "env", workdir)
     assert "HARMLESS_SETTING=visible" in out.content
-    assert "PATH=" in out.content
+    assert "planted" not in out.content
 
 
 async def test_drover_and_other_processes_cannot_be_seen_or_signalled(
@@ -187,16 +193,26 @@ async def test_the_workdir_and_the_toolchain_work(sandbox: SandboxStatus, workdi
     assert (workdir / "src" / "m.py").exists()
 
 
-async def test_git_status_in_a_repository_workdir(sandbox: SandboxStatus, workdir: Path) -> None:
+async def test_git_reads_a_repository_workdir_and_cannot_change_it(
+    make_sandbox: SandboxFactory, workdir: Path
+) -> None:
     make_repo(workdir)
     (workdir / "b.txt").write_text("b\n")
+    sandbox = make_sandbox()
     out = await run(sandbox, "git status --short && git log --oneline | wc -l", workdir)
     assert not out.is_error, out.content
     assert out.content == "?? b.txt\n1\n"
-    out = await run(
-        sandbox, "git add b.txt && git -c user.name=t -c user.email=t@e commit -qm 2", workdir
-    )
+    commit = "git add b.txt && git -c user.name=t -c user.email=t@e commit -qm 2"
+    out = await run(sandbox, commit, workdir)
+    assert out.is_error
+    assert "index.lock': Read-only file system" in out.content
+    assert "[sandbox: .git is protected" in out.content
+    # Listing .git as writable in the config file lets commands commit (and makes every
+    # command ask in sandboxed mode, like any extra writable path).
+    writable = make_sandbox(writable=[workdir / ".git"])
+    out = await run(writable, commit, workdir)
     assert not out.is_error, out.content
+    assert not writable.contained
 
 
 async def test_no_capabilities_so_nothing_can_be_remounted_writable(

@@ -27,9 +27,15 @@ from drover.tools.sandbox import (
     require_sandbox,
     sandbox_hint,
     sandbox_settings,
+    settings_from_config,
 )
 
-ACTIVE = SandboxStatus(settings=SandboxSettings(), active=True, bwrap="/usr/bin/bwrap")
+ACTIVE = SandboxStatus(
+    settings=SandboxSettings(),
+    active=True,
+    bwrap="/usr/bin/bwrap",
+    pids_cgroup=Path("/sys/fs/cgroup/pids"),
+)
 
 
 def fake_bwrap(tmp_path: Path) -> str:
@@ -122,15 +128,16 @@ def test_labels_and_containment() -> None:
     assert BashTool().sandbox_label == "off" and not BashTool().contained
     # The model is told what the sandbox allows; unsandboxed, the description is unchanged.
     assert BashTool(sandbox=ACTIVE).description.endswith(
-        "Commands run in a sandbox: only the working directory and a private /tmp can be "
-        "written, there is no network access, and secret files are hidden."
+        "Commands run in a sandbox: only the working directory (not its .git and other "
+        "protected paths) and a private /tmp can be written, there is no network access, and "
+        "secret files are hidden."
     )
     assert "read-only" not in BashTool(sandbox=ro).description
     assert "only /tmp (private to the command) can be written" in BashTool(sandbox=ro).description
     assert "sandbox" not in BashTool().description
 
 
-def test_secret_variables_are_filtered() -> None:
+def test_the_environment_is_an_allow_list() -> None:
     env = {
         "PATH": "/usr/bin",
         "HOME": "/home/u",
@@ -146,19 +153,38 @@ def test_secret_variables_are_filtered() -> None:
         "PIP_INDEX_URL": "https://u:p@pypi.example/simple",
         "PIP_EXTRA_INDEX_URL": "https://pypi.example/simple",
         "TMPDIR": "/var/tmp/me",
+        "MYSQL_PWD": "p",
+        "CI_JOB_JWT": "j",
+        "PGPASSFILE": "/home/u/.pgpass",
+        "LC_ALL": "C",
+        "TERM": "xterm",
     }
     assert filtered_env(env) == {
         "PATH": "/usr/bin",
         "HOME": "/home/u",
         "LANG": "C.UTF-8",
-        "PIP_EXTRA_INDEX_URL": "https://pypi.example/simple",
+        "LC_ALL": "C",
+        "TERM": "xterm",
         "TMPDIR": "/tmp",
     }
+    # Names the config file adds, exactly or by prefix; a lone "*" is no prefix.
+    extra = filtered_env(env, ["PIP_*", "MYSQL_PWD", "*"])
+    assert extra["PIP_INDEX_URL"] == "https://u:p@pypi.example/simple"
+    assert extra["MYSQL_PWD"] == "p"
+    assert "CI_JOB_JWT" not in extra and "GH_TOKEN" not in extra
 
 
 def test_hints_name_the_cause_and_what_to_do(workdir: Path) -> None:
     ro = sandbox_hint(ACTIVE, "touch: cannot touch '/etc/x': Read-only file system", workdir)
     assert ro is not None and f"only the working directory {workdir}" in ro
+    git = sandbox_hint(
+        ACTIVE, "error: could not lock config file .git/config: Read-only file system", workdir
+    )
+    assert git is not None and git.startswith("[sandbox: .git is protected")
+    assert "only the working directory" not in git  # not the generic advice
+    envrc = sandbox_hint(ACTIVE, "bash: line 1: .envrc: Is a directory", workdir)
+    assert envrc is not None and envrc.startswith("[sandbox: .envrc is protected")
+    assert sandbox_hint(ACTIVE, "cat: .gitignore: Permission denied", workdir) is None
     net = sandbox_hint(ACTIVE, "curl: (6) Could not resolve host: pypi.org", workdir)
     assert net is not None and "no network access" in net and "--sandbox-network" in net
     assert sandbox_hint(ACTIVE, "SyntaxError: invalid syntax", workdir) is None
@@ -188,21 +214,30 @@ def test_sandboxed_mode_runs_contained_commands_without_asking(
     bash, write = tools.get("bash"), tools.get("write_file")
     assert bash is not None and write is not None
     policy = PermissionPolicy("sandboxed")
-    assert policy.needs_prompt(bash) is asks
+    assert policy.needs_prompt(bash, {"command": "make test"}) is asks
+    # Without the call's input the policy cannot tell, and asks.
+    assert policy.needs_prompt(bash)
+    # A command that would write a protected path asks, though the sandbox would stop it.
+    assert policy.needs_prompt(bash, {"command": "git config core.fsmonitor x"})
     assert policy.needs_prompt(write)  # only what the sandbox contains skips the prompt
     assert not policy.denied_outright(bash)
-    assert PermissionPolicy("ask").needs_prompt(bash)  # the plain mode still asks
+    assert PermissionPolicy("ask").needs_prompt(bash, {"command": "ls"})  # plain mode asks
 
 
 def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
         '[sandbox]\nmode = "read-only"\nnetwork = true\nwritable = ["~/.cache"]\n'
-        'hidden = ["secrets"]\n'
+        'hidden = ["secrets"]\nprotected = [".husky"]\nenv = ["PYTHONPATH", "CARGO_*"]\n'
+        "processes = 100\nmemory_mb = 512\n"
     )
     config = load_config(path, env={})
     assert config.sandbox_mode == "read-only" and config.sandbox_network
     assert config.sandbox_writable == ["~/.cache"] and config.sandbox_hidden == ["secrets"]
+    settings = settings_from_config(config, base=tmp_path)
+    assert settings.protected == (tmp_path / ".husky",)
+    assert settings.env == ("PYTHONPATH", "CARGO_*")
+    assert (settings.processes, settings.memory) == (100, 512 << 20)
     assert load_config(tmp_path / "none.toml", env={}).sandbox_mode == "workdir"
 
 
@@ -214,6 +249,10 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
         ('[sandbox]\nnetwork = "yes"', "sandbox.network must be true or false"),
         ("[sandbox]\nhidden = 3", "sandbox.hidden must be a list of paths"),
         ("[sandbox]\nproxy = 1", "unknown setting 'sandbox.proxy'"),
+        ('[sandbox]\nenv = ["MY VAR"]', "sandbox.env must be a list of variable names"),
+        ('[sandbox]\nenv = ["*"]', "sandbox.env must be a list of variable names"),
+        ("[sandbox]\nprocesses = 0", "sandbox.processes must be a positive integer"),
+        ('[sandbox]\nprotected = [""]', "sandbox.protected must be a list of paths"),
     ],
 )
 def test_bad_sandbox_settings_name_the_problem(tmp_path: Path, text: str, problem: str) -> None:

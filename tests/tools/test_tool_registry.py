@@ -115,5 +115,16 @@ def test_public_names() -> None:
     public = {
         name for name in vars(drover.tools) if name.isidentifier() and not name.startswith("_")
     }
-    modules = {"base", "builtin", "decorator", "registry", "sandbox", "workspace", "annotations"}
+    modules = {
+        "base",
+        "builtin",
+        "decorator",
+        "limits",
+        "protect",
+        "registry",
+        "sandbox",
+        "sandbox_settings",
+        "workspace",
+        "annotations",
+    }
     assert set(drover.tools.__all__) == public - modules

@@ -5,6 +5,9 @@ A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with
 - the whole file system mounted read-only, except the working directory (``workdir`` mode; in
   ``read-only`` mode it is read-only too), extra writable paths from the config file, and a
   private, size-bounded ``/tmp`` that vanishes with the call;
+- protected paths inside the writable directories mounted read-only again: ``.git``, ``.envrc``
+  and the others of :mod:`drover.tools.protect`, where code planted by a command would run
+  outside the sandbox later;
 - hidden paths — drover's own data and config directories, well-known credential stores,
   ``/run`` (where host services listen on Unix sockets) and paths the user lists — covered by
   an empty read-only directory or an unreadable file;
@@ -14,77 +17,70 @@ A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with
   namespaces: a command sees none of drover's processes and cannot signal them; when the
   namespace's first process ends, the kernel kills every process left in it;
 - ``--die-with-parent``: when drover dies (even by SIGKILL) the whole sandbox dies with it;
-- an environment without secrets: variables whose names look like keys, tokens or passwords,
-  or whose values carry URL credentials, never reach the command.
+- limits on processes and memory (:mod:`drover.tools.limits`);
+- an environment built from an allow-list (:data:`ENV_ALLOWED` plus ``[sandbox] env``):
+  every other variable — keys, tokens, passwords, ``MYSQL_PWD``, ``CI_JOB_JWT`` — stays out.
 
 :func:`probe_sandbox` checks once, by running a trivial command with the real flags, that
 bubblewrap is installed and can create the namespaces here; the resulting
-:class:`SandboxStatus` builds each call's command line. :func:`require_sandbox` is the check a
-server makes at start-up. :func:`sandbox_hint` turns a failure the sandbox caused (read-only
-file system, no network) into a sentence the model can act on.
+:class:`SandboxStatus` builds each call's command line (:meth:`SandboxStatus.launch`).
+:func:`require_sandbox` is the check a server makes at start-up. :func:`sandbox_hint` turns a
+failure the sandbox caused (read-only file system, protected path, no network) into a
+sentence the model can act on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeAlias, get_args
-
-import platformdirs
 
 from drover.errors import ConfigError
-
-SandboxMode: TypeAlias = Literal["off", "workdir", "read-only"]
-SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
+from drover.tools.limits import DEFAULT_PROCESSES, PidsCgroup, limit_shell, pids_cgroup_root
+from drover.tools.protect import (
+    Protection,
+    make_placeholders,
+    name_pattern,
+    placeholders_guarded,
+    plan_protection,
+    protected_names,
+    protected_paths,
+    writes_protected,
+)
+from drover.tools.sandbox_settings import ENV_ALLOWED as ENV_ALLOWED
+from drover.tools.sandbox_settings import HOME_SECRETS as HOME_SECRETS
+from drover.tools.sandbox_settings import SANDBOX_MODES as SANDBOX_MODES
+from drover.tools.sandbox_settings import SYSTEM_SECRETS as SYSTEM_SECRETS
+from drover.tools.sandbox_settings import SandboxMode as SandboxMode
+from drover.tools.sandbox_settings import SandboxSettings as SandboxSettings
+from drover.tools.sandbox_settings import default_hidden as default_hidden
+from drover.tools.sandbox_settings import filtered_env as filtered_env
+from drover.tools.sandbox_settings import sandbox_settings as sandbox_settings
+from drover.tools.sandbox_settings import settings_from_config as settings_from_config
 
 #: Size bound of the private ``/tmp`` (bytes): it lives in memory, so a runaway command must
 #: not be able to fill the machine's RAM through it.
 TMP_SIZE = 1 << 30
-#: Processes a sandboxed command may have at once (``ulimit -u``), so a fork bomb cannot use up
-#: the machine's process table before the timeout ends it. The kernel does not apply the limit
-#: to root, whose commands rely on the timeout alone.
-PROCESS_LIMIT = 4096
+#: Processes a sandboxed command may have at once by default (see :mod:`drover.tools.limits`).
+PROCESS_LIMIT = DEFAULT_PROCESSES
 #: Seconds the start-up probe may take before bubblewrap is declared unusable.
 PROBE_TIMEOUT = 20.0
 
-#: Credential stores under the home directory hidden from every sandboxed command.
-HOME_SECRETS = (
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".config/gh",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".pgpass",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-)
-
-#: System files holding secrets, hidden too (``/etc/ssh/ssh_host_*_key`` as well).
-SYSTEM_SECRETS = ("shadow", "shadow-", "gshadow", "gshadow-")
-
-# A variable is a secret when its name says so, or its value is a URL with a password.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE|"
-    r"(^|_)PAT$|DSN|DATABASE_URL|^DROVER_DB$|^SSH_AUTH_SOCK$|^GPG_AGENT",
-    re.IGNORECASE,
-)
-_URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE)
-
 # Messages by which the usual tools report a write refused by a read-only mount.
 _READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
+# ... or by a protected path (writing over a placeholder says it is a directory; moving or
+# removing a mount point says the device is busy).
+_REFUSED_WRITE = re.compile(
+    r"read-only file system|is a directory|permission denied|device or resource busy",
+    re.IGNORECASE,
+)
 # ... and a network that is not there (DNS, refused or unreachable connections).
 _NO_NETWORK = re.compile(
     r"could not resolve|temporary failure in name resolution|name or service not known|"
@@ -93,59 +89,6 @@ _NO_NETWORK = re.compile(
     r"failed to connect to|unable to resolve|no route to host",
     re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SandboxSettings:
-    """What the user asked for: ``--sandbox``, ``--sandbox-network`` and the config file."""
-
-    mode: SandboxMode = "workdir"
-    network: bool = False
-    #: Extra paths commands may write (``workdir`` mode only), absolute.
-    writable: tuple[Path, ...] = ()
-    #: Paths commands must not read, absolute (the defaults of :func:`default_hidden` included).
-    hidden: tuple[Path, ...] = ()
-    #: The bubblewrap executable; None looks ``bwrap`` up on ``PATH``.
-    bwrap: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in SANDBOX_MODES:
-            raise ConfigError(
-                f"unknown sandbox mode {self.mode!r} (expected {', '.join(SANDBOX_MODES)})"
-            )
-
-
-def default_hidden(
-    *, home: Path | None = None, env: Mapping[str, str] | None = None
-) -> tuple[Path, ...]:
-    """drover's own data and config directories, its config file, credential stores and the
-    system's password hashes and host keys."""
-    env = os.environ if env is None else env
-    home = home if home is not None else Path.home()
-    paths = [
-        Path(platformdirs.user_data_dir("drover")),
-        Path(platformdirs.user_config_dir("drover")),
-    ]
-    if env.get("DROVER_CONFIG"):
-        paths.append(Path(env["DROVER_CONFIG"]).expanduser())
-    paths += [home / name for name in HOME_SECRETS]
-    # Readable when drover runs as root (the sandbox keeps the user's uid).
-    paths += [Path("/etc", name) for name in SYSTEM_SECRETS]
-    paths += sorted(Path("/etc/ssh").glob("ssh_host_*_key"))
-    return tuple(paths)
-
-
-def is_secret_variable(name: str, value: str) -> bool:
-    """Whether an environment variable must not reach a sandboxed command."""
-    return bool(_SECRET_NAME.search(name) or _URL_CREDENTIALS.search(value))
-
-
-def filtered_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a sandboxed command: ``env`` without secrets, ``TMPDIR`` private."""
-    env = os.environ if env is None else env
-    kept = {k: v for k, v in env.items() if not is_secret_variable(k, v)}
-    kept["TMPDIR"] = "/tmp"
-    return kept
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +103,8 @@ class SandboxStatus:
     bwrap: str | None = None
     #: Options of this bubblewrap build that drover uses when present.
     features: frozenset[str] = field(default_factory=frozenset)
+    #: Where each call's ``pids`` cgroup is made (None: the process limit is an rlimit only).
+    pids_cgroup: Path | None = None
 
     @property
     def mode(self) -> SandboxMode:
@@ -177,6 +122,21 @@ class SandboxStatus:
             return False
         return self.mode == "read-only" or not self.settings.writable
 
+    @property
+    def process_limited(self) -> bool:
+        """Whether the process limit binds: a cgroup, or an rlimit for a user other than root
+        (the kernel exempts root from RLIMIT_NPROC)."""
+        return self.pids_cgroup is not None or os.getuid() != 0
+
+    def contains(self, command: str) -> bool:
+        """Whether ``command`` is contained and names no protected path (see
+        :func:`~drover.tools.protect.writes_protected` for the check and its limits)."""
+        if not self.contained:
+            return False
+        if self.mode == "read-only":
+            return True  # nothing in the working directory can be written
+        return not writes_protected(command, protected_names(self.settings.protected))
+
     def describe(self) -> str:
         """One line for start-up lines, e.g. ``sandbox: workdir (bubblewrap, no network)``."""
         if self.mode == "off":
@@ -185,7 +145,8 @@ class SandboxStatus:
             return f"sandbox: unavailable ({self.reason}); bash commands are refused"
         net = "network allowed" if self.settings.network else "no network"
         extra = f", {len(self.settings.writable)} extra writable" if self.settings.writable else ""
-        return f"sandbox: {self.mode} (bubblewrap, {net}{extra})"
+        limit = "" if self.process_limited else "; no process limit (root without a pids cgroup)"
+        return f"sandbox: {self.mode} (bubblewrap, {net}{extra}){limit}"
 
     def label(self) -> str:
         """A short tag recorded on each tool call, e.g. ``workdir``, ``workdir+net``, ``off``."""
@@ -196,10 +157,19 @@ class SandboxStatus:
         tag = self.mode + ("+net" if self.settings.network else "")
         return tag + ("+writable" if self.settings.writable and self.mode == "workdir" else "")
 
-    def argv(
+    def protected(self, workdir: Path) -> tuple[Path, ...]:
+        """The paths commands may read but not write in ``workdir`` (a writable path the user
+        listed is not protected)."""
+        return protected_paths(workdir, self.settings.protected, self.settings.writable)
+
+    @contextlib.asynccontextmanager
+    async def launch(
         self, command: Sequence[str], workdir: Path, *, guard_fd: int | None = None
-    ) -> list[str]:
-        """``bwrap`` options that run ``command`` sandboxed in ``workdir``.
+    ) -> AsyncIterator[list[str]]:
+        """The argv that runs ``command`` sandboxed in ``workdir``, valid while the context is
+        open: the placeholders of missing protected paths exist and the call's ``pids`` cgroup
+        is made; both go when the context closes (see :mod:`drover.tools.protect` and
+        :mod:`drover.tools.limits`).
 
         ``guard_fd``: the read end of a pipe whose write end only drover holds. A watchdog in
         the sandbox kills every process in it when the pipe reports end-of-file, that is when
@@ -207,18 +177,53 @@ class SandboxStatus:
         bubblewrap is still setting up can orphan the namespace's init before it has asked to
         die with its parent, and the command then runs on unsupervised. The watchdog only acts
         inside a PID namespace other than drover's (see :func:`guard_argv`).
+
+        Raises :class:`~drover.errors.ToolError` when a protected path cannot be protected.
         """
         if not self.active or self.bwrap is None:
-            raise RuntimeError("argv() of a sandbox that is not active")
+            raise RuntimeError("launch() of a sandbox that is not active")
+        workdir, roots, paths = self._protected_roots(workdir)
+        async with placeholders_guarded(workdir, paths, roots):
+            plan = plan_protection(paths, roots)
+            make_placeholders(plan)
+            argv = self._argv(command, workdir, guard_fd, plan)
+            cgroup = None
+            if self.pids_cgroup is not None:
+                with contextlib.suppress(OSError):  # then the rlimit alone bounds processes
+                    cgroup = PidsCgroup.create(self.pids_cgroup, self.settings.processes)
+            try:
+                yield argv if cgroup is None else cgroup.wrap(argv)
+            finally:
+                if cgroup is not None:
+                    await cgroup.remove()
+
+    def _protected_roots(self, workdir: Path) -> tuple[Path, list[Path], tuple[Path, ...]]:
+        """(the resolved workdir, the writable roots, the protected paths)."""
+        workdir = workdir.resolve()
+        if self.mode != "workdir":
+            return workdir, [], ()
+        roots = [workdir, *(p.resolve() for p in self.settings.writable)]
+        return workdir, roots, self.protected(workdir)
+
+    def _argv(
+        self,
+        command: Sequence[str],
+        workdir: Path,
+        guard_fd: int | None,
+        protections: Sequence[Protection] = (),
+    ) -> list[str]:
+        assert self.bwrap is not None
+        limits = limit_shell(self.settings.processes, self.settings.memory)
         outside = pid_namespace()
         if guard_fd is None or outside is None:
-            inner = list(command)
+            inner = ["/bin/bash", "-c", limits + 'exec "$@"', "drover-limits", *command]
         else:
-            inner = [*guard_argv(guard_fd, outside), *command]
-        return [self.bwrap, *_bwrap_options(self.settings, workdir, self.features), *inner]
+            inner = [*guard_argv(guard_fd, outside, limits=limits), *command]
+        options = _bwrap_options(self.settings, workdir, self.features, protections)
+        return [self.bwrap, *options, *inner]
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return filtered_env(env)
+        return filtered_env(env, self.settings.env)
 
     def model_note(self) -> str:
         """What the model should know before it runs commands here ("" when unsandboxed)."""
@@ -227,13 +232,19 @@ class SandboxStatus:
         writes = (
             "only /tmp (private to the command) can be written"
             if self.mode == "read-only"
-            else "only the working directory and a private /tmp can be written"
+            else "only the working directory (not its .git and other protected paths) and a "
+            "private /tmp can be written"
         )
         net = "" if self.settings.network else ", there is no network access"
         return f"Commands run in a sandbox: {writes}{net}, and secret files are hidden."
 
 
-def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset[str]) -> list[str]:
+def _bwrap_options(
+    settings: SandboxSettings,
+    workdir: Path,
+    features: frozenset[str],
+    protections: Sequence[Protection] = (),
+) -> list[str]:
     workdir = workdir.resolve()
     args = ["--unshare-all"]
     if settings.network:
@@ -255,7 +266,7 @@ def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset
     binds = [workdir, *(p.resolve() for p in writable)]
     # A hidden directory holding the workdir (or a writable path) is covered first, so the
     # bind on top of it stays visible; every other hidden path is covered last, so it wins
-    # over the binds (a secret inside the workdir stays hidden).
+    # over the binds and the protections (a secret inside the workdir stays hidden).
     outer = [h for h in hidden if any(b.is_relative_to(h) for b in binds)]
     inner = [h for h in hidden if h not in outer]
     for path in outer:
@@ -265,6 +276,11 @@ def _bwrap_options(settings: SandboxSettings, workdir: Path, features: frozenset
         if path.exists():
             args += ["--bind", str(path), str(path)]
     args += ["--bind" if settings.mode == "workdir" else "--ro-bind", str(workdir), str(workdir)]
+    # Read-only again, after the writable binds they lie in. A placeholder that could not be
+    # made is skipped: the command (same user, no capabilities) cannot create it either.
+    for item in protections:
+        if os.path.lexists(item.path):
+            args += ["--ro-bind", str(item.path), str(item.path)]
     for path in inner:
         args += _hide(path)
     args += ["--chdir", str(workdir), "--"]
@@ -279,19 +295,22 @@ def pid_namespace() -> str | None:
         return None
 
 
-def guard_argv(fd: int, outside: str) -> list[str]:
+def guard_argv(fd: int, outside: str, *, limits: str | None = None) -> list[str]:
     """A shell that starts the watchdog (detached twice, so the command's ``wait`` never waits
-    for it; the namespace's init reaps it), closes the pipe, sets :data:`PROCESS_LIMIT` and
-    becomes the command (the arguments after these).
+    for it; the namespace's init reaps it), closes the pipe, sets the limits (``limits``: shell
+    commands, by default :data:`PROCESS_LIMIT` processes) and becomes the command (the
+    arguments after these).
 
     The watchdog ends everything with ``kill -KILL -1``, which in the PID namespace drover runs
     in would mean every process the user may signal on the machine. It therefore checks first
     that its PID namespace is not ``outside`` (drover's) and does nothing if it is.
     """
     fd = int(fd)
+    if limits is None:
+        limits = f"ulimit -u {PROCESS_LIMIT} 2>/dev/null; "
     watchdog = (
         f'( (read -r _ <&{fd}; [ "$(readlink /proc/self/ns/pid)" != "$0" ] && kill -KILL -1) '
-        f"</dev/null >/dev/null 2>&1 & ); exec {fd}<&-; ulimit -u {PROCESS_LIMIT} 2>/dev/null; "
+        f"</dev/null >/dev/null 2>&1 & ); exec {fd}<&-; {limits}"
         'exec "$@"'
     )
     return ["/bin/bash", "-c", watchdog, outside]
@@ -337,11 +356,28 @@ def probe_sandbox(settings: SandboxSettings) -> SandboxStatus:
             raise ConfigError(f"sandbox writable path does not exist: {path}")
     features = _features(bwrap)
     status = SandboxStatus(settings=settings, active=True, bwrap=bwrap, features=features)
+    cgroups = pids_cgroup_root()
+    if cgroups is not None:
+        # The call's cgroup is joined by a shell outside the sandbox: check that it can be.
+        with_cgroup = dataclasses.replace(status, pids_cgroup=cgroups)
+        if _probe_run(with_cgroup) is None:
+            return with_cgroup
+    failure = _probe_run(status)
+    return status if failure is None else _unavailable(settings, failure)
+
+
+def _probe_run(status: SandboxStatus) -> str | None:
+    """Run the probe command; None when it worked, else why not."""
+    settings = status.settings
     with tempfile.TemporaryDirectory(prefix="drover-sandbox-probe-") as scratch:
         # A write in the private /tmp, and in the workdir when the mode makes it writable.
         probe = "echo > /tmp/probe" + (" && echo > probe" if settings.mode == "workdir" else "")
-        argv = status.argv(["/bin/sh", "-c", probe], Path(scratch))
+        argv = status._argv(["/bin/sh", "-c", probe], Path(scratch).resolve(), None)
+        cgroup = None
         try:
+            if status.pids_cgroup is not None:
+                cgroup = PidsCgroup.create(status.pids_cgroup, settings.processes)
+                argv = cgroup.wrap(argv)
             done = subprocess.run(
                 argv,
                 capture_output=True,
@@ -352,14 +388,17 @@ def probe_sandbox(settings: SandboxSettings) -> SandboxStatus:
                 env=filtered_env(),
             )
         except subprocess.TimeoutExpired:
-            return _unavailable(settings, f"bubblewrap did not start within {PROBE_TIMEOUT:g} s")
+            return f"bubblewrap did not start within {PROBE_TIMEOUT:g} s"
         except OSError as exc:
-            return _unavailable(settings, f"cannot run {bwrap}: {exc.strerror or exc}")
+            return f"cannot run {status.bwrap}: {exc.strerror or exc}"
+        finally:
+            if cgroup is not None:
+                cgroup.remove_now()
         wrote = (Path(scratch) / "probe").exists() or settings.mode == "read-only"
     if done.returncode != 0 or not wrote:
         detail = _first_line(done.stderr) or f"exit code {done.returncode}"
-        return _unavailable(settings, f"bubblewrap cannot create its namespaces here: {detail}")
-    return status
+        return f"bubblewrap cannot create its namespaces here: {detail}"
+    return None
 
 
 def _unavailable(settings: SandboxSettings, reason: str) -> SandboxStatus:
@@ -393,7 +432,15 @@ def sandbox_hint(status: SandboxStatus, output: str, workdir: Path) -> str | Non
     if not status.active:
         return None
     notes: list[str] = []
-    if _READ_ONLY.search(output):
+    protected = _protected_in(status, output, workdir)
+    if protected is not None:
+        notes.append(
+            f"[sandbox: {protected} is protected: commands may read it but not change or "
+            "create it, because code placed there would run outside the sandbox (git hooks "
+            "and config, .envrc, drover's own settings). Do not try another way; tell the user "
+            "which command to run themselves (e.g. the git commit).]"
+        )
+    elif _READ_ONLY.search(output):
         if status.mode == "read-only":
             notes.append(
                 "[sandbox: the file system is read-only in this session, the working "
@@ -421,27 +468,13 @@ def sandbox_hint(status: SandboxStatus, output: str, workdir: Path) -> str | Non
     return "\n".join(notes) or None
 
 
-def sandbox_settings(
-    *,
-    mode: str,
-    network: bool,
-    writable: Iterable[str | Path] = (),
-    hidden: Iterable[str | Path] = (),
-    base: Path | None = None,
-) -> SandboxSettings:
-    """Settings from flags and config values: paths expanded, relative ones taken from ``base``,
-    the default hidden paths added."""
-    if mode not in SANDBOX_MODES:
-        raise ConfigError(f"unknown sandbox mode {mode!r} (expected {', '.join(SANDBOX_MODES)})")
-    base = base or Path.cwd()
-
-    def absolute(path: str | Path) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else base / p
-
-    return SandboxSettings(
-        mode=mode,  # narrowed to SandboxMode by the check above
-        network=network,
-        writable=tuple(absolute(p) for p in writable),
-        hidden=default_hidden() + tuple(absolute(p) for p in hidden),
-    )
+def _protected_in(status: SandboxStatus, output: str, workdir: Path) -> str | None:
+    """The protected name a failed write in ``output`` names, if any."""
+    if status.mode != "workdir" or not _REFUSED_WRITE.search(output):
+        return None
+    pattern = name_pattern(protected_names(status.protected(workdir)))
+    for line in output.splitlines():
+        found = pattern.search(line) if pattern and _REFUSED_WRITE.search(line) else None
+        if found:
+            return found.group(0)
+    return None

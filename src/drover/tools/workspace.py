@@ -4,6 +4,14 @@ Every path a model hands to a tool goes through :func:`resolve_in_workdir`, whic
 anything that resolves outside the working directory — ``..`` components, absolute paths
 elsewhere, and symlinks (at any position, dangling or not) whose target lies outside.
 
+:class:`PathRules` narrows that further, as the sandbox does for commands: a hidden path (a
+secret the sandbox hides) is neither read nor listed nor written, and a protected path
+(``.git``, ``.envrc``… see :mod:`drover.tools.protect`) is not written. Both are checked on
+the path as given and on where it leads, so a symbolic link a command planted cannot lead a
+file tool to either. The file tools then open what they checked without following a final
+symbolic link and verify that the opened file is the one checked (:func:`opened_as`), so a
+link swapped in between is refused too.
+
 Tool output shown to the model is bounded by :data:`MAX_OUTPUT_CHARS`: :func:`cap_output`
 keeps the head and the tail and replaces the middle with a plain note saying how much was cut.
 :class:`OutputBuffer` does the same for output that arrives in pieces (a running command),
@@ -12,10 +20,16 @@ holding at most about twice the cap in memory however much is produced.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from drover.errors import PathEscapeError, ToolError
 from drover.tools.base import ToolOutput
+from drover.tools.protect import normalized, protected_paths
+from drover.tools.sandbox_settings import SandboxSettings, default_hidden
 
 #: The most characters of tool output the model sees in one result. Beyond this the middle of
 #: the output is cut (head and tail kept), the result says so in plain words, and
@@ -50,6 +64,87 @@ def resolve_in_workdir(workdir: Path, path: str) -> Path:
     if not resolved.is_relative_to(root):
         raise PathEscapeError(f"path {path!r} is outside the working directory {root}")
     return resolved
+
+
+def _at_or_below(path: Path, anchors: Iterable[Path]) -> Path | None:
+    for anchor in anchors:
+        if path == anchor or path.is_relative_to(anchor):
+            return anchor
+    return None
+
+
+def _both(paths: Iterable[Path]) -> list[Path]:
+    """Each path as written and where it leads."""
+    out: list[Path] = []
+    for path in paths:
+        out.append(normalized(path))
+        with contextlib.suppress(OSError, RuntimeError):
+            out.append(path.resolve())
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathRules:
+    """What the file tools may not touch inside the working directory: hidden paths (no
+    access at all) and protected paths (no writes)."""
+
+    #: Paths no tool reads, lists or writes, absolute (those holding the working directory
+    #: itself do not count: the working directory stays usable inside a hidden directory).
+    hidden: tuple[Path, ...] = ()
+    #: Protected paths besides :data:`~drover.tools.protect.PROTECTED_NAMES`, absolute.
+    protected: tuple[Path, ...] = ()
+    #: Writable paths the user listed: a protected path among them may be written.
+    released: tuple[Path, ...] = ()
+
+    @classmethod
+    def default(cls) -> PathRules:
+        """The default hidden paths (credential stores, drover's own data) and protections."""
+        return cls(hidden=default_hidden())
+
+    @classmethod
+    def of(cls, settings: SandboxSettings) -> PathRules:
+        """The rules the sandbox applies to commands, for the file tools."""
+        return cls(hidden=settings.hidden, protected=settings.protected, released=settings.writable)
+
+    def hidden_in(self, root: Path) -> list[Path]:
+        """The hidden paths below ``root`` (resolved), as written and where they lead."""
+        return [h for h in _both(self.hidden) if h != root and h.is_relative_to(root)]
+
+    def check(self, root: Path, given: str, resolved: Path, *, write: bool) -> None:
+        """Refuse ``given`` (resolved to ``resolved``) when it is hidden, or protected and
+        ``write``. Raises :class:`~drover.errors.ToolError` naming the rule."""
+        lexical = normalized(root / given)
+        hidden = _at_or_below(lexical, self.hidden_in(root)) or _at_or_below(
+            resolved, self.hidden_in(root)
+        )
+        if hidden is not None:
+            raise ToolError(
+                f"'{given}' is hidden from tools on purpose ({display_path(root, hidden)} may "
+                "hold secrets); do not try to reach it another way, ask the user instead"
+            )
+        if not write:
+            return
+        protected = _both(protected_paths(root, self.protected, self.released))
+        found = _at_or_below(lexical, protected) or _at_or_below(resolved, protected)
+        if found is not None:
+            raise ToolError(
+                f"'{given}' is protected: {display_path(root, found)} may be read but not "
+                "changed, because code placed there would run outside the sandbox (git hooks "
+                "and config, .envrc, drover's settings); tell the user what to change instead"
+            )
+
+
+def opened_as(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is ``path`` (and not a file a swapped link led to)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        pass  # no /proc: compare the file identities instead
+    try:
+        opened, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (there.st_dev, there.st_ino)
 
 
 def display_path(workdir: Path, path: Path) -> str:

@@ -12,7 +12,8 @@ cancellation (the ``CancelledError`` is re-raised once the group is gone).
 
 With an active :class:`~drover.tools.sandbox.SandboxStatus` the shell runs inside bubblewrap
 (see :mod:`drover.tools.sandbox`); the process group is then bubblewrap's, and ending it also
-ends the sandbox's PID namespace, so processes that left the group die too. A failure the
+ends the sandbox's PID namespace, so processes that left the group die too; only then does the
+sandbox's launch context close (placeholders and the call's cgroup go with it). A failure the
 sandbox caused gets a note saying so. A sandbox that was wanted but is unavailable refuses
 every command rather than running it unsandboxed.
 """
@@ -144,6 +145,16 @@ class BashTool:
         """Every command runs sandboxed, writing at most in the workdir, without network."""
         return self.sandbox is not None and self.sandbox.contained
 
+    def contains(self, args: Mapping[str, Any]) -> bool:
+        """Whether this call is contained: the sandbox contains every command, and this one
+        names no protected path (``.git``, ``.envrc``…) nor changes a repository. Such a
+        write would fail in the sandbox anyway; ``sandboxed`` mode asks about it so the user
+        sees the attempt."""
+        command = args.get("command")
+        if self.sandbox is None or not isinstance(command, str):
+            return False
+        return self.sandbox.contains(command)
+
     @property
     def sandbox_label(self) -> str:
         """How commands run, as recorded on each call: ``off``, ``workdir``, ``read-only``…"""
@@ -173,8 +184,9 @@ class BashTool:
         # sandbox's watchdog sees end-of-file exactly when drover is gone.
         guard_r, guard_w = os.pipe()
         try:
-            argv = sandboxed.argv(["/bin/bash", "-c", command], ctx.workdir, guard_fd=guard_r)
-            return await self._spawn(argv, sandboxed.env(), (guard_r,), ctx)
+            shell = ["/bin/bash", "-c", command]
+            async with sandboxed.launch(shell, ctx.workdir, guard_fd=guard_r) as argv:
+                return await self._spawn(argv, sandboxed.env(), (guard_r,), ctx)
         finally:
             os.close(guard_r)
             os.close(guard_w)

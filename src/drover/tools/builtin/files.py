@@ -1,49 +1,81 @@
 """The file tools: ``read_file``, ``write_file`` and ``edit_file``.
 
 Text is UTF-8 and is read and written exactly as is (no line numbers, line endings kept).
-Every path goes through :func:`~drover.tools.workspace.resolve_in_workdir`; blocking file I/O
-runs in a worker thread so a large file does not stall the event loop.
+Every path goes through :func:`~drover.tools.workspace.resolve_in_workdir` and the
+:class:`~drover.tools.workspace.PathRules` of the sandbox (hidden paths: no access; protected
+paths: no writes). A file is opened without following a final symbolic link and checked to be
+the file that was resolved, so a link a command swaps in meanwhile is refused. A file with more
+than one hard link is not written: the write would change it under its other names too, which
+may lie outside the working directory or be hidden. Reading one is allowed — a sandboxed
+command cannot make such a link (a hard link across the sandbox's mounts fails with EXDEV), so
+the links there are the user's. Blocking file I/O runs in a worker thread so a large file does
+not stall the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from drover.errors import ToolError
-from drover.tools.base import ToolContext, ToolOutput
+from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.decorator import tool
-from drover.tools.workspace import cap_output, display_path, resolve_in_workdir
+from drover.tools.workspace import (
+    PathRules,
+    cap_output,
+    display_path,
+    opened_as,
+    resolve_in_workdir,
+)
 
 #: Files larger than this are not read whole; the model is pointed at grep or bash instead.
 MAX_READ_BYTES = 10 * 1024 * 1024
 
 
-def _read_text(path: Path, shown: str) -> str:
-    """The UTF-8 text of an existing regular file, or a ToolError the model can act on."""
+def _open(path: Path, shown: str, flags: int, mode: int = 0o666) -> int:
+    """Open ``path`` without following a final symbolic link; check that it is ``path``."""
     try:
-        info = path.stat()
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except FileNotFoundError:
         raise ToolError(f"file not found: '{shown}'") from None
     except OSError as exc:
-        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
-    if stat.S_ISDIR(info.st_mode):
+        if os.path.islink(path):
+            raise ToolError(f"'{shown}' became a symbolic link while being opened") from None
+        raise ToolError(f"cannot open '{shown}': {exc.strerror or exc}") from None
+    if not opened_as(fd, path):
+        if flags & os.O_EXCL:  # created where a swapped link led: take it back
+            with contextlib.suppress(OSError):
+                os.unlink(os.readlink(f"/proc/self/fd/{fd}"))
+        os.close(fd)
+        raise ToolError(f"'{shown}' changed while being opened (a symbolic link on the way?)")
+    return fd
+
+
+def _read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of an existing regular file, or a ToolError the model can act on."""
+    if path.is_dir():
         raise ToolError(
             f"'{shown}' is a directory, not a file; list it with glob "
             f"(pattern '{shown.rstrip('/')}/*') instead"
         )
-    if not stat.S_ISREG(info.st_mode):
-        raise ToolError(f"'{shown}' is not a regular file")
-    if info.st_size > MAX_READ_BYTES:
-        raise ToolError(
-            f"'{shown}' is too large to read whole ({info.st_size:,} bytes, limit "
-            f"{MAX_READ_BYTES:,}); search it with grep or show parts with bash (head, sed -n)"
-        )
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
+    fd = _open(path, shown, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"'{shown}' is not a regular file")
+        if info.st_size > MAX_READ_BYTES:
+            raise ToolError(
+                f"'{shown}' is too large to read whole ({info.st_size:,} bytes, limit "
+                f"{MAX_READ_BYTES:,}); search it with grep or show parts with bash (head, sed -n)"
+            )
+        try:
+            data = handle.read()
+        except OSError as exc:
+            raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
     if b"\x00" in data:
         raise ToolError(f"'{shown}' is a binary file; read_file only reads UTF-8 text")
     try:
@@ -59,13 +91,37 @@ def _write_text(path: Path, shown: str, content: str) -> tuple[int, bool]:
     """Write ``content``, creating parent directories; returns (bytes, whether it existed)."""
     if path.is_dir():
         raise ToolError(f"'{shown}' is a directory; give the path of a file inside it")
-    existed = path.exists()
     data = content.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
     except OSError as exc:
         raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}") from None
+    existed = True
+    try:
+        fd = _open(path, shown, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        existed = False
+    except ToolError:
+        if not os.path.lexists(path):
+            raise
+        fd = _open(path, shown, os.O_WRONLY)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(os.close, fd)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"'{shown}' is not a regular file")
+        if info.st_nlink > 1:
+            raise ToolError(
+                f"'{shown}' has {info.st_nlink} hard links: writing it would change the file "
+                "under its other names too, which may lie outside the working directory. Make "
+                f"it a file of its own first (bash: cp '{shown}' tmp && mv tmp '{shown}')"
+            )
+        try:
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}") from None
     return len(data), existed
 
 
@@ -88,49 +144,63 @@ def _edit_text(path: Path, shown: str, old_string: str, new_string: str) -> str:
     return f"Edited {shown}: replaced {old_lines} line(s) with {new_lines} line(s)."
 
 
-@tool(read_only=True)
-async def read_file(ctx: ToolContext, path: str) -> ToolOutput:
-    """Read a UTF-8 text file from the working directory and return its content exactly.
+def file_tools(rules: PathRules | None = None) -> tuple[Tool, Tool, Tool]:
+    """``read_file``, ``write_file`` and ``edit_file`` under ``rules`` (None: the default
+    rules, computed at each call)."""
+    current: Callable[[], PathRules] = (lambda: rules) if rules is not None else PathRules.default
 
-    Args:
-        path: The file to read, relative to the working directory.
-    """
-    resolved = resolve_in_workdir(ctx.workdir, path)
-    text = await asyncio.to_thread(_read_text, resolved, display_path(ctx.workdir, resolved))
-    return cap_output(text)
+    def resolve(ctx: ToolContext, path: str, *, write: bool) -> tuple[Path, str]:
+        root = ctx.workdir.resolve()
+        resolved = resolve_in_workdir(root, path)
+        current().check(root, path, resolved, write=write)
+        return resolved, display_path(root, resolved)
+
+    @tool(read_only=True)
+    async def read_file(ctx: ToolContext, path: str) -> ToolOutput:
+        """Read a UTF-8 text file from the working directory and return its content exactly.
+
+        Args:
+            path: The file to read, relative to the working directory.
+        """
+        resolved, shown = resolve(ctx, path, write=False)
+        text = await asyncio.to_thread(_read_text, resolved, shown)
+        return cap_output(text)
+
+    @tool
+    async def write_file(ctx: ToolContext, path: str, content: str) -> str:
+        """Write a text file in the working directory, replacing it if it exists and creating
+        parent directories as needed.
+
+        Args:
+            path: The file to write, relative to the working directory.
+            content: The complete new content of the file.
+        """
+        resolved, shown = resolve(ctx, path, write=True)
+        size, existed = await asyncio.to_thread(_write_text, resolved, shown, content)
+        verb = "Overwrote" if existed else "Created"
+        return f"{verb} {shown} ({size:,} bytes written)."
+
+    @tool
+    async def edit_file(ctx: ToolContext, path: str, old_string: str, new_string: str) -> str:
+        """Replace one exact occurrence of old_string with new_string in a text file. old_string
+        must occur exactly once in the file: include enough surrounding lines to make it unique.
+        To create a file, use write_file.
+
+        Args:
+            path: The file to edit, relative to the working directory.
+            old_string: The exact text to replace, including whitespace and indentation.
+            new_string: The text to put in its place (may be empty to delete old_string).
+        """
+        if not old_string:
+            raise ToolError(
+                "old_string must not be empty; to create or replace a file use write_file"
+            )
+        if old_string == new_string:
+            raise ToolError("old_string and new_string are identical; there is nothing to change")
+        resolved, shown = resolve(ctx, path, write=True)
+        return await asyncio.to_thread(_edit_text, resolved, shown, old_string, new_string)
+
+    return read_file, write_file, edit_file
 
 
-@tool
-async def write_file(ctx: ToolContext, path: str, content: str) -> str:
-    """Write a text file in the working directory, replacing it if it exists and creating
-    parent directories as needed.
-
-    Args:
-        path: The file to write, relative to the working directory.
-        content: The complete new content of the file.
-    """
-    resolved = resolve_in_workdir(ctx.workdir, path)
-    shown = display_path(ctx.workdir, resolved)
-    size, existed = await asyncio.to_thread(_write_text, resolved, shown, content)
-    verb = "Overwrote" if existed else "Created"
-    return f"{verb} {shown} ({size:,} bytes written)."
-
-
-@tool
-async def edit_file(ctx: ToolContext, path: str, old_string: str, new_string: str) -> str:
-    """Replace one exact occurrence of old_string with new_string in a text file. old_string
-    must occur exactly once in the file: include enough surrounding lines to make it unique.
-    To create a file, use write_file.
-
-    Args:
-        path: The file to edit, relative to the working directory.
-        old_string: The exact text to replace, including whitespace and indentation.
-        new_string: The text to put in its place (may be empty to delete old_string).
-    """
-    if not old_string:
-        raise ToolError("old_string must not be empty; to create or replace a file use write_file")
-    if old_string == new_string:
-        raise ToolError("old_string and new_string are identical; there is nothing to change")
-    resolved = resolve_in_workdir(ctx.workdir, path)
-    shown = display_path(ctx.workdir, resolved)
-    return await asyncio.to_thread(_edit_text, resolved, shown, old_string, new_string)
+read_file, write_file, edit_file = file_tools()

@@ -1,7 +1,9 @@
 """The search tools: ``glob {pattern}`` lists files, ``grep {pattern, path?}`` searches their text.
 
 Both are read-only, confined to the working directory (a symlink leading outside is neither
-listed nor read), sorted for stable output, and capped. The directory walk runs in a worker
+listed nor read), blind to the hidden paths of the sandbox's
+:class:`~drover.tools.workspace.PathRules` (neither listed nor searched, nor reached through a
+symlink), sorted for stable output, and capped. The directory walk runs in a worker
 thread that stops early when the call is cancelled.
 """
 
@@ -17,9 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from drover.errors import PathEscapeError, ToolError
-from drover.tools.base import ToolContext, ToolOutput
+from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.decorator import tool
-from drover.tools.workspace import cap_output, display_path, resolve_in_workdir
+from drover.tools.workspace import PathRules, cap_output, display_path, resolve_in_workdir
 
 #: At most this many paths are listed by one glob call.
 MAX_GLOB_RESULTS = 1_000
@@ -50,6 +52,17 @@ def _inside(root: Path, path: Path) -> bool:
         return False
 
 
+def _hidden(path: Path, hidden: list[Path]) -> bool:
+    """Whether ``path``, or where it leads, is or lies below a hidden path."""
+    if not hidden:
+        return False
+    try:
+        candidates = (path, path.resolve())
+    except (OSError, RuntimeError):
+        return True
+    return any(c == h or c.is_relative_to(h) for c in candidates for h in hidden)
+
+
 # -- glob --------------------------------------------------------------------------------------
 
 
@@ -75,7 +88,9 @@ def _glob_pattern(root: Path, pattern: str) -> str:
     return relative if relative != "." else "*"
 
 
-def _glob(root: Path, pattern: str, stop: threading.Event) -> tuple[list[str], int]:
+def _glob(
+    root: Path, pattern: str, hidden: list[Path], stop: threading.Event
+) -> tuple[list[str], int]:
     """Sorted matches (directories end in '/') and how many there were in all."""
     wants_vcs = any(part in SKIPPED_DIRS for part in PurePosixPath(pattern).parts)
     # Matches share parents; resolving each parent once keeps large trees cheap.
@@ -94,7 +109,7 @@ def _glob(root: Path, pattern: str, stop: threading.Event) -> tuple[list[str], i
         relative = match.relative_to(root)
         if not wants_vcs and SKIPPED_DIRS.intersection(relative.parts):
             continue
-        if not inside(match):
+        if not inside(match) or _hidden(match, hidden):
             continue
         shown = relative.as_posix()
         if shown == ".":
@@ -104,47 +119,28 @@ def _glob(root: Path, pattern: str, stop: threading.Event) -> tuple[list[str], i
     return found[:MAX_GLOB_RESULTS], len(found)
 
 
-@tool(read_only=True)
-async def glob(ctx: ToolContext, pattern: str) -> ToolOutput:
-    """List files and directories in the working directory whose paths match a glob pattern
-    (e.g. '*.md', 'src/**/*.py'; '**' matches any number of directories). Results are
-    relative to the working directory, sorted, and directories end in '/'.
-
-    Args:
-        pattern: The glob pattern, relative to the working directory.
-    """
-    root = ctx.workdir.resolve()
-    relative = _glob_pattern(root, pattern)
-    try:
-        shown, total = await _in_thread(lambda stop: _glob(root, relative, stop))
-    except ValueError as exc:  # pathlib's verdict on a malformed pattern
-        raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from None
-    if not shown:
-        return ToolOutput(content=f"No paths match {pattern!r}.")
-    text = "\n".join(shown)
-    if total > len(shown):
-        text += (
-            f"\n[{total - len(shown):,} more matches not shown (limit {MAX_GLOB_RESULTS:,}); "
-            "use a narrower pattern]"
-        )
-    return cap_output(text)
-
-
 # -- grep --------------------------------------------------------------------------------------
 
 
-def _files_under(root: Path, start: Path, stop: threading.Event) -> Iterator[Path]:
-    """Regular files under ``start`` in sorted order, skipping VCS directories and escapes."""
+def _files_under(
+    root: Path, start: Path, hidden: list[Path], stop: threading.Event
+) -> Iterator[Path]:
+    """Regular files under ``start`` in sorted order, skipping VCS directories, hidden paths
+    and escapes."""
     if not start.is_dir():
         yield start
         return
     for directory, dirnames, filenames in os.walk(start):
         if stop.is_set():
             return
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in SKIPPED_DIRS and not _hidden(Path(directory, d), hidden)
+        )
         for name in sorted(filenames):
             path = Path(directory, name)
             if path.is_symlink() and not _inside(root, path):
+                continue
+            if _hidden(path, hidden):
                 continue
             yield path
 
@@ -169,40 +165,86 @@ def _grep_file(path: Path, regex: re.Pattern[str], shown: str, out: list[str], l
         return  # unreadable files are skipped like binary ones
 
 
-def _grep(root: Path, start: Path, regex: re.Pattern[str], stop: threading.Event) -> list[str]:
+def _grep(
+    root: Path, start: Path, regex: re.Pattern[str], hidden: list[Path], stop: threading.Event
+) -> list[str]:
     """Up to ``MAX_GREP_MATCHES + 1`` matching lines (one extra to tell the cap was hit)."""
     out: list[str] = []
-    for path in _files_under(root, start, stop):
+    for path in _files_under(root, start, hidden, stop):
         if stop.is_set() or len(out) > MAX_GREP_MATCHES:
             break
         _grep_file(path, regex, display_path(root, path), out, MAX_GREP_MATCHES + 1)
     return out
 
 
-@tool(read_only=True)
-async def grep(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
-    """Search the text files under a path for lines matching a Python regular expression and
-    list them as 'path:line_number:line'. Binary files and .git directories are skipped.
+# -- the tools ---------------------------------------------------------------------------------
 
-    Args:
-        pattern: A Python regular expression, e.g. 'def \\w+_test' or '(?i)todo'.
-        path: A file or directory to search, relative to the working directory (default: all).
-    """
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
-    root = ctx.workdir.resolve()
-    start = resolve_in_workdir(root, path)
-    if not start.exists():
-        raise ToolError(f"path not found: '{display_path(root, start)}'")
-    matches = await _in_thread(lambda stop: _grep(root, start, regex, stop))
-    if not matches:
-        return ToolOutput(content=f"No matches for {pattern!r} in '{display_path(root, start)}'.")
-    text = "\n".join(matches[:MAX_GREP_MATCHES])
-    if len(matches) > MAX_GREP_MATCHES:
-        text += (
-            f"\n[stopped after {MAX_GREP_MATCHES:,} matching lines; "
-            "narrow the pattern or the path to see the rest]"
-        )
-    return cap_output(text)
+
+def search_tools(rules: PathRules | None = None) -> tuple[Tool, Tool]:
+    """``glob`` and ``grep`` under ``rules`` (None: the default rules, computed at each call)."""
+    current: Callable[[], PathRules] = (lambda: rules) if rules is not None else PathRules.default
+
+    @tool(read_only=True)
+    async def glob(ctx: ToolContext, pattern: str) -> ToolOutput:
+        """List files and directories in the working directory whose paths match a glob pattern
+        (e.g. '*.md', 'src/**/*.py'; '**' matches any number of directories). Results are
+        relative to the working directory, sorted, and directories end in '/'.
+
+        Args:
+            pattern: The glob pattern, relative to the working directory.
+        """
+        root = ctx.workdir.resolve()
+        relative = _glob_pattern(root, pattern)
+        try:
+            shown, total = await _in_thread(
+                lambda stop: _glob(root, relative, current().hidden_in(root), stop)
+            )
+        except ValueError as exc:  # pathlib's verdict on a malformed pattern
+            raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from None
+        if not shown:
+            return ToolOutput(content=f"No paths match {pattern!r}.")
+        text = "\n".join(shown)
+        if total > len(shown):
+            text += (
+                f"\n[{total - len(shown):,} more matches not shown (limit {MAX_GLOB_RESULTS:,}); "
+                "use a narrower pattern]"
+            )
+        return cap_output(text)
+
+    @tool(read_only=True)
+    async def grep(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
+        """Search the text files under a path for lines matching a Python regular expression and
+        list them as 'path:line_number:line'. Binary files and .git directories are skipped.
+
+        Args:
+            pattern: A Python regular expression, e.g. 'def \\w+_test' or '(?i)todo'.
+            path: A file or directory to search, relative to the working directory (default: all).
+        """
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+        root = ctx.workdir.resolve()
+        start = resolve_in_workdir(root, path)
+        rules = current()
+        rules.check(root, path, start, write=False)
+        if not start.exists():
+            raise ToolError(f"path not found: '{display_path(root, start)}'")
+        hidden = rules.hidden_in(root)
+        matches = await _in_thread(lambda stop: _grep(root, start, regex, hidden, stop))
+        if not matches:
+            return ToolOutput(
+                content=f"No matches for {pattern!r} in '{display_path(root, start)}'."
+            )
+        text = "\n".join(matches[:MAX_GREP_MATCHES])
+        if len(matches) > MAX_GREP_MATCHES:
+            text += (
+                f"\n[stopped after {MAX_GREP_MATCHES:,} matching lines; "
+                "narrow the pattern or the path to see the rest]"
+            )
+        return cap_output(text)
+
+    return glob, grep
+
+
+glob, grep = search_tools()
