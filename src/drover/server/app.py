@@ -57,6 +57,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route(sid, routes.get_session, methods=["GET"]),
         Route(f"{sid}/messages", routes.post_message, methods=["POST"]),
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),
+        Route(f"{sid}/permissions", routes.permissions, methods=["GET", "DELETE"]),
         Route(f"{sid}/permissions/{{request_id}}", routes.decide, methods=["POST"]),
         Route(f"{sid}/events", routes.events, methods=["GET"]),
         # The web page's scripts and stylesheet (public files, like the page itself).
@@ -68,7 +69,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
-                allow_methods=["GET", "POST"],
+                allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             )
         )

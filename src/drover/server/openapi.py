@@ -133,6 +133,21 @@ _SCHEMAS: dict[str, Any] = {
             "turn_id": {"type": "string"},
         },
     },
+    "Permissions": {
+        "type": "object",
+        "required": ["mode", "grants"],
+        "properties": {
+            "mode": {"enum": ["ask", "allow", "deny", "sandboxed"]},
+            "grants": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["rule", "created_at"],
+                    "properties": {"rule": {"type": "string"}, "created_at": {"type": "number"}},
+                },
+            },
+        },
+    },
     "SessionSummary": {
         "type": "object",
         "required": list(_SUMMARY_FIELDS),
@@ -250,6 +265,30 @@ def schema() -> dict[str, Any]:
                 params=[_SESSION_ID],
                 body=_object({}, []),
             )
+        },
+        f"{sid}/permissions": {
+            "get": _op(
+                'The session\'s permission mode and its "always" grants (kept in the journal)',
+                {"200": _json(_ref("Permissions"), "the grants"), "404": _NOT_FOUND},
+                params=[_SESSION_ID],
+            ),
+            "delete": _op(
+                "Withdraw the session's grants (all, or the one ?rule= names)",
+                {
+                    "200": _json(
+                        _object(
+                            {"revoked": {"type": "array", "items": {"type": "string"}}},
+                            ["revoked"],
+                        ),
+                        "the rules withdrawn",
+                    ),
+                    "404": _NOT_FOUND,
+                },
+                params=[
+                    _SESSION_ID,
+                    {"name": "rule", "in": "query", "schema": {"type": "string", "minLength": 1}},
+                ],
+            ),
         },
         f"{sid}/permissions/{{request_id}}": {
             "post": _op(

@@ -169,6 +169,19 @@ async def interrupt(request: Request) -> Response:
     return JSONResponse({"turn_id": turn_id}, status_code=202)
 
 
+async def permissions(request: Request) -> Response:
+    """The session's mode and grants (GET), or withdraw them (DELETE, one with ``?rule=``)."""
+    record = await _session(request)
+    service = _service(request)
+    if request.method == "DELETE":
+        rule = request.query_params.get("rule")
+        if rule is not None and not rule.strip():
+            raise ApiError(400, "invalid_request", "rule must not be empty")
+        return JSONResponse({"revoked": await service.revoke(record, rule)})
+    grants = [{"rule": g.rule, "created_at": g.created_at} for g in await service.grants(record)]
+    return JSONResponse({"mode": service.agent.permission_mode, "grants": grants})
+
+
 async def decide(request: Request) -> Response:
     record = await _session(request)
     request_id = request.path_params["request_id"]

@@ -9,6 +9,8 @@
 /clear                   start a new session (this one stays stored)
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
+/permissions [revoke R]  the permission mode and this session's "always" answers; withdraw
+                         one (revoke TOOL) or all (revoke all)
 /exit                    leave (also Ctrl-D, or Ctrl-C twice)
 """
 
@@ -22,6 +24,7 @@ from rich.text import Text
 from drover.compact import compact_history
 from drover.errors import DroverError
 from drover.events import Compacted, Event
+from drover.handle import Session
 
 if TYPE_CHECKING:
     from drover.cli.repl.app import Repl
@@ -74,9 +77,38 @@ async def run_command(repl: Repl, line: str) -> bool:
             f"discarded {count} pending message{'' if count == 1 else 's'} "
             "(the journal keeps them, marked discarded)"
         )
+    elif name == "/permissions":
+        for line in await permissions_command(repl.session, arg):
+            say(Text(line))
     else:
         say(f"unknown command {name}; /help lists them")
     return False
+
+
+async def permissions_command(session: Session, arg: str) -> list[str]:
+    """``/permissions`` (both REPL modes): list the session's grants, or withdraw them."""
+    verb, _, rule = arg.partition(" ")
+    rule = rule.strip()
+    if verb == "revoke":
+        if not rule:
+            return ["usage: /permissions revoke TOOL (or: /permissions revoke all)"]
+        revoked = await session.revoke(None if rule == "all" else rule)
+        if not revoked:
+            return [f"no grant {rule!r} in this session"]
+        return [f"withdrawn: {', '.join(revoked)} (it asks again from now on)"]
+    if arg:
+        return ["usage: /permissions, or /permissions revoke TOOL|all"]
+    mode = session.engine.policy.mode
+    lines = [f"permission mode: {mode}"]
+    grants = await session.grants()
+    if not grants:
+        lines.append('no "always" answers in this session')
+    for grant in grants:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(grant.created_at))
+        lines.append(f"  always: {grant.rule}  (since {when})")
+    if grants:
+        lines.append("withdraw with /permissions revoke TOOL (or revoke all)")
+    return lines
 
 
 async def _model(repl: Repl, spec: str) -> None:

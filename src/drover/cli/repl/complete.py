@@ -25,6 +25,7 @@ COMMANDS = (
     "/clear",
     "/pending",
     "/discard",
+    "/permissions",
     "/exit",
 )
 

@@ -5,7 +5,8 @@ line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. Slash commands:
 
 /help, /tokens (estimate and calibration), /pending (the unfinished work), /resume (finish it
 without a new instruction), /discard (drop it), /model PROVIDER:MODEL (switch; pending work is
-converted), /session (its id), /exit.
+converted), /permissions [revoke TOOL|all] (the session's "always" answers), /session (its id),
+/exit.
 """
 
 from __future__ import annotations
@@ -167,6 +168,11 @@ async def _command(line: str, session: Session, lines: StdinLines) -> bool:
                 print(f"error: {exc} (still using {session.model})")
             else:
                 print(f"now using {arg}")
+    elif name == "/permissions":
+        from drover.cli.repl.commands import permissions_command
+
+        for text in await permissions_command(session, arg):
+            print(text)
     elif name == "/session":
         print(session.id)
     else:
