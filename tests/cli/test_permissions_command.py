@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
@@ -11,16 +12,26 @@ from drover.testing.server import FakeLLMServer
 from .helpers import DROVER, base_args, clean_env
 
 
-async def test_permissions_lists_and_withdraws_the_sessions_grants(
-    fake_llm: FakeLLMServer, tmp_path: Path
-) -> None:
-    async with SqliteStore(tmp_path / "journal.db") as store:
-        record = await store.create_session(workdir=str(tmp_path), model="anthropic:test")
+async def _granted(db: Path, workdir: Path) -> str:
+    async with SqliteStore(db) as store:
+        record = await store.create_session(workdir=str(workdir), model="anthropic:test")
         await store.add_grant(record.id, "write_file")
         await store.add_grant(record.id, "bash")
+        return record.id
+
+
+async def _rules(db: Path, session_id: str) -> list[str]:
+    async with SqliteStore(db) as store:
+        return [g.rule for g in await store.grants(session_id)]
+
+
+def test_permissions_lists_and_withdraws_the_sessions_grants(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    session_id = asyncio.run(_granted(tmp_path / "journal.db", tmp_path))
     lines = "/permissions\n/permissions revoke write_file\n/permissions revoke nope\n/permissions\n"
     done = subprocess.run(
-        [*DROVER, *base_args(fake_llm, tmp_path), "--session", record.id],
+        [*DROVER, *base_args(fake_llm, tmp_path), "--session", session_id],
         input=lines,
         capture_output=True,
         text=True,
@@ -35,5 +46,4 @@ async def test_permissions_lists_and_withdraws_the_sessions_grants(
     assert "always: write_file" in first and "always: bash" in first
     assert "no grant 'nope' in this session" in rest
     assert "always: bash" in rest and "always: write_file" not in rest
-    async with SqliteStore(tmp_path / "journal.db") as store:
-        assert [g.rule for g in await store.grants(record.id)] == ["bash"]
+    assert asyncio.run(_rules(tmp_path / "journal.db", session_id)) == ["bash"]
