@@ -29,7 +29,8 @@ from drover.messages import Message, Usage, message_to_dict
 if TYPE_CHECKING:  # the store reads these names too, in commands that run no event loop
     import asyncio
 
-#: Position of a tool call within one assistant response (0-based), as in seed 002 §2.4.
+#: Position of a tool call within one assistant response (0-based): what a consumer keys one
+#: spinner per call by, since parallel calls report in any order.
 CallIndex: TypeAlias = int
 
 ToolState: TypeAlias = Literal[
@@ -249,7 +250,7 @@ class WorkerEvent:
     """An event of a worker the ``task`` tool runs inside the parent's tool call ``call_id``.
 
     ``worker`` is the worker's index within that call. Tool events inside are already
-    relabelled: their ``call_index`` is ``worker * 100 + callIndex`` (seed 002 §2.4), so a
+    relabelled: their ``call_index`` is ``worker * 100 + callIndex``, so a
     consumer keeping one spinner per call index keeps them unique across workers. A worker's
     own terminal event arrives wrapped too and never ends the parent's turn.
     """

@@ -1,4 +1,4 @@
-"""One-line summaries of tool inputs and outputs for status rows and spinners (seed 002 §2.5).
+"""One-line summaries of tool inputs and outputs for status rows and spinners.
 
 They are for people watching, not for the model: short, single-line, never the full payload.
 """

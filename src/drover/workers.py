@@ -1,17 +1,19 @@
 """Coordinator mode: the ``task`` tool runs workers — sub-agents — in parallel, durably.
 
-A worker is an :class:`~drover.loop.AgentLoop` of its own (seed 002 §3.7: every dependency
-injected): its own :class:`~drover.convo.ConversationManager`, seeded from a snapshot of the
-parent's conversation taken when the ``task`` call starts (or empty, ``fresh``), so it never
-races on the parent's history (§1.2–1.3); the parent's tools minus ``task`` (one level deep);
-the parent's provider, permission policy and working directory; a turn limit of its own.
-Workers of one call run concurrently; one that fails does not stop the others. The call's
-result is every worker's final answer (or its error, marked as such) — never a transcript.
+A worker is an :class:`~drover.loop.AgentLoop` of its own (every dependency given to it, none
+shared by reference): its own :class:`~drover.convo.ConversationManager`, seeded from a snapshot
+of the parent's conversation taken when the ``task`` call starts (or empty, ``fresh``), so it
+never races on the parent's history, which goes on changing; the parent's tools minus ``task``
+(one level deep); the parent's provider, permission policy and working directory; a turn
+limit of its own. Workers of one call run concurrently; one that fails does not stop the
+others. The call's result is every worker's final answer (or its error, marked as such) — never
+a transcript.
 
 Events. A worker's events reach the parent's sink wrapped in
 :class:`~drover.events.WorkerEvent`, tool events relabelled ``worker * 100 + callIndex``
-(§2.4). Permission requests go out unwrapped, one at a time across the workers of a turn,
-through the parent's round-trip; cancelling the turn abandons a pending one.
+(a consumer keeps one row per call index: the workers' calls must not collide). Permission
+requests go out unwrapped, one at a time across the workers of a turn, through the parent's
+round-trip; cancelling the turn abandons a pending one.
 
 Durability. The parent's journal records each worker through a journal of its own under the
 parent's turn (see :mod:`drover.store.worker_log`). As each worker finishes its answer joins
@@ -134,7 +136,7 @@ def parse_tasks(args: Mapping[str, Any], limit: int) -> list[TaskSpec]:
 
 
 def relabel(event: Event, worker: int) -> Event:
-    """``event`` with its call index made unique across workers (seed 002 §2.4)."""
+    """``event`` with its call index made unique across workers."""
     if isinstance(event, ToolStateChanged | ToolStart | ToolDone):
         return replace(event, call_index=worker * WORKER_STRIDE + event.call_index)
     return event

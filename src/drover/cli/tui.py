@@ -5,7 +5,7 @@ once, above the live area, and scrolls away like ordinary terminal output: markd
 as soon as they are complete, one row per tool call once it reached its final state, notes on
 retries and on the end of the turn. What still changes lives in the live area at the bottom
 (the view is its renderable): the paragraph being written, one spinner per tool call still in
-flight (matched by call index within the response, seed 002 §2.4), the permission question
+flight (matched by call index within the response), the permission question
 being asked, and the status line.
 
 Permission requests queue here and are asked one at a time, whatever order parallel calls ask

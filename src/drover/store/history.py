@@ -2,7 +2,8 @@
 
 :func:`build_history` lays out each turn's user message followed by the turn's messages —
 completed turns and the pending work of unfinished ones alike, in turn order, so pending work
-lands before the next user message (seed 000). Discarded and still-running turns are skipped.
+lands before the next user message (the model then sees what it did and goes on). Discarded
+and still-running turns are skipped.
 
 :func:`repair_history` then makes the result valid for every API, whatever cut the turns short:
 

@@ -29,6 +29,7 @@ from rich.live import Live
 from rich.text import Text
 
 from drover.agent import Agent
+from drover.cli.repl.commands import run_command
 from drover.cli.repl.complete import ReplCompleter
 from drover.cli.repl.keys import TurnKeys
 from drover.cli.repl.status import TokenAccount, load_prices, prices_path, status_text
@@ -180,8 +181,6 @@ class Repl:
     # -- the loop -------------------------------------------------------------------------------
 
     async def run(self, first_prompt: str | None = None) -> int:
-        from drover.cli.repl.commands import run_command
-
         self.console.print(
             Text("Type a request; /help lists commands; Esc interrupts a turn; Ctrl-D leaves.")
         )

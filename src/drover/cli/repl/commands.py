@@ -17,19 +17,35 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from rich.console import Console
 from rich.text import Text
 
+from drover.agent import Agent
+from drover.cli.repl.status import TokenAccount
 from drover.compact import compact_history
 from drover.errors import DroverError
 from drover.events import Compacted, Event
 from drover.handle import Session
 
-if TYPE_CHECKING:
-    from drover.cli.repl.app import Repl
-
 HELP = (__doc__ or "").split("\n\n", 1)[1].strip()
+
+
+class Repl(Protocol):
+    """What a command acts on: the REPL (:class:`drover.cli.repl.app.Repl`), which runs the
+    commands (so this module does not import it back)."""
+
+    agent: Agent
+    session: Session
+    console: Console
+    account: TokenAccount
+
+    def reset_account(self) -> None: ...
+
+    async def show_session(self, *, transcript: bool) -> None: ...
+
+    async def turn(self, prompt: str | None, *, echo: bool = False) -> bool: ...
 
 
 class _CompactionNote:
