@@ -4,7 +4,8 @@ A worker is an :class:`~drover.loop.AgentLoop` of its own (seed 002 §3.7: every
 injected): its own :class:`~drover.convo.ConversationManager`, seeded from a snapshot of the
 parent's conversation taken when the ``task`` call starts (or empty, ``fresh``), so it never
 races on the parent's history (§1.2–1.3); the parent's tools minus ``task`` (one level deep);
-the parent's provider, permission policy and working directory; a turn limit of its own.
+the parent's provider, permission policy, working directory and ``deps`` (never its
+structured output: a worker answers in text); a turn limit of its own.
 Workers of one call run concurrently; one that fails does not stop the others. The call's
 result is every worker's final answer (or its error, marked as such) — never a transcript.
 
@@ -48,7 +49,7 @@ from drover.events import (
     TurnStarted,
     WorkerEvent,
 )
-from drover.loop import AgentLoop, TurnControl, TurnScope, TurnWork
+from drover.loop import AgentLoop, TurnControl, TurnOptions, TurnScope, TurnWork
 from drover.messages import Message, ToolResultBlock, message_from_dict, user_message
 from drover.session import resume_message
 from drover.store.base import EventLog, SessionStore, ToolCallRecord, partial_messages
@@ -393,6 +394,7 @@ class Coordinator:
             workdir=parent.workdir,
             settings=replace(parent.settings, max_turns=self.settings.max_turns),
             control=TurnControl(),
+            options=TurnOptions(deps=parent.options.deps),
         )
         started = TurnStarted(
             turn_id=parent.turn_id, session_id=parent.session_id, user_message=announce
