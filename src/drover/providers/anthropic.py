@@ -19,6 +19,10 @@ arrive. :class:`AnthropicEvents` maps them onto neutral stream events:
 * a 400 "prompt is too long: N tokens > M maximum" → :class:`ContextOverflowError`; an error
   status whose body is not the API's JSON (a wrong ``--base-url``) names the URL it tried.
 
+Structured output (``request.output``) is asked for natively with ``output_config.format``
+``json_schema`` (:mod:`drover.providers.output_format`); a model without structured outputs
+answers that with a 400, which fails the turn with the API's message.
+
 Usage: neutral ``input_tokens`` counts every prompt token, cached ones included
 (``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so it compares
 with the size of the request; the cache parts are also reported on their own.
@@ -35,6 +39,7 @@ from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
+from drover.providers.output_format import anthropic_output_format
 from drover.providers.retry import stream_error
 from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
 from drover.providers.sdk_stream import ClosableStream
@@ -268,8 +273,10 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             "max_tokens": max_tokens,
             "messages": to_anthropic_messages(request.messages),
             "model": self._model,
-            "stream": True,
         }
+        if request.output is not None:
+            body["output_config"] = {"format": anthropic_output_format(request.output)}
+        body["stream"] = True
         if request.system:
             body["system"] = request.system
         if thinking is not None:
