@@ -5,6 +5,8 @@ the schema allows it."""
 from __future__ import annotations
 
 import enum
+import subprocess
+import sys
 from typing import Annotated, Literal
 
 import pytest
@@ -14,8 +16,8 @@ from openai.lib._parsing._responses import type_to_text_format_param
 from pydantic import BaseModel, Field, RootModel
 
 from drover.output import OutputSchema
+from drover.providers.anthropic import anthropic_output_format
 from drover.providers.output_format import (
-    anthropic_output_format,
     chat_response_format,
     openai_strict_schema,
     responses_text_format,
@@ -71,3 +73,13 @@ def test_the_given_schema_is_left_unchanged() -> None:
     strict, ok = openai_strict_schema(schema)
     assert ok and strict["additionalProperties"] is False
     assert repr(schema) == before
+
+
+@pytest.mark.parametrize(
+    ("module", "other"),
+    [("drover.providers.openai_chat", "anthropic"), ("drover.providers.anthropic", "openai")],
+)
+def test_a_protocols_structured_output_loads_no_other_sdk(module: str, other: str) -> None:
+    code = f"import sys, {module}\nprint({other!r} in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

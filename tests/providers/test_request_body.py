@@ -16,17 +16,13 @@ import openai
 import pytest
 
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.providers.anthropic import AnthropicProvider
+from drover.providers.anthropic import AnthropicProvider, anthropic_output_format
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.convert_openai_responses import plan_input, to_responses_tools
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
-from drover.providers.output_format import (
-    anthropic_output_format,
-    chat_response_format,
-    responses_text_format,
-)
+from drover.providers.output_format import chat_response_format, responses_text_format
 from drover.streaming import ModelRequest, OutputSpec
 
 from .conftest import READ_FILE, collect, request

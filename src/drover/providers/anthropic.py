@@ -21,7 +21,8 @@ arrive. :class:`AnthropicEvents` maps them onto neutral stream events:
 
 Structured output (``request.output``) is asked for natively with ``output_config.format``
 ``json_schema`` (:mod:`drover.providers.output_format`); a model without structured outputs
-answers that with a 400, which fails the turn with the API's message.
+answers that with a 400, which fails the turn with the API's message. The schema is adapted
+by the SDK's own ``transform_schema`` (what ``output_format=`` of ``messages.parse`` sends).
 
 Usage: neutral ``input_tokens`` counts every prompt token, cached ones included
 (``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so it compares
@@ -35,11 +36,10 @@ import re
 from typing import Any, Unpack
 
 import anthropic
-from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
+from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
-from drover.providers.output_format import anthropic_output_format
 from drover.providers.retry import stream_error
 from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
 from drover.providers.sdk_stream import ClosableStream
@@ -50,6 +50,7 @@ from drover.streaming import (
     BlockStop,
     DeltaKind,
     ModelRequest,
+    OutputSpec,
     StopReason,
     StreamEnd,
     StreamEvent,
@@ -239,6 +240,13 @@ ERRORS = SdkErrors(
     sdk_error=anthropic.AnthropicError,
     classify=_classify,
 )
+
+
+def anthropic_output_format(spec: OutputSpec) -> JSONOutputFormatParam:
+    """``output_config.format`` for ``spec``: its schema as the SDK's ``transform_schema``
+    adapts it (every object closed; bounds, defaults and other keywords the API does not
+    take moved into descriptions)."""
+    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(spec.schema))}
 
 
 class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):

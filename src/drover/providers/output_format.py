@@ -1,12 +1,10 @@
-"""Structured output as each protocol asks for it natively, from a neutral
-:class:`~drover.streaming.OutputSpec`.
+"""Structured output as the OpenAI protocols ask for it natively, from a neutral
+:class:`~drover.streaming.OutputSpec` (Anthropic's is in :mod:`drover.providers.anthropic`:
+this module loads only the ``openai`` SDK's types).
 
 * Chat Completions: ``response_format`` ``{"type": "json_schema", "json_schema": {"name",
   "schema", "strict"}}``;
-* Responses: ``text.format`` ``{"type": "json_schema", "name", "schema", "strict"}``;
-* Anthropic Messages: ``output_config.format`` ``{"type": "json_schema", "schema"}``, the schema
-  adapted by the SDK's own ``transform_schema`` (what ``output_format=`` of ``messages.parse``
-  sends).
+* Responses: ``text.format`` ``{"type": "json_schema", "name", "schema", "strict"}``.
 
 OpenAI's strict mode (the model can only produce JSON of the schema) takes a subset of JSON
 schema: every object lists all its properties as required and forbids others, and a ``$ref``
@@ -24,8 +22,6 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-import anthropic
-from anthropic.types import JSONOutputFormatParam
 from openai.types.responses import ResponseFormatTextJSONSchemaConfigParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
@@ -107,8 +103,3 @@ def responses_text_format(spec: OutputSpec) -> ResponseFormatTextJSONSchemaConfi
     """The Responses API's ``text.format`` for ``spec``."""
     schema, strict = openai_strict_schema(spec.schema)
     return {"type": "json_schema", "name": spec.name, "schema": schema, "strict": strict}
-
-
-def anthropic_output_format(spec: OutputSpec) -> JSONOutputFormatParam:
-    """Anthropic's ``output_config.format`` for ``spec``."""
-    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(spec.schema))}
