@@ -46,12 +46,17 @@ def _run(
     )
 
 
-def readme_library_example() -> str:
+def readme_library_examples() -> list[str]:
+    """The ```python blocks of the README's library section, in order."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Use as a library\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert match, "the 'Use as a library' section has no ```python block"
-    return match.group(1)
+    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+    assert blocks, "the 'Use as a library' section has no ```python block"
+    return blocks
+
+
+def readme_library_example() -> str:
+    return readme_library_examples()[0]
 
 
 def test_the_readme_library_example_runs_as_written(tmp_path: Path) -> None:
@@ -62,6 +67,27 @@ def test_the_readme_library_example_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"completed \| That is 4 words\. \| session [0-9a-f]{32}\n", done.stdout)
     assert (tmp_path / "journal.db").exists()
+
+
+def test_the_readme_deps_and_output_type_example_runs_as_written(tmp_path: Path) -> None:
+    code = readme_library_examples()[1]
+    assert "deps=" in code and "output_type=" in code
+    assert len(code.splitlines()) <= 25
+    (tmp_path / "example.py").write_text(code, encoding="utf-8")
+    done = _run(["example.py"], tmp_path, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Quote(item='lamp', price=12.5)\n"
+
+
+def test_the_structured_output_example(tmp_path: Path) -> None:
+    done = _run([str(EXAMPLES / "structured_output.py")], tmp_path, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "order 8 x lamp-oil",
+        "because lamp-oil is below the minimum",
+        "3 model calls",
+    ]
+    assert (tmp_path / "restock-journal.db").exists()
 
 
 def test_the_tool_script(tmp_path: Path) -> None:

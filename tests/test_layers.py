@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "channel": 0,
     "summaries": 0,
     "config": 0,
+    "output": 0,
     # adapters, side by side: none imports another
     "providers": 1,
     "tools": 1,

@@ -1,9 +1,11 @@
 """drover: an agent runtime whose turns never lose work.
 
 The public API is what this module exports (``__all__``; a test keeps the list exact).
-:class:`Agent` is the entry point; :func:`tool` makes a tool of an ``async`` function; the
-events a turn emits and the error tree are here too. Everything else is importable from its
-own module but may change.
+:class:`Agent` is the entry point; :func:`tool` makes a tool of an ``async`` function (its
+``ctx`` a :class:`ToolContext`, ``ToolContext[Deps]`` for a run's ``deps=``). A run's
+:class:`RunResult` and the types of its fields (its ``pending`` messages and their content
+blocks, its ``reason``), the events a turn emits and the error tree are here too. Everything
+else is importable from its own module but may change.
 
 The names are imported on first use, so that ``import drover.cli`` (every command) does not
 load the whole library first.
@@ -26,6 +28,7 @@ if _typing.TYPE_CHECKING:
         AssistantMessage,
         Decision,
         Done,
+        EndReason,
         Error,
         Event,
         Incomplete,
@@ -39,7 +42,15 @@ if _typing.TYPE_CHECKING:
         event_to_dict,
     )
     from drover.handle import RunResult, Session
-    from drover.messages import Message, Usage
+    from drover.messages import (
+        ContentBlock,
+        Message,
+        TextBlock,
+        ThinkingBlock,
+        ToolResultBlock,
+        ToolUseBlock,
+        Usage,
+    )
     from drover.stream import TurnStream
     from drover.tools.base import Tool, ToolContext, ToolOutput
     from drover.tools.decorator import tool
@@ -48,9 +59,11 @@ __all__ = [
     "Agent",
     "AssistantMessage",
     "ConfigError",
+    "ContentBlock",
     "Decision",
     "Done",
     "DroverError",
+    "EndReason",
     "Error",
     "Event",
     "Incomplete",
@@ -62,14 +75,18 @@ __all__ = [
     "Session",
     "SessionBusyError",
     "StoreError",
+    "TextBlock",
     "TextDelta",
+    "ThinkingBlock",
     "Tool",
     "ToolContext",
     "ToolDone",
     "ToolError",
     "ToolOutput",
+    "ToolResultBlock",
     "ToolStart",
     "ToolStateChanged",
+    "ToolUseBlock",
     "TurnStarted",
     "TurnStatus",
     "TurnStream",
@@ -83,9 +100,11 @@ _ORIGINS: dict[str, str] = {
     "Agent": "drover.agent",
     "AssistantMessage": "drover.events",
     "ConfigError": "drover.errors",
+    "ContentBlock": "drover.messages",
     "Decision": "drover.events",
     "Done": "drover.events",
     "DroverError": "drover.errors",
+    "EndReason": "drover.events",
     "Error": "drover.events",
     "Event": "drover.events",
     "Incomplete": "drover.events",
@@ -97,14 +116,18 @@ _ORIGINS: dict[str, str] = {
     "Session": "drover.handle",
     "SessionBusyError": "drover.errors",
     "StoreError": "drover.errors",
+    "TextBlock": "drover.messages",
     "TextDelta": "drover.events",
+    "ThinkingBlock": "drover.messages",
     "Tool": "drover.tools.base",
     "ToolContext": "drover.tools.base",
     "ToolDone": "drover.events",
     "ToolError": "drover.errors",
     "ToolOutput": "drover.tools.base",
+    "ToolResultBlock": "drover.messages",
     "ToolStart": "drover.events",
     "ToolStateChanged": "drover.events",
+    "ToolUseBlock": "drover.messages",
     "TurnStarted": "drover.events",
     "TurnStatus": "drover.events",
     "TurnStream": "drover.stream",

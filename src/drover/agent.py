@@ -12,6 +12,10 @@ or :meth:`Agent.resume` picks it up::
         print(result.status, result.text)
         again = await agent.run("now the lines", session=result.session_id)
 
+A run's ``deps=`` reach its tools as ``ctx.deps`` (typed by ``ToolContext[Deps]``), and
+``output_type=`` — a pydantic model, on the agent or on one run — makes the final answer JSON
+validated against it: ``result.output`` is the model instance (see :mod:`drover.output`).
+
 Resources (the store, the provider's HTTP client, the sandbox probe) are opened on first use
 and closed by :meth:`Agent.aclose` (or the ``async with`` block). :meth:`Agent.run_sync` is the
 one-call form for scripts: it opens, runs and closes inside its own event loop.
@@ -27,11 +31,14 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, Self, overload
+
+from pydantic import BaseModel
 
 from drover.config import Config, load_config
 from drover.convo import ConversationManager
 from drover.errors import ConfigError, DroverError
-from drover.handle import RunResult, Session
+from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
@@ -128,14 +135,14 @@ class _Open:
     model: str
     loop: asyncio.AbstractEventLoop
     #: Handles kept between turns, least recently used first.
-    sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+    sessions: OrderedDict[str, Session[Any]] = field(default_factory=OrderedDict)
     #: Providers a session switched to (``/model``), closed with the agent.
     providers: list[Provider] = field(default_factory=list)
     #: The model spec each session uses, when not the agent's.
     models: dict[str, str] = field(default_factory=dict)
 
 
-class Agent:
+class Agent(Generic[OutputT]):
     """A model with tools, a system prompt and a journal; see the module docstring.
 
     ``model`` is a ``PROVIDER:MODEL`` spec (``anthropic:…``, ``openai:…`` for Chat Completions
@@ -148,7 +155,8 @@ class Agent:
     ``postgresql://`` URL or an open :class:`~drover.store.base.Store` (None: ``DROVER_DB``,
     else the SQLite journal in the user data directory). Side-effecting tools ask
     ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
-    without one, ``run`` denies them and a stream's reader answers them.
+    without one, ``run`` denies them and a stream's reader answers them. ``output_type`` (a
+    pydantic model) is the output of every run that does not give its own.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class Agent:
         sandbox_network: bool = False,
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
+        output_type: type[OutputT] | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -186,20 +195,21 @@ class Agent:
         self._sandbox_network = sandbox_network
         self._require_sandbox = require_sandbox
         self._lease_seconds = lease_seconds
+        self._output = output_schema(output_type)  # a type without a schema fails here
         self._open: _Open | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     # -- resources -------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Agent:
+    async def __aenter__(self) -> Self:
         await self._resources()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def open(self) -> Agent:
+    async def open(self) -> Self:
         """Open the resources now (they open on first use otherwise)."""
         await self._resources()
         return self
@@ -257,7 +267,7 @@ class Agent:
         """The model spec of new sessions (a given provider's model name)."""
         return self._opened().model
 
-    def model_of(self, session: Session) -> str:
+    def model_of(self, session: Session[Any]) -> str:
         opened = self._opened()
         return opened.models.get(session.id, self.model)
 
@@ -342,7 +352,7 @@ class Agent:
         must_exist: bool = False,
         owner: str | None = None,
         on_permission: PermissionCallback | None = None,
-    ) -> Session:
+    ) -> Session[OutputT]:
         """The session with id ``session`` (created when new, unless ``must_exist``), the
         latest one of the working directory (``continue_latest``), or a new one. ``owner``
         marks a new session as someone's (the server's token hash); ``on_permission``
@@ -390,12 +400,13 @@ class Agent:
         )
         if opened.coordinator is not None:
             engine.prelude = opened.coordinator.resume
-        handle = Session(
+        handle: Session[OutputT] = Session(
             self,
             record,
             engine,
             created=created,
             on_permission=on_permission or self.on_permission,
+            output=self._output,
         )
         opened.sessions[record.id] = handle
         self._forget_idle(opened)
@@ -412,7 +423,7 @@ class Agent:
                 opened.models.pop(session_id, None)
                 excess -= 1
 
-    async def switch_model(self, session: Session, model: str) -> None:
+    async def switch_model(self, session: Session[Any], model: str) -> None:
         """Use ``model`` for ``session`` from its next turn on (the agent's ``base_url``);
         its pending work is converted. When the new provider cannot be built the old one
         stays in use."""
@@ -428,19 +439,84 @@ class Agent:
 
     # -- turns -----------------------------------------------------------------------------------
 
-    async def run(self, prompt: str, *, session: str | None = None) -> RunResult:
+    @overload
+    async def run(
+        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        session: str | None = None,
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> RunResult[Any]:
         """Run one turn for ``prompt`` in ``session`` (None: a new session).
 
         Pending work of the session goes before the prompt. Cancelling the call interrupts
-        the turn; its work stays pending in the journal.
+        the turn; its work stays pending in the journal. ``deps`` reach the tools as
+        ``ctx.deps``; ``output_type`` overrides the agent's for this run.
         """
-        return await (await self.session(session)).run(prompt)
+        handle = await self.session(session)
+        return await handle.run(prompt, deps=deps, output_type=output_type)
 
-    async def resume(self, session: str) -> RunResult:
-        """Finish the session's unfinished turn without a new instruction."""
-        return await (await self.session(session)).resume()
+    @overload
+    async def resume(
+        self, session: str, *, deps: object = ..., output_type: None = ...
+    ) -> RunResult[OutputT]: ...
 
-    def run_stream(self, prompt: str | None, *, session: str | None = None) -> _AgentStream:
+    @overload
+    async def resume(
+        self, session: str, *, deps: object = ..., output_type: type[RunOutputT]
+    ) -> RunResult[RunOutputT]: ...
+
+    async def resume(
+        self, session: str, *, deps: object = None, output_type: type[Any] | None = None
+    ) -> RunResult[Any]:
+        """Finish the session's unfinished turn without a new instruction (``deps`` and
+        ``output_type`` as for :meth:`run`: what the interrupted run had is not kept)."""
+        handle = await self.session(session)
+        return await handle.resume(deps=deps, output_type=output_type)
+
+    @overload
+    def run_stream(
+        self,
+        prompt: str | None,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: None = ...,
+    ) -> _AgentStream[OutputT]: ...
+
+    @overload
+    def run_stream(
+        self,
+        prompt: str | None,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: type[RunOutputT],
+    ) -> _AgentStream[RunOutputT]: ...
+
+    def run_stream(
+        self,
+        prompt: str | None,
+        *,
+        session: str | None = None,
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> _AgentStream[Any]:
         """Run one turn, yielding its typed events as they happen (``prompt=None`` resumes),
         as a context manager (see :mod:`drover.stream`)::
 
@@ -449,10 +525,33 @@ class Agent:
                     ...
 
         Leaving the block before the terminal event interrupts the turn; its work stays
-        pending and the session is free and resumable at once."""
-        return _AgentStream(self, prompt, session)
+        pending and the session is free and resumable at once. ``deps`` and ``output_type``
+        as for :meth:`run`."""
+        return _AgentStream(self, prompt, session, deps=deps, output_type=output_type)
 
-    def run_sync(self, prompt: str, *, session: str | None = None) -> RunResult:
+    @overload
+    def run_sync(
+        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        prompt: str,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    def run_sync(
+        self,
+        prompt: str,
+        *,
+        session: str | None = None,
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> RunResult[Any]:
         """:meth:`run` for scripts: opens the agent, runs the turn and closes it again, in an
         event loop of its own (not from inside a running loop)."""
 
@@ -463,22 +562,31 @@ class Agent:
         else:
             raise DroverError("run_sync cannot run inside an event loop: await agent.run(...)")
 
-        async def once() -> RunResult:
+        async def once() -> RunResult[Any]:
             try:
-                return await self.run(prompt, session=session)
+                handle = await self.session(session)
+                return await handle.run(prompt, deps=deps, output_type=output_type)
             finally:
                 await self.aclose()
 
         return asyncio.run(once())
 
 
-class _AgentStream(TurnStream):
+class _AgentStream(TurnStream[OutputT]):
     """:meth:`Agent.run_stream`: opens the agent and the session on entering."""
 
-    def __init__(self, agent: Agent, prompt: str | None, session: str | None) -> None:
-        super().__init__(None, prompt)
+    def __init__(
+        self,
+        agent: Agent[Any],
+        prompt: str | None,
+        session: str | None,
+        *,
+        deps: object,
+        output_type: type[BaseModel | str] | None,
+    ) -> None:
+        super().__init__(None, prompt, deps=deps, output_type=output_type)
         self._agent = agent
         self._session_id = session
 
-    async def _open_session(self) -> Session:
+    async def _open_session(self) -> Session[Any]:
         return await self._agent.session(self._session_id)

@@ -15,7 +15,8 @@ Terminal events — exactly one ends every turn:
 =================  ===========================================================================
 
 ``Incomplete.reason`` / ``Error.reason`` say why: ``error`` (API or stream failure),
-``empty_response``, ``max_turns`` or ``interrupted``.
+``empty_response``, ``max_turns``, ``invalid_output`` (a final answer that did not match the
+structured output asked for, even after a correction) or ``interrupted``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ TERMINAL_TOOL_STATES: frozenset[ToolState] = frozenset(
 )
 
 TurnStatus: TypeAlias = Literal["running", "completed", "incomplete", "failed", "interrupted"]
-EndReason: TypeAlias = Literal["error", "empty_response", "max_turns", "interrupted"]
+EndReason: TypeAlias = Literal[
+    "error", "empty_response", "max_turns", "invalid_output", "interrupted"
+]
 Decision: TypeAlias = Literal["allow", "always", "deny"]
 
 #: Result text of a tool call cut off before its tool started.
@@ -220,6 +223,9 @@ class Compacted:
 class Done:
     text: str
     usage: Usage
+    #: With structured output: the validated model instance the ``text`` (its JSON) gives;
+    #: None otherwise. Not part of the JSON form (the text is).
+    output: Any = None
     type: Literal["done"] = "done"
 
 

@@ -6,6 +6,12 @@ journal (committed history and pending work), its permission policy (mode and th
 in the journal) and its permission handler, and starts each turn through the agent's runner,
 which records it, renews its lease and ends it truthfully.
 
+Each turn may be given ``deps`` (what its tools see as ``ctx.deps``) and an ``output_type``
+(a pydantic model its final answer must be JSON of; the session's default is the agent's).
+Neither is journaled: a resumed turn gets what its own call passes. A :class:`RunResult` is
+generic in its ``output``: ``RunResult[str]`` (the answer's text) for a turn without an
+``output_type``, ``RunResult[MyModel]`` for one with it.
+
 A session handle belongs to the agent that made it and to one event loop.
 """
 
@@ -15,12 +21,25 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from drover.channel import EventSink
 from drover.errors import SessionBusyError
-from drover.events import Decision, Done, PermissionRequest, TerminalEvent, TurnStatus, turn_status
+from drover.events import (
+    Decision,
+    Done,
+    EndReason,
+    PermissionRequest,
+    TerminalEvent,
+    TurnStatus,
+    turn_status,
+)
+from drover.loop import TurnOptions
 from drover.messages import Message, Usage
+from drover.output import OutputSchema
 from drover.runner import PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
 from drover.store.base import GrantRecord, SessionRecord, Store
@@ -30,9 +49,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: What a run outputs: the answer's text (``str``) or an ``output_type`` model.
+OutputT = TypeVar("OutputT", bound=BaseModel | str, default=str)
+#: The output of one run given its own ``output_type``.
+RunOutputT = TypeVar("RunOutputT", bound=BaseModel | str)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
+
+def output_schema(output_type: type[Any] | None) -> OutputSchema[Any] | None:
+    """The schema of an ``output_type`` (None or ``str``: the answer is free text)."""
+    return None if output_type is None or output_type is str else OutputSchema.of(output_type)
+
+
+# Not slotted: a slotted frozen generic dataclass cannot be built through its alias.
+@dataclass(frozen=True, kw_only=True)
+class RunResult(Generic[OutputT]):
     """How a turn ended and what it left."""
 
     session_id: str
@@ -43,8 +73,12 @@ class RunResult:
     usage: Usage
     #: Work of unfinished turns kept for the next run (empty once a turn completes).
     pending: tuple[Message, ...]
-    #: Why a turn that did not complete ended (``error``, ``max_turns``, ``interrupted``…).
-    reason: str | None = None
+    #: Once the turn completed: the validated ``output_type`` instance, or without one the
+    #: answer's text. None for a turn that did not complete.
+    output: OutputT | None = None
+    #: Why a turn that did not complete ended (``error``, ``max_turns``, ``invalid_output``,
+    #: ``interrupted``…).
+    reason: EndReason | None = None
     error: str | None = None
     #: For a turn that did not complete: whether sending the same request again may succeed.
     retryable: bool = True
@@ -59,7 +93,7 @@ def last_text(pending: Sequence[Message]) -> str:
     return next((m.text for m in reversed(pending) if m.role == "assistant" and m.text), "")
 
 
-def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunResult:
+def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunResult[Any]:
     """The :class:`RunResult` of a turn of ``session`` that ended with ``event``."""
     pending = session.pending
     if isinstance(event, Done):
@@ -70,6 +104,7 @@ def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunR
             text=event.text,
             usage=event.usage,
             pending=pending,
+            output=event.text if event.output is None else event.output,
         )
     return RunResult(
         session_id=session.id,
@@ -98,12 +133,12 @@ class SessionOwner(Protocol):
     @property
     def store(self) -> Store: ...
 
-    async def switch_model(self, session: Session, model: str) -> None: ...
+    async def switch_model(self, session: Session[Any], model: str) -> None: ...
 
-    def model_of(self, session: Session) -> str: ...
+    def model_of(self, session: Session[Any]) -> str: ...
 
 
-class Session:
+class Session(Generic[OutputT]):
     """A stored session; see the module docstring."""
 
     def __init__(
@@ -114,6 +149,7 @@ class Session:
         *,
         created: bool,
         on_permission: PermissionHandler | None,
+        output: OutputSchema[Any] | None = None,
     ) -> None:
         self._agent = agent
         self.record = record
@@ -124,6 +160,8 @@ class Session:
         #: Answers this session's permission questions (None: a live reader of the turn
         #: answers them, e.g. with ``request.decide``; ``run`` denies what nobody answers).
         self.on_permission = on_permission
+        #: The output schema of turns given no ``output_type`` (None: free text).
+        self.output = output
 
     @property
     def id(self) -> str:
@@ -152,24 +190,90 @@ class Session:
         *,
         live: Sequence[EventSink] = (),
         on_permission: PermissionHandler | None = None,
+        deps: object = None,
+        output_type: type[BaseModel | str] | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
-        :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's."""
+        :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
+        ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's."""
+        output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
-            self.engine, prompt, live, on_permission=on_permission or self.on_permission
+            self.engine,
+            prompt,
+            live,
+            on_permission=on_permission or self.on_permission,
+            options=TurnOptions(deps=deps, output=output),
         )
 
-    async def run(self, prompt: str, *, live: Sequence[EventSink] = ()) -> RunResult:
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        live: Sequence[EventSink] = ...,
+        deps: object = ...,
+        output_type: None = ...,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        *,
+        live: Sequence[EventSink] = ...,
+        deps: object = ...,
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        live: Sequence[EventSink] = (),
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> RunResult[Any]:
         """Run one turn for ``prompt`` (pending work goes before it). Cancelling the call
-        interrupts the turn; its work stays pending in the journal."""
-        return await self._run(prompt, live)
+        interrupts the turn; its work stays pending in the journal. ``deps`` reach the
+        tools as ``ctx.deps``; ``output_type`` (a pydantic model) makes ``result.output``
+        the validated final answer."""
+        return await self._run(prompt, live, deps, output_type)
 
-    async def resume(self, *, live: Sequence[EventSink] = ()) -> RunResult:
-        """Finish the session's unfinished turn without a new instruction."""
-        return await self._run(None, live)
+    @overload
+    async def resume(
+        self, *, live: Sequence[EventSink] = ..., deps: object = ..., output_type: None = ...
+    ) -> RunResult[OutputT]: ...
 
-    async def _run(self, prompt: str | None, live: Sequence[EventSink]) -> RunResult:
-        running = self.start(prompt, live=live, on_permission=self.on_permission or deny_unanswered)
+    @overload
+    async def resume(
+        self, *, live: Sequence[EventSink] = ..., deps: object = ..., output_type: type[RunOutputT]
+    ) -> RunResult[RunOutputT]: ...
+
+    async def resume(
+        self,
+        *,
+        live: Sequence[EventSink] = (),
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> RunResult[Any]:
+        """Finish the session's unfinished turn without a new instruction (with these
+        ``deps`` and ``output_type``: the first run's are not kept)."""
+        return await self._run(None, live, deps, output_type)
+
+    async def _run(
+        self,
+        prompt: str | None,
+        live: Sequence[EventSink],
+        deps: object,
+        output_type: type[BaseModel | str] | None,
+    ) -> RunResult[Any]:
+        running = self.start(
+            prompt,
+            live=live,
+            on_permission=self.on_permission or deny_unanswered,
+            deps=deps,
+            output_type=output_type,
+        )
         assert running.task is not None
         try:
             outcome = await asyncio.shield(running.task)
@@ -180,7 +284,23 @@ class Session:
             raise
         return result_of(self.engine, outcome.turn_id, outcome.event)
 
-    def run_stream(self, prompt: str | None = None) -> TurnStream:
+    @overload
+    def run_stream(
+        self, prompt: str | None = ..., *, deps: object = ..., output_type: None = ...
+    ) -> TurnStream[OutputT]: ...
+
+    @overload
+    def run_stream(
+        self, prompt: str | None = ..., *, deps: object = ..., output_type: type[RunOutputT]
+    ) -> TurnStream[RunOutputT]: ...
+
+    def run_stream(
+        self,
+        prompt: str | None = None,
+        *,
+        deps: object = None,
+        output_type: type[Any] | None = None,
+    ) -> TurnStream[Any]:
         """A turn's events as they happen (``prompt=None`` resumes), as a context manager::
 
             async with session.run_stream("fix the test") as stream:
@@ -193,7 +313,7 @@ class Session:
         free and resumable."""
         from drover.stream import TurnStream
 
-        return TurnStream(self, prompt)
+        return TurnStream(self, prompt, deps=deps, output_type=output_type)
 
     # -- pending work and grants ---------------------------------------------------------------
 

@@ -30,6 +30,13 @@ recorded twice. The loop then emits the terminal event and lets the cancellation
 unless the turn was stopped through :class:`TurnControl` (the journal failed, the lease was
 lost), in which case the turn ends with that reason and returns normally.
 
+A turn's caller may give it :class:`TurnOptions`: ``deps`` every tool call sees as
+``ctx.deps`` (the ``task`` tool's workers too), and an ``output`` schema the final answer must
+match (structured output). An answer that does not match gets one corrective follow-up
+message within the turn, recorded like any other; a second invalid answer ends the turn
+``Incomplete`` with reason ``invalid_output``. A valid one ends it with ``Done``, its text the
+JSON and its ``output`` the validated model instance.
+
 Two seams serve tools that act as part of the turn (the ``task`` tool of
 :mod:`drover.workers`): every tool call gets a :class:`TurnScope` in its context, and a
 ``prelude`` runs inside the turn before its first model call (it finishes work an earlier
@@ -75,6 +82,7 @@ from drover.messages import (
     Usage,
     tool_result_message,
 )
+from drover.output import InvalidOutput, OutputSchema
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.streaming import (
@@ -104,6 +112,16 @@ class LoopSettings:
     #: Messages kept verbatim when the history is compacted.
     keep_tail: int = 8
     compaction: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """What the caller of one turn gives it besides the prompt; never journaled."""
+
+    #: Handed to every tool call of the turn as ``ctx.deps`` (workers of ``task`` included).
+    deps: object = None
+    #: The model the final answer must be JSON of (None: free text).
+    output: OutputSchema[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -209,6 +227,7 @@ class AgentLoop:
         settings: LoopSettings | None = None,
         control: TurnControl | None = None,
         prelude: Prelude | None = None,
+        options: TurnOptions | None = None,
     ) -> None:
         self.provider = provider
         self.convo = convo
@@ -219,6 +238,7 @@ class AgentLoop:
         self.settings = settings or LoopSettings()
         self.control = control or TurnControl()
         self.prelude = prelude
+        self.options = options or TurnOptions()
         #: The turn and session being run (known once ``run_turn`` got its ``started``).
         self.turn_id = ""
         self.session_id = ""
@@ -271,6 +291,7 @@ class AgentLoop:
         if self.prelude is not None:
             await self.prelude(self, work)
         calls = 0
+        corrected = False
         while True:
             if calls >= self.settings.max_turns:
                 return await self._end(
@@ -298,7 +319,17 @@ class AgentLoop:
                 self._step = None
                 await self.sink.send(AssistantMessage(message=message))
                 await self._checkpoint()
-                work.outcome = Done(text=message.text, usage=work.usage)
+                schema, output = self.options.output, None
+                if schema is not None:
+                    try:
+                        output = schema.parse(message.text)
+                    except InvalidOutput as exc:
+                        if corrected:
+                            return await self._end(work, "invalid_output", schema.failure(str(exc)))
+                        corrected = True
+                        await self._add_message(work, schema.correction(str(exc)))
+                        continue
+                work.outcome = Done(text=message.text, usage=work.usage, output=output)
                 await self.sink.send(work.outcome)
                 return work.outcome
 
@@ -311,6 +342,7 @@ class AgentLoop:
                 policy=self.policy,
                 sink=self.sink,
                 workdir=self.workdir,
+                deps=self.options.deps,
                 may_start=lambda: not self.control.stopped,
                 scope=TurnScope(
                     loop=self,
@@ -385,6 +417,7 @@ class AgentLoop:
             tools=self.tools.specs(),
             max_tokens=self.settings.max_tokens,
             retry_budget=budget,
+            output=None if self.options.output is None else self.options.output.spec,
         )
         estimate = self.convo.estimate(request.messages)
         acc = step.acc
@@ -523,7 +556,12 @@ class AgentLoop:
             await self.sink.send(ToolResults(message=results))
 
     async def _add_results(self, work: TurnWork, results: list[ToolResultBlock]) -> None:
-        message = tool_result_message(results)
+        await self._add_message(work, tool_result_message(results))
+
+    async def _add_message(self, work: TurnWork, message: Message) -> None:
+        """Send ``message`` (tool results, or a correction of the final answer) back to the
+        model: it joins the turn's work first, so an interruption while consumers see it keeps
+        it."""
         work.messages.append(message)
         await self.sink.send(ToolResults(message=message))
 

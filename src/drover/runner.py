@@ -46,7 +46,7 @@ from drover.events import (
     is_terminal,
     turn_status,
 )
-from drover.loop import LoopSettings, TurnControl
+from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
@@ -314,9 +314,11 @@ class Runner:
         live: Sequence[EventSink] = (),
         *,
         on_permission: PermissionHandler | None = None,
+        options: TurnOptions | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task of its own, which outlives its
-        caller; :meth:`RunningTurn.wait_started` gives its id once recorded.
+        caller; :meth:`RunningTurn.wait_started` gives its id once recorded. ``options`` (the
+        turn's ``deps`` and output schema) are this turn's only: the journal never keeps them.
 
         Raises :class:`~drover.errors.SessionBusyError` at once when this process runs a turn
         on the session (the task raises it when another live process does). Permission
@@ -332,7 +334,7 @@ class Runner:
         running = RunningTurn(session_id=session.id, started=loop.create_future())
         self._running[session.id] = running  # before any await: a second start sees it
         sinks = [_Watch(running, on_permission), *live]
-        running.task = loop.create_task(self._drive(session, prompt, sinks, running))
+        running.task = loop.create_task(self._drive(session, prompt, sinks, running, options))
         running.task.add_done_callback(functools.partial(self._forget, running))
         return running
 
@@ -413,6 +415,7 @@ class Runner:
         prompt: str | None,
         live: Sequence[EventSink],
         running: RunningTurn,
+        options: TurnOptions | None = None,
     ) -> TurnOutcome:
         await self._refresh(session)
         prepared = session.prepare(prompt)
@@ -452,7 +455,9 @@ class Runner:
         sink = Fanout([journal], live=live)
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
-            outcome = await session.execute(prepared, sink, turn_id=turn.id, control=control)
+            outcome = await session.execute(
+                prepared, sink, turn_id=turn.id, control=control, options=options
+            )
         finally:
             renewal.cancel()
             await asyncio.wait([renewal])

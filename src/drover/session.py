@@ -24,7 +24,7 @@ from drover.channel import EventSink
 from drover.convo import ConversationManager
 from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
-from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnWork
+from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnOptions, TurnWork
 from drover.messages import Message, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
@@ -146,11 +146,13 @@ class AgentSession:
         *,
         turn_id: str | None = None,
         control: TurnControl | None = None,
+        options: TurnOptions | None = None,
     ) -> TurnOutcome:
         """Run a prepared turn to its terminal event; cancellation interrupts it.
 
         ``control`` lets the caller stop the turn with a reason of its own (see
-        :class:`~drover.loop.TurnControl`).
+        :class:`~drover.loop.TurnControl`); ``options`` are this turn's ``deps`` and output
+        schema (see :class:`~drover.loop.TurnOptions`).
         """
         turn_id = turn_id or uuid.uuid4().hex
         work = TurnWork.begin(turn.prefix)
@@ -164,6 +166,7 @@ class AgentSession:
             settings=self.settings,
             control=control,
             prelude=self.prelude,
+            options=options,
         )
         started = TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
         try:

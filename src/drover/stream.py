@@ -25,29 +25,41 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic
+
+from pydantic import BaseModel
 
 from drover.channel import EventChannel
 from drover.errors import DroverError
 from drover.events import Event, is_terminal
-from drover.handle import RunResult, result_of
+from drover.handle import OutputT, RunResult, result_of
 from drover.runner import RunningTurn
 
 if TYPE_CHECKING:
     from drover.handle import Session
 
 
-class TurnStream:
+class TurnStream(Generic[OutputT]):
     """See the module docstring. Permission questions go to the session's handler when it has
-    one; otherwise the reader answers them with ``request.decide(...)``."""
+    one; otherwise the reader answers them with ``request.decide(...)``. ``deps`` and
+    ``output_type`` are the turn's (see :meth:`drover.handle.Session.run`)."""
 
-    def __init__(self, session: Session | None, prompt: str | None) -> None:
+    def __init__(
+        self,
+        session: Session[Any] | None,
+        prompt: str | None,
+        *,
+        deps: object = None,
+        output_type: type[BaseModel | str] | None = None,
+    ) -> None:
         self._session = session
         self._prompt = prompt
+        self._deps = deps
+        self._output_type = output_type
         self._channel = EventChannel()
         self._running: RunningTurn | None = None
         self._ended = False
-        self._result: RunResult | None = None
+        self._result: RunResult[OutputT] | None = None
 
     @property
     def session_id(self) -> str:
@@ -55,7 +67,7 @@ class TurnStream:
             raise DroverError("the stream's session opens when the block is entered")
         return self._session.id
 
-    async def _open_session(self) -> Session:
+    async def _open_session(self) -> Session[Any]:
         assert self._session is not None
         return self._session
 
@@ -65,17 +77,19 @@ class TurnStream:
         return None if self._running is None else self._running.turn_id
 
     @property
-    def result(self) -> RunResult:
+    def result(self) -> RunResult[OutputT]:
         """How the turn ended (once it has)."""
         if self._result is None:
             raise DroverError("the turn has not ended yet")
         return self._result
 
-    async def __aenter__(self) -> TurnStream:
+    async def __aenter__(self) -> TurnStream[OutputT]:
         if self._running is not None:
             raise DroverError("a turn stream is entered once")
         self._session = await self._open_session()
-        self._running = self._session.start(self._prompt, live=[self._channel])
+        self._running = self._session.start(
+            self._prompt, live=[self._channel], deps=self._deps, output_type=self._output_type
+        )
         return self
 
     async def __aexit__(

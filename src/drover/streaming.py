@@ -35,6 +35,16 @@ class ToolSpec:
     input_schema: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """The JSON the model's final answer must be (structured output): a name for the format
+    and the JSON schema of a pydantic model, as pydantic writes it. Each provider adapts the
+    schema to its protocol's native structured output."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
     system: str
@@ -44,6 +54,8 @@ class ModelRequest:
     #: Retries left for this model call, shared by the provider (failures before the stream
     #: starts) and the loop (failures after it started). None: the provider's own policy.
     retry_budget: RetryBudget | None = None
+    #: When set, the answer's text must be JSON of this format (None: free text).
+    output: OutputSpec | None = None
 
 
 @dataclass(slots=True)

@@ -89,11 +89,12 @@ class ToolBatch:
         policy: PermissionPolicy,
         sink: EventSink,
         workdir: Path,
+        deps: object = None,
         may_start: Callable[[], bool] = lambda: True,
         scope: object | None = None,
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
-        stopped) and the call ends as never run. ``scope`` reaches each tool in its
+        stopped) and the call ends as never run. ``deps`` and ``scope`` reach each tool in its
         :class:`~drover.tools.base.ToolContext`."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
@@ -104,6 +105,7 @@ class ToolBatch:
         self._workdir = workdir
         self._may_start = may_start
         self._scope = scope
+        self._deps = deps
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -247,6 +249,7 @@ class ToolBatch:
             call_id=slot.call.id,
             call_index=slot.index,
             scope=self._scope,
+            deps=self._deps,
         )
         if not self._may_start():
             raise asyncio.CancelledError()

@@ -4,10 +4,10 @@ A worker is an :class:`~drover.loop.AgentLoop` of its own (every dependency give
 shared by reference): its own :class:`~drover.convo.ConversationManager`, seeded from a snapshot
 of the parent's conversation taken when the ``task`` call starts (or empty, ``fresh``), so it
 never races on the parent's history, which goes on changing; the parent's tools minus ``task``
-(one level deep); the parent's provider, permission policy and working directory; a turn
-limit of its own. Workers of one call run concurrently; one that fails does not stop the
-others. The call's result is every worker's final answer (or its error, marked as such) — never
-a transcript.
+(one level deep); the parent's provider, permission policy, working directory and ``deps``
+(never its structured output: a worker answers in text); a turn limit of its own. Workers of
+one call run concurrently; one that fails does not stop the others. The call's result is every
+worker's final answer (or its error, marked as such) — never a transcript.
 
 Events. A worker's events reach the parent's sink wrapped in
 :class:`~drover.events.WorkerEvent`, tool events relabelled ``worker * 100 + callIndex``
@@ -50,7 +50,7 @@ from drover.events import (
     TurnStarted,
     WorkerEvent,
 )
-from drover.loop import AgentLoop, TurnControl, TurnScope, TurnWork
+from drover.loop import AgentLoop, TurnControl, TurnOptions, TurnScope, TurnWork
 from drover.messages import Message, ToolResultBlock, message_from_dict, user_message
 from drover.session import resume_message
 from drover.store.base import EventLog, SessionStore, ToolCallRecord, partial_messages
@@ -395,6 +395,7 @@ class Coordinator:
             workdir=parent.workdir,
             settings=replace(parent.settings, max_turns=self.settings.max_turns),
             control=TurnControl(),
+            options=TurnOptions(deps=parent.options.deps),
         )
         started = TurnStarted(
             turn_id=parent.turn_id, session_id=parent.session_id, user_message=announce

@@ -7,6 +7,7 @@ cannot chain does not digest its input before it is sent."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import anthropic
@@ -15,12 +16,14 @@ import openai
 import pytest
 
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.providers.anthropic import AnthropicProvider
+from drover.providers.anthropic import AnthropicProvider, anthropic_output_format
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.convert_openai_responses import plan_input, to_responses_tools
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
+from drover.providers.output_format import chat_response_format, responses_text_format
+from drover.streaming import ModelRequest, OutputSpec
 
 from .conftest import READ_FILE, collect, request
 from .histories import mixed_history
@@ -28,6 +31,22 @@ from .histories import mixed_history
 Client = TypeVar("Client", anthropic.AsyncAnthropic, openai.AsyncOpenAI)
 
 SYSTEM = "Be brief, ünd exact."
+#: Structured output asked for (a schema with a nested object, a nullable and a default).
+OUTPUT = OutputSpec(
+    name="Answer",
+    schema={
+        "type": "object",
+        "properties": {
+            "city": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        },
+        "required": ["city"],
+    },
+)
+
+
+def with_output(req: ModelRequest, output: bool) -> ModelRequest:
+    return replace(req, output=OUTPUT) if output else req
 
 
 def history() -> list[Message]:
@@ -77,7 +96,9 @@ def comparable(request: httpx2.Request) -> tuple[str, str, list[tuple[str, str]]
     return request.method, str(request.url), headers, request.content
 
 
-async def sdk_create(protocol: str, client: openai.AsyncOpenAI, system: str) -> Any:
+async def sdk_create(
+    protocol: str, client: openai.AsyncOpenAI, system: str, output: bool = False
+) -> Any:
     """The request drover makes, through the SDK's ``create`` with every parameter given to
     it (the history walked by its transform, the body encoded by its ``json``)."""
     if protocol == "openai":
@@ -85,6 +106,7 @@ async def sdk_create(protocol: str, client: openai.AsyncOpenAI, system: str) -> 
             model="gpt-x",
             messages=to_chat_messages(system, history()),  # type: ignore[arg-type]
             tools=to_chat_tools([READ_FILE]),
+            response_format=chat_response_format(OUTPUT) if output else openai.omit,
             stream=True,
             stream_options={"include_usage": True},
             max_tokens=8192,
@@ -97,14 +119,16 @@ async def sdk_create(protocol: str, client: openai.AsyncOpenAI, system: str) -> 
         store=False,
         include=["reasoning.encrypted_content"],
         max_output_tokens=8192,
+        text={"format": responses_text_format(OUTPUT)} if output else openai.omit,
         stream=True,
     )
 
 
+@pytest.mark.parametrize("output", [False, True])
 @pytest.mark.parametrize("system", ["", SYSTEM])
 @pytest.mark.parametrize("protocol", ["openai", "openai-responses"])
 async def test_openai_posts_the_request_create_would_send(
-    protocol: str, system: str, monkeypatch: pytest.MonkeyPatch
+    protocol: str, system: str, output: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Headers, URL and body bytes: the body is plain strings, integers, lists and objects,
     which orjson writes exactly as ``json`` does (only a float may be spelled differently)."""
@@ -128,24 +152,25 @@ async def test_openai_posts_the_request_create_would_send(
     await provider.aclose()
     provider._client = openai_client(sent)
     monkeypatch.setattr(_base_client, "openapi_dumps", spy)
-    stream, _events = await provider._open(request(*history(), system=system))
+    stream, _events = await provider._open(with_output(request(*history(), system=system), output))
     await stream.close()
     await provider.aclose()
     assert encoded == []  # the SDK encoded nothing: it got bytes
     monkeypatch.undo()
 
     client = openai_client(direct)
-    await (await sdk_create(protocol, client, system)).close()
+    await (await sdk_create(protocol, client, system, output)).close()
     await client.close()
     [mine], [theirs] = sent.requests, direct.requests
     assert "naïve".encode() in mine.content and len(json.loads(mine.content)) >= 6
     assert comparable(mine) == comparable(theirs)
 
 
+@pytest.mark.parametrize("output", [False, True])
 @pytest.mark.parametrize("thinking_budget", [None, 1024])
 @pytest.mark.parametrize("system", ["", SYSTEM])
 async def test_anthropic_posts_the_request_create_would_send(
-    thinking_budget: int | None, system: str, monkeypatch: pytest.MonkeyPatch
+    thinking_budget: int | None, system: str, output: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from anthropic import _base_client
 
@@ -161,7 +186,7 @@ async def test_anthropic_posts_the_request_create_would_send(
     await provider.aclose()
     provider._client = captured_client(sent)
     monkeypatch.setattr(_base_client, "async_prepare_request_data", spy)
-    await collect(provider, request(*history(), system=system))
+    await collect(provider, with_output(request(*history(), system=system), output))
     await provider.aclose()
     assert prepared == [None]  # the SDK never copied the body: it got bytes
     monkeypatch.undo()
@@ -179,6 +204,7 @@ async def test_anthropic_posts_the_request_create_would_send(
         system=system or anthropic.omit,
         tools=to_anthropic_tools([READ_FILE]),
         thinking=thinking,
+        output_config={"format": anthropic_output_format(OUTPUT)} if output else anthropic.omit,
         stream=True,
     )
     await stream.close()

@@ -19,6 +19,11 @@ arrive. :class:`AnthropicEvents` maps them onto neutral stream events:
 * a 400 "prompt is too long: N tokens > M maximum" → :class:`ContextOverflowError`; an error
   status whose body is not the API's JSON (a wrong ``--base-url``) names the URL it tried.
 
+Structured output (``request.output``) is asked for natively with ``output_config.format``
+``json_schema`` (:mod:`drover.providers.output_format`); a model without structured outputs
+answers that with a 400, which fails the turn with the API's message. The schema is adapted
+by the SDK's own ``transform_schema`` (what ``output_format=`` of ``messages.parse`` sends).
+
 Usage: neutral ``input_tokens`` counts every prompt token, cached ones included
 (``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``), so it compares
 with the size of the request; the cache parts are also reported on their own.
@@ -31,7 +36,7 @@ import re
 from typing import Any, Unpack
 
 import anthropic
-from anthropic.types import RawMessageStreamEvent, ThinkingConfigParam
+from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
@@ -45,6 +50,7 @@ from drover.streaming import (
     BlockStop,
     DeltaKind,
     ModelRequest,
+    OutputSpec,
     StopReason,
     StreamEnd,
     StreamEvent,
@@ -236,6 +242,13 @@ ERRORS = SdkErrors(
 )
 
 
+def anthropic_output_format(spec: OutputSpec) -> JSONOutputFormatParam:
+    """``output_config.format`` for ``spec``: its schema as the SDK's ``transform_schema``
+    adapts it (every object closed; bounds, defaults and other keywords the API does not
+    take moved into descriptions)."""
+    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(spec.schema))}
+
+
 class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
     """``anthropic:MODEL``; ``thinking_budget`` turns extended thinking on with that budget."""
 
@@ -268,8 +281,10 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             "max_tokens": max_tokens,
             "messages": to_anthropic_messages(request.messages),
             "model": self._model,
-            "stream": True,
         }
+        if request.output is not None:
+            body["output_config"] = {"format": anthropic_output_format(request.output)}
+        body["stream"] = True
         if request.system:
             body["system"] = request.system
         if thinking is not None:

@@ -22,6 +22,9 @@ order they first appear: reasoning, text, then one ``tool_use`` block per call.
 Usage: ``input_tokens`` is ``prompt_tokens`` (cached tokens included, as OpenAI counts them);
 ``cache_read_tokens`` is the cached part.
 
+Structured output (``request.output``) is asked for with ``response_format`` ``json_schema``
+(:mod:`drover.providers.output_format`).
+
 The official API (no ``base_url``, or ``api.openai.com``) gets ``max_completion_tokens``, which
 its reasoning models require; any other server gets ``max_tokens``, which every compatible
 server understands.
@@ -39,6 +42,7 @@ from openai.types.chat import ChatCompletionChunk
 from drover.messages import Usage
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
+from drover.providers.output_format import chat_response_format
 from drover.providers.sdk_provider import (
     SdkErrors,
     SdkOptions,
@@ -281,9 +285,12 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
         max_tokens = self._max_output(request)
         messages = to_chat_messages(request.system, request.messages)
         tools = to_chat_tools(request.tools) if request.tools else None
+        response_format = None if request.output is None else chat_response_format(request.output)
         # ``create``'s body for these parameters, in the order it lists them.
         body: dict[str, Any] = {"model": self._model, "stream": True, "messages": messages}
         body["max_completion_tokens" if self._official else "max_tokens"] = max_tokens
+        if response_format is not None:
+            body["response_format"] = response_format
         body["stream_options"] = {"include_usage": True}
         if tools is not None:
             body["tools"] = tools
@@ -302,6 +309,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
             messages=[],  # sent as given through ``extra_body`` (see ``untransformed``)
             extra_body=untransformed("messages", messages),
             tools=tools if tools is not None else openai.omit,
+            response_format=response_format or openai.omit,
             stream=True,
             stream_options={"include_usage": True},
             max_completion_tokens=max_tokens if self._official else openai.omit,

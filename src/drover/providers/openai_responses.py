@@ -19,6 +19,9 @@ item at its ``output_index``:
   :class:`ContextOverflowError` when their code is ``context_length_exceeded``, as is a 400
   with that code. A stream that stops before any of these was cut off: :class:`StreamError`.
 
+Structured output (``request.output``) is asked for with ``text.format`` ``json_schema``
+(:mod:`drover.providers.output_format`).
+
 The message meta is ``{"provider": "openai-responses", "response_id": …, "input_digest": …}``.
 While the server stores responses (``store`` not false, and no ``previous_response_id`` was
 refused yet), a request that continues the last response sends only the new items with
@@ -36,7 +39,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Unpack
 
 import openai
-from openai.types.responses import ResponseIncludable, ResponseStreamEvent
+from openai.types.responses import (
+    ResponseIncludable,
+    ResponseStreamEvent,
+    ResponseTextConfigParam,
+)
 from openai.types.shared_params import Reasoning
 
 from drover.errors import ProviderError
@@ -48,6 +55,7 @@ from drover.providers.convert_openai_responses import (
     to_responses_tools,
 )
 from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS, post_encoded
+from drover.providers.output_format import responses_text_format
 from drover.providers.retry import context_overflow, stream_error
 from drover.providers.sdk_provider import (
     SdkOptions,
@@ -347,6 +355,9 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         if self._reasoning_effort is not None:
             reasoning = {"effort": self._reasoning_effort, "summary": "auto"}
         tools = to_responses_tools(request.tools) if request.tools else openai.omit
+        text: ResponseTextConfigParam | openai.Omit = openai.omit
+        if request.output is not None:
+            text = {"format": responses_text_format(request.output)}
         max_output = self._max_output(request)
         # ``create``'s body for these parameters, in the order it lists them.
         given: dict[str, Any] = {
@@ -359,6 +370,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             "previous_response_id": plan.previous_response_id or openai.omit,
             "reasoning": reasoning,
             "store": openai.omit if self._store is None else self._store,
+            "text": text,
             "tools": tools,
         }
         content = encode_body({k: v for k, v in given.items() if v is not openai.omit})
@@ -383,6 +395,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             include=include,
             reasoning=reasoning,
             max_output_tokens=max_output,
+            text=text,
             stream=True,
         )
         return await self._guard(opening)

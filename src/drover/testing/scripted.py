@@ -130,6 +130,7 @@ class ScriptedProvider:
                 messages=tuple(request.messages),
                 tools=tuple(request.tools),
                 max_tokens=request.max_tokens,
+                output=request.output,
             )
         )
         if not self._script:

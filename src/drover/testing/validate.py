@@ -15,12 +15,21 @@ wording where it is known, prefixed with where in the body the problem is.
 * Responses: over the resolved input (the ``previous_response_id`` chain plus this request's
   input), every ``function_call`` has its ``function_call_output`` and vice versa, and no
   ``call_id`` repeats.
+
+Each also checks the request's structured-output field (Anthropic ``output_config``, Chat
+``response_format``, Responses ``text.format``): :mod:`drover.testing.validate_output`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from drover.testing.validate_output import (
+    output_config_problems,
+    response_format_problems,
+    text_format_problems,
+)
 
 
 def _blocks(content: object) -> list[Any]:
@@ -43,6 +52,10 @@ def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
 
 
 def validate_anthropic(body: Mapping[str, Any]) -> list[str]:
+    return _anthropic_history(body) + output_config_problems(body)
+
+
+def _anthropic_history(body: Mapping[str, Any]) -> list[str]:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return ["messages: Field required"]
@@ -158,6 +171,10 @@ def _check_results_expected(
 
 
 def validate_chat(body: Mapping[str, Any]) -> list[str]:
+    return _chat_history(body) + response_format_problems(body)
+
+
+def _chat_history(body: Mapping[str, Any]) -> list[str]:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return ["Missing required parameter: 'messages'."]
@@ -240,8 +257,7 @@ def responses_input(body: Mapping[str, Any]) -> list[Any]:
 
 
 def validate_responses(body: Mapping[str, Any], resolved_input: Sequence[Any]) -> list[str]:
-    del body  # the rules below only concern the resolved input
-    problems: list[str] = []
+    problems = text_format_problems(body)
     calls: list[str] = []
     outputs: list[str] = []
     for item in resolved_input:

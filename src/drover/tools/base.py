@@ -5,16 +5,34 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
+
+from typing_extensions import TypeVar
+
+#: The type of a run's ``deps`` as a tool sees them (``ToolContext[MyDeps]``; bare: None).
+DepsT = TypeVar("DepsT", default=None)
+
+#: The ``deps`` of a context made without any (typed as every ``DepsT`` allows: it is None).
+_NO_DEPS: Any = None
 
 
 def _discard(_chunk: str) -> None:
     return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolContext:
-    """Per-call context handed to a tool by the loop."""
+# Not slotted: a slotted frozen dataclass cannot be built through its alias
+# (``ToolContext[MyDeps](...)``), which sets ``__orig_class__`` on the instance.
+@dataclass(frozen=True, kw_only=True)
+class ToolContext(Generic[DepsT]):
+    """Per-call context handed to a tool by the loop.
+
+    ``ToolContext[MyDeps]`` types ``ctx.deps`` as what the run was given with ``deps=``::
+
+        @tool
+        async def lookup(ctx: ToolContext[Database], key: str) -> str:
+            \"\"\"Look a key up.\"\"\"
+            return await ctx.deps.get(key)
+    """
 
     #: The directory every path from the model is confined to (already resolved).
     workdir: Path
@@ -27,6 +45,9 @@ class ToolContext:
     #: What the turn running the call offers a tool that acts as part of the turn (the
     #: ``task`` tool runs workers with it). Opaque at this layer; None outside a turn.
     scope: object | None = None
+    #: What the caller of the run passed as ``deps=`` (None: nothing). Given per turn and
+    #: never journaled: a resumed turn sees what its own ``run``/``resume`` call passes.
+    deps: DepsT = _NO_DEPS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,4 +80,4 @@ class Tool(Protocol):
         """True when the tool has no side effects (safe to run without asking, safe to repeat)."""
         ...
 
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput: ...
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext[Any]) -> ToolOutput: ...

@@ -41,6 +41,7 @@ import pydantic
 from pydantic.fields import FieldInfo
 
 from drover.errors import ToolError
+from drover.output import describe_validation_error
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.workspace import cap_output
 
@@ -137,8 +138,12 @@ class _Arguments:
         except NameError as exc:
             raise TypeError(f"tool {tool_name!r}: cannot resolve a type hint ({exc})") from None
         parameters = list(signature.parameters.values())
-        if not parameters or hints.get(parameters[0].name) is not ToolContext:
-            raise TypeError(f"tool {tool_name!r}: the first parameter must be `ctx: ToolContext`")
+        first = hints.get(parameters[0].name) if parameters else None
+        if first is not ToolContext and get_origin(first) is not ToolContext:
+            raise TypeError(
+                f"tool {tool_name!r}: the first parameter must be `ctx: ToolContext` "
+                "(or `ToolContext[Deps]`)"
+            )
         fields: dict[str, Any] = {}
         #: Optional parameters that do not accept None: a null for them means the default.
         self.null_means_default: set[str] = set()
@@ -190,23 +195,9 @@ class _Arguments:
         try:
             values = self.model.model_validate_json(text, strict=True)
         except pydantic.ValidationError as exc:
-            problems = [_problem(error) for error in exc.errors(include_url=False)]
-            raise ToolError(
-                f"invalid input for tool '{tool_name}': " + "; ".join(problems)
-            ) from None
+            problems = describe_validation_error(exc, root="arguments")
+            raise ToolError(f"invalid input for tool '{tool_name}': {problems}") from None
         return {name: getattr(values, name) for name in self.names}
-
-
-def _problem(error: Mapping[str, Any]) -> str:
-    """One of pydantic's errors as ``where: message (got …)``."""
-    where = ".".join(str(part) for part in error["loc"]) or "arguments"
-    text = f"{where}: {error['msg']}"
-    if error["type"] not in ("missing", "extra_forbidden"):
-        shown = json.dumps(error.get("input"), ensure_ascii=False, default=str)
-        if len(shown) > 40:
-            shown = shown[:37] + "..."
-        text += f" (got {shown})"
-    return text
 
 
 # -- the tool ----------------------------------------------------------------------------------
@@ -264,7 +255,7 @@ class FunctionTool:
         messages."""
         return self._arguments.validate(self._name, args)
 
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext[Any]) -> ToolOutput:
         values = self.validate(args)
         result = await self.fn(ctx, **values)
         if isinstance(result, ToolOutput):
@@ -295,7 +286,8 @@ def tool(
     read_only: bool = False,
     description: str | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
-    """Turn ``async def f(ctx: ToolContext, ...) -> str | ToolOutput`` into a tool.
+    """Turn ``async def f(ctx: ToolContext, ...) -> str | ToolOutput`` into a tool
+    (``ctx: ToolContext[Deps]`` types ``ctx.deps``, what a run passes as ``deps=``).
 
     Usable bare (``@tool``) or with options (``@tool(name="x", read_only=True)``). ``name``
     defaults to the function's name and ``description`` to the docstring's first paragraph.
