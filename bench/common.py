@@ -397,12 +397,12 @@ async def run_drover(
     The timed part is the turn itself (``Runner.run`` / ``AgentSession.run``, journal close
     included); opening the store and creating the session are set-up and are not timed.
     """
-    from drover.channel import EventRecorder
-    from drover.convo import ConversationManager
+    from drover.conversation import ConversationManager
     from drover.loop import LoopSettings
     from drover.permissions import PermissionPolicy
     from drover.runner import Runner
     from drover.session import AgentSession
+    from drover.sinks import EventRecorder
     from drover.store import SqliteStore
 
     settings = LoopSettings(max_turns=max_turns, compaction=False, stream_retries=0)

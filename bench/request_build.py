@@ -34,7 +34,7 @@ import httpx2
 from common import forbid_network, median, print_environment, table, words
 
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.streaming import ModelRequest, ToolSpec
+from drover.model_stream import ModelRequest, ToolSpec
 
 PROTOCOLS = ("openai", "openai-responses", "anthropic")
 TOOL = ToolSpec(

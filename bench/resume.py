@@ -159,7 +159,7 @@ async def request_rows(
     SDK's own work, JSON encoding) up to the transport, and load + that request."""
     from request_build import PROTOCOLS, TOOL, Probe, converter, provider_for, time_request
 
-    from drover.streaming import ModelRequest
+    from drover.model_stream import ModelRequest
 
     rows = []
     request = ModelRequest(system="system", messages=messages, tools=(TOOL,))

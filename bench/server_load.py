@@ -71,7 +71,7 @@ class StampingProvider:
     async def stream(self, request: Any) -> AsyncGenerator[Any, None]:
         from dataclasses import replace
 
-        from drover.streaming import BlockDelta
+        from drover.model_stream import BlockDelta
 
         async for event in self._inner.stream(request):
             if isinstance(event, BlockDelta) and event.kind == "text":

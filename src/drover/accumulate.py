@@ -25,7 +25,7 @@ from drover.messages import (
     ToolUseBlock,
     Usage,
 )
-from drover.streaming import (
+from drover.model_stream import (
     BlockDelta,
     BlockKind,
     BlockStart,

@@ -36,7 +36,7 @@ from typing import Any, Generic, Self, overload
 from pydantic import BaseModel
 
 from drover.config import Config, load_config
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import ConfigError, DroverError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings

@@ -12,13 +12,13 @@ import contextlib
 import logging
 
 from drover.accumulate import Accumulator
-from drover.channel import EventSink
-from drover.convo import ConversationManager, safe_cut
+from drover.conversation import ConversationManager, safe_cut
 from drover.errors import ProviderError
 from drover.events import Compacted
 from drover.messages import user_message
+from drover.model_stream import ModelRequest, RetryNotice
 from drover.providers.base import Provider
-from drover.streaming import ModelRequest, RetryNotice
+from drover.sinks import EventSink
 
 log = logging.getLogger(__name__)
 

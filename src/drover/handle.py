@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
-from drover.channel import EventSink
 from drover.errors import SessionBusyError
 from drover.events import (
     Decision,
@@ -42,6 +41,7 @@ from drover.messages import Message, Usage
 from drover.output import OutputSchema
 from drover.runner import PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
+from drover.sinks import EventSink
 from drover.store.base import GrantRecord, SessionRecord, Store
 
 if TYPE_CHECKING:

@@ -53,9 +53,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drover.accumulate import Accumulator
-from drover.channel import EventSink
 from drover.compact import compact_history
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import ContextOverflowError, EmptyResponseError, ProviderError, StreamError
 from drover.events import (
     NOT_RUN_TEXT,
@@ -82,10 +81,7 @@ from drover.messages import (
     Usage,
     tool_result_message,
 )
-from drover.output import InvalidOutput, OutputSchema
-from drover.permissions import PermissionPolicy
-from drover.providers.base import Provider
-from drover.streaming import (
+from drover.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,
@@ -93,7 +89,11 @@ from drover.streaming import (
     RetryBudget,
     StreamEvent,
 )
-from drover.streaming import RetryNotice as ProviderRetry
+from drover.model_stream import RetryNotice as ProviderRetry
+from drover.output import InvalidOutput, OutputSchema
+from drover.permissions import PermissionPolicy
+from drover.providers.base import Provider
+from drover.sinks import EventSink
 from drover.toolrun import ToolBatch
 from drover.tools.registry import ToolRegistry
 

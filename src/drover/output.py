@@ -1,7 +1,7 @@
 """Structured output: a final answer that must be JSON matching a pydantic model.
 
 :class:`OutputSchema` wraps the model a caller gives as ``output_type=``. Its
-:class:`~drover.streaming.OutputSpec` goes with every model request of the turn, and each
+:class:`~drover.model_stream.OutputSpec` goes with every model request of the turn, and each
 provider asks for it the way its protocol does natively. The loop checks the final answer with
 :meth:`OutputSchema.parse`; the first answer of a turn that does not validate is answered with
 :meth:`OutputSchema.correction`, a follow-up message saying what was wrong, and a second invalid
@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 import pydantic
 
 from drover.messages import Message, user_message
-from drover.streaming import OutputSpec
+from drover.model_stream import OutputSpec
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drover.channel import EventSink, Fanout
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
@@ -51,6 +50,7 @@ from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
+from drover.sinks import EventSink, Fanout
 from drover.store.base import SessionRecord, SessionStore, Store, TurnRecord, owner_id
 from drover.store.history import CallsConsulted, build_history
 from drover.store.journal import Journal

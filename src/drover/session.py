@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drover.channel import EventSink
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
 from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnOptions, TurnWork
 from drover.messages import Message, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
+from drover.sinks import EventSink
 from drover.tools.registry import ToolRegistry
 
 RESUME_NOTE = (

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from pydantic import BaseModel
 
-from drover.channel import EventChannel
 from drover.errors import DroverError
 from drover.events import Event, is_terminal
 from drover.handle import OutputT, RunResult, result_of
 from drover.runner import RunningTurn
+from drover.sinks import EventChannel
 
 if TYPE_CHECKING:
     from drover.handle import Session

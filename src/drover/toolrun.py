@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drover.channel import EventSink
 from drover.errors import ToolError
 from drover.events import (
     Decision,
@@ -32,6 +31,7 @@ from drover.events import (
 )
 from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
+from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry

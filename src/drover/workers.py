@@ -1,13 +1,14 @@
 """Coordinator mode: the ``task`` tool runs workers — sub-agents — in parallel, durably.
 
 A worker is an :class:`~drover.loop.AgentLoop` of its own (every dependency given to it, none
-shared by reference): its own :class:`~drover.convo.ConversationManager`, seeded from a snapshot
-of the parent's conversation taken when the ``task`` call starts (or empty, ``fresh``), so it
-never races on the parent's history, which goes on changing; the parent's tools minus ``task``
-(one level deep); the parent's provider, permission policy, working directory and ``deps``
-(never its structured output: a worker answers in text); a turn limit of its own. Workers of
-one call run concurrently; one that fails does not stop the others. The call's result is every
-worker's final answer (or its error, marked as such) — never a transcript.
+shared by reference): its own :class:`~drover.conversation.ConversationManager`, seeded from a
+snapshot of the parent's conversation taken when the ``task`` call starts (or empty,
+``fresh``), so it never races on the parent's history, which goes on changing; the parent's
+tools minus ``task`` (one level deep); the parent's provider, permission policy, working
+directory and ``deps`` (never its structured output: a worker answers in text); a turn limit of
+its own. Workers of one call run concurrently; one that fails does not stop the others. The
+call's result is every worker's final answer (or its error, marked as such) — never a
+transcript.
 
 Events. A worker's events reach the parent's sink wrapped in
 :class:`~drover.events.WorkerEvent`, tool events relabelled ``worker * 100 + callIndex``
@@ -35,8 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from drover.channel import EventSink
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import ToolError
 from drover.events import (
     Done,
@@ -53,6 +53,7 @@ from drover.events import (
 from drover.loop import AgentLoop, TurnControl, TurnOptions, TurnScope, TurnWork
 from drover.messages import Message, ToolResultBlock, message_from_dict, user_message
 from drover.session import resume_message
+from drover.sinks import EventSink
 from drover.store.base import EventLog, SessionStore, ToolCallRecord, partial_messages
 from drover.store.history import LATE_RESULTS, repair_history
 from drover.store.worker_log import scoped_call_id, worker_call_prefix

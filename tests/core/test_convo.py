@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from drover.convo import SUMMARY_SENTINEL, ConversationManager, safe_cut
+from drover.conversation import SUMMARY_SENTINEL, ConversationManager, safe_cut
 from drover.messages import (
     Message,
     TextBlock,

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from drover.channel import EventRecorder
 from drover.events import Decision, Event, PermissionRequest
 from drover.loop import LoopSettings
 from drover.permissions import PermissionPolicy
@@ -17,6 +16,7 @@ from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.session import AgentSession
+from drover.sinks import EventRecorder
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry, default_registry
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import ContextOverflowError, ProviderHTTPError
 from drover.events import Compacted, Retry
 from drover.loop import LoopSettings

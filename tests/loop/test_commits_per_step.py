@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from drover import runner as runner_module
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.events import AssistantMessage, Event, ToolStateChanged
 from drover.loop import LoopSettings
 from drover.permissions import PermissionPolicy

@@ -18,10 +18,10 @@ import httpx2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drover.channel import EventRecorder
 from drover.events import Done, Error, Incomplete, ToolStart
 from drover.loop import LoopSettings
 from drover.messages import TextBlock
+from drover.sinks import EventRecorder
 from drover.testing.server import FakeLLMServer
 
 from .conftest import PROTOCOLS, make_provider, new_session

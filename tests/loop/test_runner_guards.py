@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import SessionBusyError
 from drover.events import Event, TextDelta
 from drover.permissions import PermissionPolicy

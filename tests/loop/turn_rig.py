@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drover.channel import EventSink
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.errors import ProviderHTTPError
 from drover.events import (
     MAY_HAVE_RUN_TEXT,
@@ -32,6 +31,7 @@ from drover.messages import Message, ToolResultBlock, user_message
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner, load_history
 from drover.session import AgentSession, TurnOutcome
+from drover.sinks import EventSink
 from drover.store.base import Store
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems

@@ -11,11 +11,11 @@ import pytest
 
 from drover.accumulate import Accumulator
 from drover.messages import Message, user_message
+from drover.model_stream import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
-from drover.streaming import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
 from drover.testing.server import FakeLLMServer
 
 PROTOCOLS = ["anthropic", "openai", "openai-responses"]

@@ -15,8 +15,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
 from drover.providers.anthropic import AnthropicEvents, AnthropicProvider
-from drover.streaming import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
 from drover.testing.server import FakeLLMServer
 
 from .conftest import collect, drain, make_provider, request

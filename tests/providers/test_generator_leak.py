@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from drover.model_stream import BlockDelta
 from drover.providers.base import Provider
-from drover.streaming import BlockDelta
 from drover.testing.server import FakeLLMServer
 
 from .conftest import drain, make_provider, request

@@ -15,8 +15,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
 from drover.providers.openai_chat import ChatEvents, OpenAIChatProvider
-from drover.streaming import BlockDelta, BlockStart, BlockStop, StreamEnd
 from drover.testing.server import FakeLLMServer
 
 from .conftest import Outcome, collect, drain, make_provider, request

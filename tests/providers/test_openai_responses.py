@@ -19,12 +19,12 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
 from drover.providers.openai_responses import (
     OpenAIResponsesProvider,
     ResponsesEvents,
     refuses_stored_state,
 )
-from drover.streaming import BlockDelta, BlockStart, BlockStop, StreamEnd
 from drover.testing import Scenario
 from drover.testing.server import FakeLLMServer
 

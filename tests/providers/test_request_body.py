@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
+from drover.model_stream import ModelRequest, OutputSpec
 from drover.providers.anthropic import AnthropicProvider, anthropic_output_format
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
@@ -23,7 +24,6 @@ from drover.providers.convert_openai_responses import plan_input, to_responses_t
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.providers.output_format import chat_response_format, responses_text_format
-from drover.streaming import ModelRequest, OutputSpec
 
 from .conftest import READ_FILE, collect, request
 from .histories import mixed_history
@@ -217,7 +217,7 @@ async def test_anthropic_posts_the_request_create_would_send(
 async def test_anthropic_leaves_a_body_json_cannot_encode_to_create() -> None:
     from types import MappingProxyType
 
-    from drover.streaming import ToolSpec
+    from drover.model_stream import ToolSpec
 
     odd = ToolSpec(
         name="read_file",
@@ -238,7 +238,7 @@ async def test_anthropic_leaves_a_body_json_cannot_encode_to_create() -> None:
 async def test_openai_leaves_a_body_json_cannot_encode_to_create(protocol: str) -> None:
     from datetime import datetime
 
-    from drover.streaming import ToolSpec
+    from drover.model_stream import ToolSpec
 
     odd = ToolSpec(  # a datetime: the SDK's own encoder writes it in ISO form, json refuses it
         name="read_file",

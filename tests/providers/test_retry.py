@@ -17,6 +17,14 @@ from drover.errors import (
     StreamError,
 )
 from drover.messages import Usage
+from drover.model_stream import (
+    BlockDelta,
+    BlockStart,
+    RetryBudget,
+    RetryNotice,
+    StreamEnd,
+    StreamEvent,
+)
 from drover.providers.retry import (
     STARTED,
     RetryPolicy,
@@ -26,14 +34,6 @@ from drover.providers.retry import (
     parse_retry_after,
     retrying,
     stream_error,
-)
-from drover.streaming import (
-    BlockDelta,
-    BlockStart,
-    RetryBudget,
-    RetryNotice,
-    StreamEnd,
-    StreamEvent,
 )
 
 FAST = RetryPolicy(max_retries=3, backoff_base=0.0001, backoff_max=0.0002)

@@ -16,9 +16,9 @@ import pytest
 
 from drover.config import Config
 from drover.errors import ProviderConnectionError, StreamError
+from drover.model_stream import RetryBudget
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
-from drover.streaming import RetryBudget
 from drover.testing.server import FakeLLMServer
 
 from .conftest import PROTOCOLS, Outcome, drain, make_provider, request

@@ -13,8 +13,8 @@ import pytest
 
 from drover.errors import ProviderConnectionError, ProviderHTTPError, StreamError
 from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock
+from drover.model_stream import BlockDelta, BlockStart, RetryNotice, StreamEnd
 from drover.providers.base import Provider
-from drover.streaming import BlockDelta, BlockStart, RetryNotice, StreamEnd
 from drover.testing.server import FakeLLMServer
 
 from .conftest import collect, drain, make_provider, request

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal, Optional
 import pytest
 from pydantic import BaseModel, Field
 
-from drover.channel import EventRecorder
 from drover.errors import ToolError
 from drover.session import AgentSession
+from drover.sinks import EventRecorder
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.decorator import FunctionTool, tool

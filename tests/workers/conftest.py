@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from support import pg
 
-from drover.channel import EventRecorder
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.events import Event, PermissionRequest, WorkerEvent
 from drover.loop import LoopSettings
 from drover.messages import TextBlock
+from drover.model_stream import ModelRequest, StreamEvent
 from drover.permissions import PermissionPolicy
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
@@ -25,10 +25,10 @@ from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.runner import Runner
 from drover.session import AgentSession
+from drover.sinks import EventRecorder
 from drover.store.base import Store
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
-from drover.streaming import ModelRequest, StreamEvent
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry, default_registry
 from drover.workers import Coordinator, WorkerSettings, add_task_tool

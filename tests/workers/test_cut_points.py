@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from drover.channel import EventRecorder
-from drover.convo import ConversationManager
+from drover.conversation import ConversationManager
 from drover.events import TERMINAL_TOOL_STATES, Event
 from drover.loop import LoopSettings
 from drover.messages import user_message
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner, load_history
+from drover.sinks import EventRecorder
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 from drover.tools.base import ToolContext

@@ -19,11 +19,11 @@ from importlib import resources
 from pathlib import Path
 
 from drover.agent import Agent
-from drover.channel import EventSink
 from drover.cli.render import HeadlessPrinter
 from drover.config import load_config
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
+from drover.sinks import EventSink
 from drover.testing.scenario import load_scenario
 from drover.testing.server import FakeLLMServer
 from drover.tools.base import Tool

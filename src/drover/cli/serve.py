@@ -23,7 +23,7 @@ from drover.cli.build import agent_from_args
 from drover.config import Config, load_config
 from drover.errors import ConfigError
 from drover.providers.base import Provider
-from drover.server import heap, takeover
+from drover.server import gc_settings, takeover
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
@@ -260,7 +260,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             if shared is not None:
                 print(f"drover serve: {shared.describe()}", file=sys.stderr, flush=True)
             print(f"drover serve: listening on http://{shown}:{port}", flush=True)
-            heap.settle()
+            gc_settings.settle()
             await server.serve(sockets=[sock])
         finally:
             if watching is not None:

@@ -39,12 +39,7 @@ import anthropic
 from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
-from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
-from drover.providers.retry import stream_error
-from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
-from drover.providers.sdk_stream import ClosableStream
-from drover.providers.wire_json import encode_body
-from drover.streaming import (
+from drover.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,
@@ -56,6 +51,11 @@ from drover.streaming import (
     StreamEvent,
     UsageUpdate,
 )
+from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
+from drover.providers.retry import stream_error
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
+from drover.providers.sdk_stream import ClosableStream
+from drover.providers.wire_json import encode_body
 
 PROVIDER = "anthropic"
 API = "the Anthropic API"

@@ -1,10 +1,10 @@
-"""The provider seam: one :class:`~drover.streaming.ModelRequest` in, one stream of neutral
-:data:`~drover.streaming.StreamEvent` values out.
+"""The provider seam: one :class:`~drover.model_stream.ModelRequest` in, one stream of neutral
+:data:`~drover.model_stream.StreamEvent` values out.
 
 A provider adapts one wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI
 Responses) using the official SDK. It converts the neutral history of :mod:`drover.messages`
 into its native request and the SDK's raw stream into neutral events (see
-:mod:`drover.streaming` for the stream's contract). SDK types never leave the provider module.
+:mod:`drover.model_stream` for the stream's contract). SDK types never leave the provider module.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
-from drover.streaming import ModelRequest, StreamEvent
+from drover.model_stream import ModelRequest, StreamEvent
 
 
 class Provider(Protocol):

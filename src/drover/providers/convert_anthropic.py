@@ -23,9 +23,9 @@ from anthropic.types import (
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
+from drover.model_stream import ToolSpec
 from drover.providers.convert_common import has_text, normalise_history
 from drover.providers.ids import ANTHROPIC_IDS, ToolIdMapper
-from drover.streaming import ToolSpec
 
 #: Sent when a history would otherwise open with an assistant message.
 OPENING_TEXT = "(continuing an earlier conversation)"

@@ -29,9 +29,9 @@ from openai.types.chat import (
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
+from drover.model_stream import ToolSpec
 from drover.providers.convert_common import has_text, normalise_history, split_user
 from drover.providers.ids import CHAT_IDS, ToolIdMapper
-from drover.streaming import ToolSpec
 
 ERROR_PREFIX = "Error: "
 

@@ -35,10 +35,10 @@ from openai.types.responses import FunctionToolParam
 
 from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
 from drover.messages import ToolUseBlock as NeutralToolUse
+from drover.model_stream import ToolSpec
 from drover.providers.convert_common import has_text, normalise_history, split_user
 from drover.providers.convert_openai_chat import arguments_json, error_content
 from drover.providers.ids import RESPONSES_IDS, ToolIdMapper
-from drover.streaming import ToolSpec
 
 PROVIDER = "openai-responses"
 

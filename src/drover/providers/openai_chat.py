@@ -40,6 +40,16 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from drover.messages import Usage
+from drover.model_stream import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+    UsageUpdate,
+)
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
 from drover.providers.ids import CHAT_IDS, synthetic_call_id, unique_id
 from drover.providers.output_format import chat_response_format
@@ -53,16 +63,6 @@ from drover.providers.sdk_provider import (
 )
 from drover.providers.sdk_stream import ClosableStream
 from drover.providers.wire_json import encode_body
-from drover.streaming import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
-    ModelRequest,
-    StopReason,
-    StreamEnd,
-    StreamEvent,
-    UsageUpdate,
-)
 
 PROVIDER = "openai"
 API = "the OpenAI Chat Completions API"

@@ -48,6 +48,16 @@ from openai.types.shared_params import Reasoning
 
 from drover.errors import ProviderError
 from drover.messages import Usage
+from drover.model_stream import (
+    BlockDelta,
+    BlockKind,
+    BlockStart,
+    BlockStop,
+    ModelRequest,
+    StopReason,
+    StreamEnd,
+    StreamEvent,
+)
 from drover.providers.convert_openai_responses import (
     PROVIDER,
     InputPlan,
@@ -66,16 +76,6 @@ from drover.providers.sdk_provider import (
 )
 from drover.providers.sdk_stream import ClosableStream
 from drover.providers.wire_json import encode_body
-from drover.streaming import (
-    BlockDelta,
-    BlockKind,
-    BlockStart,
-    BlockStop,
-    ModelRequest,
-    StopReason,
-    StreamEnd,
-    StreamEvent,
-)
 
 API = "the OpenAI Responses API"
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]

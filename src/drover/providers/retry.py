@@ -15,7 +15,7 @@ compact and try again. Cancellation is never caught: the attempt generator is cl
 closes its SDK stream.
 
 Retries come from one of two counters. With ``retry_budget`` (a
-:class:`~drover.streaming.RetryBudget` the caller made for one model call, and spends its own
+:class:`~drover.model_stream.RetryBudget` the caller made for one model call, and spends its own
 mid-stream retries from) every retry here is taken from it, so the call as a whole never
 makes more than ``budget.limit`` retries however the layers share them. Without one, the
 policy's ``max_retries`` counts this stream's retries alone. Either way, an error raised
@@ -34,7 +34,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from drover.errors import ContextOverflowError, ProviderError, StreamError
-from drover.streaming import RetryBudget, RetryNotice, StreamEvent
+from drover.model_stream import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).

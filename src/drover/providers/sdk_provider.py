@@ -26,6 +26,7 @@ import anyio
 import httpx2
 
 from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
+from drover.model_stream import ModelRequest, StreamEvent
 from drover.providers.retry import (
     STARTED,
     RetryPolicy,
@@ -46,7 +47,6 @@ from drover.providers.sdk_stream import (
     stall_guard,
     transport_timeout,
 )
-from drover.streaming import ModelRequest, StreamEvent
 
 T = TypeVar("T")
 

@@ -54,7 +54,7 @@ those or by the flush timer, at most ``flush_interval`` later: a crash loses at 
 of them, at the tail of the log. With ``hold_messages`` (the Runner's journal) a finished
 message with tool calls is not made before ``send`` returns but with its first call's next
 state, which is (``running``, a permission question, the call's end); the
-:class:`~drover.channel.Fanout` holds it back from the printer and other live consumers until
+:class:`~drover.sinks.Fanout` holds it back from the printer and other live consumers until
 then (:attr:`Journal.holds_back`), so nothing is shown before it is durable. A one-call tool
 step thus costs three commits (the eager flush; the message with ``running``; the end with
 the results) instead of seventeen.
@@ -161,7 +161,7 @@ class Journal(JournalLog):
         log numbers every event) and ``wrap``s what it publishes as the worker's event; its
         end is an event of the log, not the end of the parent's turn.
         ``hold_messages``: the sink that shows events to live consumers holds each one back
-        while :attr:`holds_back` is true (:class:`~drover.channel.Fanout` does), so a step's
+        while :attr:`holds_back` is true (:class:`~drover.sinks.Fanout` does), so a step's
         assistant message with tool calls need not be durable when ``send`` returns: it is
         written with the next write that is (the call's ``running``, a permission question
         or the call's end), and shown only then."""
@@ -228,7 +228,7 @@ class Journal(JournalLog):
     def holds_back(self) -> bool:
         """Whether an event ``send`` took is not durable yet although a guarantee says it is
         made before it is shown: it must not reach a live consumer until this is false
-        again (with ``hold_messages``; see :class:`~drover.channel.Fanout`)."""
+        again (with ``hold_messages``; see :class:`~drover.sinks.Fanout`)."""
         # (the comparison first: it is false but for the few events after a held message)
         return self._held_upto > self._writes.made and self.failure is None
 

@@ -39,8 +39,7 @@ from typing import Any
 
 from drover.errors import ProviderError, StreamError
 from drover.messages import Message, Usage
-from drover.providers.retry import STARTED, RetryPolicy, Started, retrying
-from drover.streaming import (
+from drover.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,
@@ -50,6 +49,7 @@ from drover.streaming import (
     StreamEvent,
     UsageUpdate,
 )
+from drover.providers.retry import STARTED, RetryPolicy, Started, retrying
 
 
 @dataclass(frozen=True, slots=True)
