@@ -38,7 +38,7 @@ LEASE_SECONDS = 30.0
 log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload)`` of each numbered event.
-SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
+SessionPublish = Callable[[str, int, str | None, dict[str, Any], int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +75,9 @@ class Runner:
         lease_seconds: float = LEASE_SECONDS,
         on_event: SessionPublish | None = None,
     ) -> None:
-        """``on_event(session_id, seq, turn_id, payload)`` sees every event of every turn as
-        the journal numbers it, live text deltas included (the server's hub)."""
+        """``on_event(session_id, seq, turn_id, payload, prev)`` sees every event of every
+        turn as the journal numbers it, live text deltas included, in increasing order, with
+        the number of the event before it in the log (the server's hub)."""
         self.store = store
         self.on_event = on_event
         self.redactor = redactor or Redactor()
@@ -225,7 +226,8 @@ class Runner:
             return
         for record in logged:
             try:
-                publish(session_id, record.end_seq, turn_id, dict(record.payload))
+                prev = record.end_seq - 1 if record.prev is None else record.prev
+                publish(session_id, record.end_seq, turn_id, dict(record.payload), prev)
             except Exception:
                 log.exception("runner: the event observer failed")
 

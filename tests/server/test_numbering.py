@@ -1,5 +1,5 @@
 """Numbers and replay in process: every delta numbered and published, coalesced rows cut back
-at any delta, redacted rows that cannot be cut, superseded deltas covered, crash holes reset."""
+at any delta, redacted rows that cannot be cut, superseded deltas written, crash holes reset."""
 
 from __future__ import annotations
 
@@ -42,14 +42,19 @@ class Rig:
     def __init__(self, store: SqliteStore, session_id: str, turn_id: str) -> None:
         self.store, self.session_id, self.turn_id = store, session_id, turn_id
         self.published: Published = []
+        self.prevs: dict[int, int] = {}
         # Flushes by size only (the timer is far away): every 16 bytes.
         self.journal = Journal(
             store,
             session_id,
             flush_interval=1000,
             flush_bytes=16,
-            publish=lambda seq, turn, payload: self.published.append((seq, turn, payload)),
+            publish=self._publish,
         )
+
+    def _publish(self, seq: int, turn: str | None, payload: dict[str, Any], prev: int) -> None:
+        self.published.append((seq, turn, payload))
+        self.prevs[seq] = prev
 
     async def start(self) -> None:
         await self.journal.send(
@@ -114,7 +119,7 @@ async def test_unflushed_deltas_come_from_the_feed(rig: Rig) -> None:
     feed = SessionFeed()
     await rig.deltas("a b c d e f g h i j k ", "tail ", "x")
     for seq, turn, payload in rig.published:
-        feed.publish(make_frame(seq, turn, payload))
+        feed.publish(make_frame(seq, turn, payload, rig.prevs[seq]))
     ids = rig.delta_ids()
     for k in [0, *ids]:
         plan = backlog(k, await rig.rows(k), feed)
@@ -128,17 +133,18 @@ async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
     await rig.deltas("key ", secret[:20], secret[20:], " ok ", "done ")
     await rig.journal.aclose()
     rows = await rig.rows()
-    opaque = [r for r in rows if r.type == "text_delta" and r.marks is None]
-    assert len(opaque) == 1
-    (row,) = opaque
-    assert "[REDACTED]" in row.payload["text"]
+    redacted = [r for r in rows if "[REDACTED]" in str(r.payload.get("text"))]
+    assert len(redacted) == 1
+    (row,) = redacted
     assert row.seq < row.end_seq
+    # Offsets inside it cannot be mapped: at most its end is marked (a delta ends there).
+    assert row.marks in (None, ((row.end_seq, len(row.payload["text"])),))
     assert not continuable(row.seq, rows, None)  # inside: reset
-    assert continuable(row.end_seq, rows, None)  # after it whole: fine
+    assert continuable(row.end_seq, rows, None) == (row.marks is not None)
     assert secret not in str(_parsed(expand(rows, 0)))
 
 
-async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig: Rig) -> None:
+async def test_superseded_deltas_are_written_before_what_supersedes_them(rig: Rig) -> None:
     await rig.deltas("first attempt")  # 13 bytes: not flushed
     unflushed = rig.delta_ids()
     await rig.journal.send(Retry(attempt=1, delay=0, error="overloaded", discard_partial=True))
@@ -150,10 +156,17 @@ async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig
     rows = await rig.rows()
     for k in [*unflushed, *rig.delta_ids()]:
         assert continuable(k, rows, None), k
+    # Every event published is replayed at its number, with the data it was published with.
+    replayed = _parsed(expand(rows, 0))
+    published = [
+        (seq, {**p, "seq": seq, "prev": rig.prevs[seq], "turn_id": t})
+        for seq, t, p in rig.published
+    ]
+    assert replayed == published
     retry = next(r for r in rows if r.type == "retry")
-    assert retry.seq == unflushed[0]
+    assert retry.seq == unflushed[-1] + 1
     after = [p["type"] for _, p in _parsed(expand(rows, unflushed[0]))]
-    assert after == ["retry", "assistant_message", "done"]
+    assert after == ["retry", "text_delta", "assistant_message", "done"]
     # The reservation shrinks back to the numbers handed out once the turn ended in order.
     assert await rig.store.next_event_seq(rig.session_id) == rig.published[-1][0] + 1
 
