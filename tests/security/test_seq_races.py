@@ -5,17 +5,23 @@
   hold): reserving numbers is a write of the turn, refused to a process that lost it.
 * Two events sent at once (parallel tool calls) across a block boundary must be published in
   the order of their numbers: the live feed drops a number lower than one it already has.
+* A PostgreSQL write whose COMMIT went through but whose acknowledgement was lost (the
+  backend ended with ``pg_terminate_backend`` after committing, by a proxy the test controls)
+  must not be made twice — no message appended twice, no duplicate-key failure, no turn ended
+  twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from store.conftest import pg_cluster, pg_database, pg_url
+from support import pg
 
 from drover.errors import LeaseLostError
 from drover.events import (
@@ -33,6 +39,8 @@ from drover.store.journal import Journal
 from drover.store.numbering import RESERVE_BLOCK
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
+
+from .commit_ack_proxy import CommitAckProxy
 
 A, B = "host-a:1:1", "host-b:2:2"
 #: The store tests' fixtures (a throwaway PostgreSQL, a schema per test), found by pytest here.
@@ -194,3 +202,71 @@ async def test_parallel_sends_at_a_block_boundary_are_published_in_order(
         assert [f.seq for f in feed.after(RESERVE_BLOCK)] == [RESERVE_BLOCK + 1, RESERVE_BLOCK + 2]
         # Both numbers are reserved (a crash now would number recovery's events after them).
         assert await store.next_event_seq(session.id) > RESERVE_BLOCK + 2
+
+
+# -- a COMMIT whose acknowledgement is lost ---------------------------------------------------
+
+
+@pytest.fixture
+async def proxied(
+    pg_cluster: pg.PgCluster, pg_url: str
+) -> AsyncIterator[tuple[CommitAckProxy, PostgresStore]]:
+    proxy = CommitAckProxy(pg_cluster.port, pg_cluster.url())
+    store = PostgresStore(proxy.url(pg_url))
+    try:
+        async with store:
+            yield proxy, store
+    finally:
+        proxy.close()
+
+
+#: Which write loses its COMMIT's acknowledgement: a predicate over its statements.
+LOST_ACKS: dict[str, Callable[[list[str]], bool]] = {
+    "text flush": lambda sql: (
+        any("INSERT INTO partial_text" in s for s in sql)
+        and not any("INSERT INTO messages" in s for s in sql)
+    ),
+    "assistant message": lambda sql: any("INSERT INTO messages" in s for s in sql),
+    "end of the turn": lambda sql: any("UPDATE turns SET status" in s for s in sql),
+}
+
+
+@pytest.mark.parametrize("lost", sorted(LOST_ACKS))
+async def test_a_commit_whose_acknowledgement_is_lost_is_made_once(
+    proxied: tuple[CommitAckProxy, PostgresStore], lost: str
+) -> None:
+    proxy, store = proxied
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), A, 30)
+    published = Published()
+    journal = Journal(
+        store, session.id, turn_id=turn.id, owner=A, flush_bytes=64, publish=published
+    )
+    proxy.arm(LOST_ACKS[lost])
+    await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
+    await journal.send(StepStarted(step=1))
+    words = [f"word{i:02d} " for i in range(40)]
+    for word in words:
+        await journal.send(TextDelta(text=word))
+    answer = "".join(words)
+    message = assistant_message([TextBlock(text=answer)])
+    await journal.send(AssistantMessage(message=message))
+    await journal.send(Done(text=answer, usage=Usage()))
+    await journal.aclose()
+
+    assert proxy.dropped.is_set(), "the fault was not injected"
+    assert journal.failure is None, journal.failure
+    assert journal.ended
+    (stored,) = list(await store.turns(session.id))
+    assert stored.status == "completed"
+    messages = await store.turn_messages(turn.id)
+    assert [(m.message, m.partial) for m in messages] == [(message, False)]
+    rows = await store.events_after(session.id)
+    keys = Counter((r.seq, r.type) for r in rows)
+    assert not [key for key, n in keys.items() if n > 1], "a row logged twice"
+    # Every number published is in the log once, and the text reads back once.
+    numbers = [n for r in rows for n in range(r.seq, r.end_seq + 1)]
+    assert sorted(set(numbers)) == sorted(published.seqs)
+    streamed = "".join(str(r.payload["text"]) for r in rows if r.type == "text_delta" and r.seq > 0)
+    assert streamed == answer
+    assert [r.type for r in rows].count("done") == 1
