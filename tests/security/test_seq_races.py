@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from drover.events import (
     TextDelta,
     ToolStateChanged,
     TurnStarted,
+    WorkerEvent,
 )
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.hub import Hub
@@ -202,6 +204,51 @@ async def test_parallel_sends_at_a_block_boundary_are_published_in_order(
         assert [f.seq for f in feed.after(RESERVE_BLOCK)] == [RESERVE_BLOCK + 1, RESERVE_BLOCK + 2]
         # Both numbers are reserved (a crash now would number recovery's events after them).
         assert await store.next_event_seq(session.id) > RESERVE_BLOCK + 2
+
+
+async def test_a_workers_flush_cancelled_while_numbers_are_reserved_loses_no_text(
+    new_store: Callable[..., Store],
+) -> None:
+    gated = GatedReservations()
+    async with new_store() as store:
+        gated.wrap(store)
+        session = await store.create_session(workdir="/w", model="m")
+        turn = await store.begin_turn(session.id, user_message("go"), A, 30)
+        order = Published()
+        journal = Journal(store, session.id, turn_id=turn.id, owner=A, publish=order)
+        await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
+        await journal.send(StepStarted(step=1))
+        for _ in range(RESERVE_BLOCK - 4):
+            await journal.send(TextDelta(text="z"))
+
+        def worker(event: Any) -> WorkerEvent:
+            return WorkerEvent(call_id="task-1", worker=0, event=event)
+
+        await journal.send(
+            worker(TurnStarted(turn_id="w", session_id=session.id, user_message=None))
+        )
+        await journal.send(worker(StepStarted(step=1)))
+        assert order.seqs[-1] == RESERVE_BLOCK
+        await journal.send(worker(TextDelta(text="the worker's text")))
+        answer = assistant_message([TextBlock(text="the worker's text")])
+        # The worker's message writes its text first, which needs the next block of numbers;
+        # the turn is interrupted (Esc) right then.
+        cut = asyncio.create_task(journal.send(worker(AssistantMessage(message=answer))))
+        await gated.entered.wait()
+        cut.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cut
+        gated.gate.set()
+        await journal.send(Done(text="", usage=Usage()))
+        await journal.aclose()
+        assert journal.failure is None
+        texts = [
+            r.payload["event"]["text"]
+            for r in await store.events_after(session.id)
+            if r.type == "worker" and r.payload["event"]["type"] == "text_delta"
+        ]
+        assert texts == ["the worker's text"]
+        assert order.seqs == sorted(order.seqs)
 
 
 # -- a COMMIT whose acknowledgement is lost ---------------------------------------------------

@@ -187,3 +187,33 @@ async def test_numbers_lost_in_a_crash_fall_in_a_hole_recovery_numbers_past(
     for k in lost:
         assert not continuable(k, await rig.rows(k), None)
     assert continuable(last_flushed, await rig.rows(last_flushed), None)
+
+
+async def test_a_turn_after_a_hole_names_the_last_event_the_log_holds(rig: Rig) -> None:
+    await rig.deltas("one ", "two ")
+    message = assistant_message([TextBlock(text="one two ")])
+    await rig.journal.send(AssistantMessage(message=message))
+    await rig.journal.send(Done(text="one two ", usage=Usage()))
+    await rig.journal.aclose()
+    last = rig.published[-1][0]
+    assert [rig.prevs[seq] for seq, _, _ in rig.published] == list(range(last))
+    # Numbers reserved and never used (a journal that died before its first write, say).
+    await rig.store.reserve_seqs(rig.session_id, last + 40)
+    turn = await rig.store.begin_turn(rig.session_id, user_message("again"), "h:1:1", 30)
+    after = Rig(rig.store, rig.session_id, turn.id)
+    await after.start()
+    (first, _, _), (second, _, _) = after.published
+    assert first == last + 41 and after.prevs[first] == last  # across the hole
+    assert after.prevs[second] == first
+    # Events a store numbers on its own (a turn ended without its journal) say it too: the
+    # last the log holds (turn_started; step_started was never written).
+    logged = await rig.store.end_turn(
+        turn.id, "interrupted", event={"type": "error", "reason": "interrupted"}
+    )
+    assert [r.prev for r in logged] == [first]
+    assert logged[0].seq > second
+    # A replay from the start names the same numbers.
+    frames = _parsed(expand(await rig.rows(), 0))
+    prevs = [p["prev"] for _, p in frames]
+    assert prevs == [0, *(seq for seq, _ in frames[:-1])]
+    assert dict(frames)[first]["prev"] == last

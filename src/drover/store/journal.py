@@ -467,6 +467,11 @@ class Journal(JournalLog):
                 return
             case Done() | Incomplete() | Error():
                 self._timer.cancel()
+                for worker in self._workers.values():
+                    # Text a worker cut short still holds: numbered and written before the
+                    # turn's end (its events are the turn's).
+                    if await worker._take_text(final=True):
+                        await worker._drain()
                 await self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
@@ -540,15 +545,19 @@ class Journal(JournalLog):
         """Queue the buffered text that is safe to write (all of it when ``final``); whether
         there was any. A worker's rows are numbered and published here, each as one event
         (its deltas were not)."""
-        writes = self._text.take(self._turn_id, final=final)
-        self._last_flush = self._clock()
         if self._number_deltas:
+            writes = self._text.take(self._turn_id, final=final)
             for write in writes:
                 self._writes.push("append partial text", write)
         else:
+            # The numbers first: once the text is taken nothing may wait (a cancellation
+            # there would lose it).
+            await self._numbers.ensure(self._text.blocks)
+            writes = self._text.take(self._turn_id, final=final)
             for write in writes:
                 event = flushed_text_event(write.text, write.block_index, write.step)
-                await self._log("text_delta", payload=event)
+                await self._log("text_delta", payload=event)  # (a number at hand: no wait)
+        self._last_flush = self._clock()
         return bool(writes)
 
     async def _flush(self) -> None:

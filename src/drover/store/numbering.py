@@ -118,12 +118,23 @@ class Numbering:
                 return seq
             if self._failed:
                 return None
-            preparing = self._preparing
-            if preparing is None:
-                preparing = self._preparing = asyncio.ensure_future(self._prepare())
-                preparing.add_done_callback(_seen)
-            # Shielded: a taker cancelled (Esc) leaves the reservation to the others.
-            await asyncio.shield(preparing)
+            await self._prepared()
+
+    async def ensure(self, count: int) -> None:
+        """Until ``count`` numbers (at most a block) can be taken with :meth:`take_now`, or
+        numbering failed: a caller that must not be cancelled between taking several
+        numbers waits here first."""
+        while not self._failed and (self._next is None or self._next + count - 1 > self._reserved):
+            await self._prepared()
+
+    async def _prepared(self) -> None:
+        preparing = self._preparing
+        if preparing is None:
+            preparing = self._preparing = asyncio.ensure_future(self._prepare())
+            preparing.add_done_callback(_seen)
+        # Shielded: a taker cancelled (Esc) leaves the reservation to the others, and takes
+        # no number.
+        await asyncio.shield(preparing)
 
     async def _prepare(self) -> None:
         """Start numbering, or reserve the block from the next number on."""
@@ -163,18 +174,19 @@ class Numbering:
         if self._next is not None:
             self._next = max(self._next, seq + 1)
 
-    def prev_of(self, seq: int) -> int:
-        """The number of the event before ``seq`` in the log (numbers are handed out without
-        gaps after the first)."""
-        return self._before if seq <= self._first else seq - 1
-
     def publish(
         self, seq: int, turn_id: str | None, payload: dict[str, Any], prev: int | None = None
     ) -> None:
+        """Tell the observer of event ``seq``; ``prev`` is the number of the event before it
+        in the log, when the store says (events it numbered), else the number handed out
+        before ``seq`` — numbers are handed out without gaps after the first, which follows
+        the log's last number when the turn began."""
         if self._publish is None:
             return
+        if prev is None:
+            prev = seq - 1 if seq > self._first else self._before
         try:
-            self._publish(seq, turn_id, payload, self.prev_of(seq) if prev is None else prev)
+            self._publish(seq, turn_id, payload, prev)
         except Exception:
             log.exception("journal: the event observer failed")
 

@@ -67,6 +67,11 @@ class TextBuffers:
         self._at: tuple[int, int] | None = None
         self._raw: list[tuple[int | None, str]] = []
 
+    @property
+    def blocks(self) -> int:
+        """Blocks holding text: the most rows the next :meth:`take` writes."""
+        return len(self._blocks)
+
     def feed(self, step: int, index: int, text: str, seq: int | None) -> int:
         """Buffer a delta numbered ``seq`` (None: not numbered); the bytes fed since the last
         take. Per delta only this: the redaction and the marks are a take's work."""
