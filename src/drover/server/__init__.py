@@ -63,12 +63,12 @@ The event stream
 
 Each replayable event is ``id: SEQ`` / ``event: TYPE`` / ``data: JSON`` where the JSON is the
 event's dict (``drover.events.event_to_dict``: ``type`` first) plus ``"seq"``, ``"prev"`` and
-``"turn_id"``. Sequence numbers increase; they run without gaps while one process runs a
-session's turns, and jump where a process died (a turn recovered or restarted after it is
-numbered after the numbers the dead one reserved). ``prev`` is the number of the event before
-this one in the session's log (0 before the first), so a client can tell a gap on its own:
-an event whose ``prev`` is not the id it last applied means it missed events, or holds a
-number the log lost — it reconnects with its last id and gets what it missed, or a ``reset``.
+``"turn_id"``. Sequence numbers increase; as a rule they run without gaps, but they jump
+where a process died (what is logged after it is numbered after the numbers the dead process
+reserved) or a turn's record failed. ``prev`` is the number of the event before this one in
+the session's log (0 before the first), so a client can tell a gap on its own: an event whose
+``prev`` is not the id it last applied means it missed events, or holds a number the log lost
+— it reconnects with its last id and gets what it missed, or a ``reset``.
 Live and replayed, a number always carries the same event: every numbered event a client
 receives live is in the log under that number with the same type and data (``prev``
 included), the one exception being redaction, below. Types and their data beyond
