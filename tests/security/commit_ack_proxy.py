@@ -4,8 +4,10 @@ The test points a store at :attr:`CommitAckProxy.port` and arms the proxy with a
 over the statements of a transaction. The next ``COMMIT`` of a transaction that satisfies it
 goes to the server, which commits; the server's answer is read and thrown away, the backend is
 ended with ``pg_terminate_backend`` and the client's socket closed — exactly what a client sees
-when the connection dies after the server committed and before the answer arrived. Every other
-byte is passed on as it is. The client must connect with ``sslmode=disable`` (the proxy reads
+when the connection dies after the server committed and before the answer arrived. Armed with
+``deliver=False``, the COMMIT itself is lost instead: the connection dies before it reaches
+the server, whose transaction is left open until the backend notices. Every other byte is
+passed on as it is. The client must connect with ``sslmode=disable`` (the proxy reads
 the protocol's messages: the startup message, then typed messages each way).
 """
 
@@ -87,6 +89,10 @@ class _Link:
                 if words.startswith("BEGIN"):
                     self.statements = []
                 elif words.startswith("COMMIT") and self.proxy.take(self.statements):
+                    if not self.proxy.deliver:
+                        self.close()  # (the server's transaction stays open, for a while)
+                        self.proxy.dropped.set()
+                        return
                     self.dropping = True
                 else:
                     self.statements.append(sql)
@@ -114,6 +120,7 @@ class CommitAckProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._armed: Predicate | None = None
+        self.deliver = True
         self._lock = threading.Lock()
         #: Set once a COMMIT's answer was thrown away.
         self.dropped = threading.Event()
@@ -125,11 +132,11 @@ class CommitAckProxy:
         url = url.replace(f":{self.upstream_port}/", f":{self.port}/")
         return url + ("&" if "?" in url else "?") + "sslmode=disable&gssencmode=disable"
 
-    def arm(self, when: Predicate) -> None:
+    def arm(self, when: Predicate, *, deliver: bool = True) -> None:
         """Lose the answer to the next COMMIT of a transaction whose statements satisfy
-        ``when``."""
+        ``when`` (``deliver=False``: lose the COMMIT itself)."""
         with self._lock:
-            self._armed = when
+            self._armed, self.deliver = when, deliver
 
     def take(self, statements: list[str]) -> bool:
         with self._lock:

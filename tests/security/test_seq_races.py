@@ -278,10 +278,13 @@ LOST_ACKS: dict[str, Callable[[list[str]], bool]] = {
 }
 
 
+@pytest.mark.parametrize("deliver", [True, False], ids=["answer lost", "commit lost"])
 @pytest.mark.parametrize("lost", sorted(LOST_ACKS))
 async def test_a_commit_whose_acknowledgement_is_lost_is_made_once(
-    proxied: tuple[CommitAckProxy, PostgresStore], lost: str
+    proxied: tuple[CommitAckProxy, PostgresStore], lost: str, deliver: bool
 ) -> None:
+    """``answer lost``: the server committed, the write must not be made again; ``commit
+    lost``: it did not, the write must be made again — once."""
     proxy, store = proxied
     session = await store.create_session(workdir="/w", model="m")
     turn = await store.begin_turn(session.id, user_message("go"), A, 30)
@@ -289,7 +292,7 @@ async def test_a_commit_whose_acknowledgement_is_lost_is_made_once(
     journal = Journal(
         store, session.id, turn_id=turn.id, owner=A, flush_bytes=64, publish=published
     )
-    proxy.arm(LOST_ACKS[lost])
+    proxy.arm(LOST_ACKS[lost], deliver=deliver)
     await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
     await journal.send(StepStarted(step=1))
     words = [f"word{i:02d} " for i in range(40)]

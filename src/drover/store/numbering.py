@@ -204,8 +204,6 @@ class StreamMarks:
         # the block's raw text (non-decreasing: bisect finds where a row ends among them).
         self._seqs: list[int] = []
         self._ends: list[int] = []
-        # Where the first of them starts (the end of the last delta written whole).
-        self._start = 0
         self._fed = 0
         self._written = 0
 
@@ -250,7 +248,6 @@ class StreamMarks:
             # Redaction changed the length: only the row's end maps to a delta's end.
             marks = ((last, stored_len),)
         if whole:
-            self._start = last_end
             del seqs[:whole], ends[:whole]
         self._written = end
         return first, last, marks
