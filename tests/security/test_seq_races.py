@@ -157,6 +157,20 @@ class GatedReservations:
         return store
 
 
+async def _near_a_boundary(
+    store: Store, publish: Callable[..., None], session_id: str, used: int
+) -> Journal:
+    """The journal of a new turn of the session once it handed out the numbers 1 to
+    ``used`` (its start, a step, text deltas)."""
+    turn = await store.begin_turn(session_id, user_message("go"), A, 30)
+    journal = Journal(store, session_id, turn_id=turn.id, owner=A, publish=publish)
+    await journal.send(TurnStarted(turn_id=turn.id, session_id=session_id, user_message=None))
+    await journal.send(StepStarted(step=1))
+    for _ in range(used - 2):
+        await journal.send(TextDelta(text="y"))
+    return journal
+
+
 async def test_parallel_sends_at_a_block_boundary_are_published_in_order(
     new_store: Callable[..., Store],
 ) -> None:
@@ -164,7 +178,6 @@ async def test_parallel_sends_at_a_block_boundary_are_published_in_order(
     async with new_store() as store:
         gated.wrap(store)
         session = await store.create_session(workdir="/w", model="m")
-        turn = await store.begin_turn(session.id, user_message("go"), A, 30)
         hub = Hub()
         order: list[int] = []
 
@@ -172,11 +185,7 @@ async def test_parallel_sends_at_a_block_boundary_are_published_in_order(
             order.append(seq)
             hub.publish(session.id, seq, turn_id, payload, *prev)
 
-        journal = Journal(store, session.id, turn_id=turn.id, owner=A, publish=publish)
-        await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
-        await journal.send(StepStarted(step=1))
-        for _ in range(RESERVE_BLOCK - 4):
-            await journal.send(TextDelta(text="y"))
+        journal = await _near_a_boundary(store, publish, session.id, RESERVE_BLOCK - 2)
         for call in ("c1", "c2"):
             await journal.send(
                 ToolStateChanged(call_id=call, call_index=0, name="bash", state="input-streaming")
@@ -213,13 +222,8 @@ async def test_a_workers_flush_cancelled_while_numbers_are_reserved_loses_no_tex
     async with new_store() as store:
         gated.wrap(store)
         session = await store.create_session(workdir="/w", model="m")
-        turn = await store.begin_turn(session.id, user_message("go"), A, 30)
         order = Published()
-        journal = Journal(store, session.id, turn_id=turn.id, owner=A, publish=order)
-        await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
-        await journal.send(StepStarted(step=1))
-        for _ in range(RESERVE_BLOCK - 4):
-            await journal.send(TextDelta(text="z"))
+        journal = await _near_a_boundary(store, order, session.id, RESERVE_BLOCK - 2)
 
         def worker(event: Any) -> WorkerEvent:
             return WorkerEvent(call_id="task-1", worker=0, event=event)
