@@ -61,8 +61,8 @@ LEASE_SECONDS = 30.0
 
 log = logging.getLogger(__name__)
 
-#: ``(session_id, seq, turn_id, payload)`` of each numbered event.
-SessionPublish = Callable[[str, int, str | None, dict[str, Any]], None]
+#: ``(session_id, seq, turn_id, payload, prev)`` of each numbered event.
+SessionPublish = Callable[[str, int, str | None, dict[str, Any], int], None]
 #: Answers a permission question: ``"allow"``, ``"always"`` or ``"deny"`` (sync or async).
 PermissionHandler = Callable[[PermissionRequest], Decision | Awaitable[Decision]]
 
@@ -191,8 +191,9 @@ class Runner:
         on_event: SessionPublish | None = None,
         on_recovered: Callable[[str], None] | None = None,
     ) -> None:
-        """``on_event(session_id, seq, turn_id, payload)`` sees every event of every turn as
-        the journal numbers it, live text deltas included (the server's hub).
+        """``on_event(session_id, seq, turn_id, payload, prev)`` sees every event of every
+        turn as the journal numbers it, live text deltas included, in increasing order, with
+        the number of the event before it in the log (the server's hub).
         ``on_recovered(session_id)`` hears of a dead process's turn this runner ended: its
         events reached the log without being published, so followers go back to the log."""
         self.store = store
@@ -502,7 +503,8 @@ class Runner:
             return
         for record in logged:
             try:
-                publish(session_id, record.end_seq, turn_id, dict(record.payload))
+                prev = record.end_seq - 1 if record.prev is None else record.prev
+                publish(session_id, record.end_seq, turn_id, dict(record.payload), prev)
             except Exception:
                 log.exception("runner: the event observer failed")
 

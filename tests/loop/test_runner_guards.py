@@ -143,7 +143,7 @@ async def test_a_turn_cancelled_while_it_begins_ends_interrupted_and_says_so_liv
     async with GatedBegin(tmp_path / "j.db") as store:
         record = await store.create_session(workdir=str(tmp_path), model="m")
         runner = Runner(
-            store, on_event=lambda sid, seq, tid, payload: published.append((seq, payload))
+            store, on_event=lambda sid, seq, tid, payload, prev: published.append((seq, payload))
         )
         session = await _session(
             runner, record.id, ScriptedProvider([Reply(text="never")]), tmp_path

@@ -13,7 +13,7 @@ import pytest
 from drover.server.heap import YOUNG_THRESHOLD
 
 from drover.server.hub import SessionFeed, make_frame
-from drover.server.replay import expand
+from drover.server.replay import continuable, expand
 from drover.store.base import EventRecord
 from drover.store.rows import decode_marks, encode_marks
 
@@ -27,9 +27,10 @@ TEXTS = [
 ]
 
 
-def _plain(seq: int, turn_id: str | None, payload: dict[str, Any]) -> bytes:
+def _plain(seq: int, turn_id: str | None, payload: dict[str, Any], prev: int) -> bytes:
     """The frame as the contract describes it, built the slow, obvious way."""
-    body = json.dumps({**payload, "seq": seq, "turn_id": turn_id}, ensure_ascii=False)
+    body = {**payload, "seq": seq, "prev": prev, "turn_id": turn_id}
+    body = json.dumps(body, ensure_ascii=False)
     body = json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
     return f"id: {seq}\nevent: {payload['type']}\ndata: {body}\n\n".encode()
 
@@ -37,8 +38,8 @@ def _plain(seq: int, turn_id: str | None, payload: dict[str, Any]) -> bytes:
 @pytest.mark.parametrize("text", TEXTS)
 def test_a_text_delta_frame_is_the_json_of_its_event(text: str) -> None:
     payload = {"type": "text_delta", "text": text, "index": 0, "step": 3}
-    assert make_frame(41, "turn-%d", payload).wire == _plain(41, "turn-%d", payload)
-    assert make_frame(42, None, payload).wire == _plain(42, None, payload)
+    assert make_frame(41, "turn-%d", payload, 40).wire == _plain(41, "turn-%d", payload, 40)
+    assert make_frame(42, None, payload, 17).wire == _plain(42, None, payload, 17)
 
 
 def test_a_feed_keeps_its_block_template_only_while_the_block_lasts() -> None:
@@ -47,9 +48,9 @@ def test_a_feed_keeps_its_block_template_only_while_the_block_lasts() -> None:
     for seq, (turn, index, step) in enumerate(blocks, start=1):
         for text in TEXTS[:3]:
             payload = {"type": "text_delta", "text": text, "index": index, "step": step}
-            frame = feed.frame(seq, turn, payload)
+            frame = feed.frame(seq, turn, payload, seq - 1)
             assert (frame.seq, frame.type) == (seq, "text_delta")
-            assert frame.wire == _plain(seq, turn, payload)
+            assert frame.wire == _plain(seq, turn, payload, seq - 1)
 
 
 def test_other_events_and_unusual_text_deltas_take_the_plain_path() -> None:
@@ -61,10 +62,10 @@ def test_other_events_and_unusual_text_deltas_take_the_plain_path() -> None:
         {"type": "tool_state", "call_id": "c", "state": "running", "seq": 99},
     ]
     for payload in payloads:
-        frame = feed.frame(7, "t", payload)
+        frame = feed.frame(7, "t", payload, 3)
         data = json.loads(frame.wire.decode().split("data: ", 1)[1])
-        assert data == {**payload, "seq": 7, "turn_id": "t"}
-        assert frame.wire == _plain(7, "t", payload)
+        assert data == {**payload, "seq": 7, "prev": 3, "turn_id": "t"}
+        assert frame.wire == _plain(7, "t", payload, 3)
 
 
 def _text_row(seq: int, deltas: list[str], turn_id: str = "t") -> EventRecord:
@@ -91,11 +92,50 @@ def test_a_replay_cuts_coalesced_rows_back_into_the_live_frames() -> None:
     deltas = [TEXTS[i % len(TEXTS)] or "z" for i in range(3000)]
     rows = [_text_row(10, deltas[:1000]), _text_row(1010, deltas[1000:])]
     live = [
-        make_frame(10 + i, "t", {"type": "text_delta", "text": d, "index": 0, "step": 1})
+        make_frame(10 + i, "t", {"type": "text_delta", "text": d, "index": 0, "step": 1}, 9 + i)
         for i, d in enumerate(deltas)
     ]
-    assert expand(rows, 0) == live
+    # (the first row's number follows 9, which these rows do not hold: ``prev`` is the id
+    # the replay starts after)
+    assert expand(rows, 9) == live
     assert expand(rows, 1500) == live[1491:]
+
+
+def test_a_redacted_row_is_one_event_with_the_rest_of_its_last_delta() -> None:
+    def row(seq: int, last: int, text: str, marks: Any) -> EventRecord:
+        payload = {"type": "text_delta", "text": text, "index": 0, "step": 1}
+        return EventRecord(
+            session_id="s",
+            seq=seq,
+            turn_id="t",
+            type="text_delta",
+            payload=payload,
+            created_at=0.0,
+            last_seq=last,
+            marks=marks,
+        )
+
+    # A flush redaction changed (no marks), ending inside delta 12; the next one holds the
+    # rest of 12, then 13.
+    redacted = row(10, 12, "ab [REDACTED] c", None)
+    rest = row(12, 13, "dEfgh", ((12, 2), (13, 5)))
+    got = [
+        (f.seq, json.loads(f.wire.decode().split("data: ", 1)[1]))
+        for f in expand([redacted, rest], 9)
+    ]
+    assert [(seq, d["text"], d["prev"]) for seq, d in got] == [
+        (12, "ab [REDACTED] cdE", 9),
+        (13, "fgh", 12),
+    ]
+    assert [continuable(k, [redacted, rest], None) for k in (10, 11, 12, 13)] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    # Cut there by a crash: its text is served, its last number cannot be continued.
+    assert [f.seq for f in expand([redacted], 9)] == [12]
+    assert not continuable(12, [redacted], None)
 
 
 def test_marks_decode_back_to_what_was_encoded() -> None:

@@ -1,5 +1,5 @@
 """Numbers and replay in process: every delta numbered and published, coalesced rows cut back
-at any delta, redacted rows that cannot be cut, superseded deltas covered, crash holes reset."""
+at any delta, redacted rows that cannot be cut, superseded deltas written, crash holes reset."""
 
 from __future__ import annotations
 
@@ -42,14 +42,19 @@ class Rig:
     def __init__(self, store: SqliteStore, session_id: str, turn_id: str) -> None:
         self.store, self.session_id, self.turn_id = store, session_id, turn_id
         self.published: Published = []
+        self.prevs: dict[int, int] = {}
         # Flushes by size only (the timer is far away): every 16 bytes.
         self.journal = Journal(
             store,
             session_id,
             flush_interval=1000,
             flush_bytes=16,
-            publish=lambda seq, turn, payload: self.published.append((seq, turn, payload)),
+            publish=self._publish,
         )
+
+    def _publish(self, seq: int, turn: str | None, payload: dict[str, Any], prev: int) -> None:
+        self.published.append((seq, turn, payload))
+        self.prevs[seq] = prev
 
     async def start(self) -> None:
         await self.journal.send(
@@ -114,7 +119,7 @@ async def test_unflushed_deltas_come_from_the_feed(rig: Rig) -> None:
     feed = SessionFeed()
     await rig.deltas("a b c d e f g h i j k ", "tail ", "x")
     for seq, turn, payload in rig.published:
-        feed.publish(make_frame(seq, turn, payload))
+        feed.publish(make_frame(seq, turn, payload, rig.prevs[seq]))
     ids = rig.delta_ids()
     for k in [0, *ids]:
         plan = backlog(k, await rig.rows(k), feed)
@@ -128,17 +133,18 @@ async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
     await rig.deltas("key ", secret[:20], secret[20:], " ok ", "done ")
     await rig.journal.aclose()
     rows = await rig.rows()
-    opaque = [r for r in rows if r.type == "text_delta" and r.marks is None]
-    assert len(opaque) == 1
-    (row,) = opaque
-    assert "[REDACTED]" in row.payload["text"]
+    redacted = [r for r in rows if "[REDACTED]" in str(r.payload.get("text"))]
+    assert len(redacted) == 1
+    (row,) = redacted
     assert row.seq < row.end_seq
+    # Offsets inside it cannot be mapped: at most its end is marked (a delta ends there).
+    assert row.marks in (None, ((row.end_seq, len(row.payload["text"])),))
     assert not continuable(row.seq, rows, None)  # inside: reset
-    assert continuable(row.end_seq, rows, None)  # after it whole: fine
+    assert continuable(row.end_seq, rows, None) == (row.marks is not None)
     assert secret not in str(_parsed(expand(rows, 0)))
 
 
-async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig: Rig) -> None:
+async def test_superseded_deltas_are_written_before_what_supersedes_them(rig: Rig) -> None:
     await rig.deltas("first attempt")  # 13 bytes: not flushed
     unflushed = rig.delta_ids()
     await rig.journal.send(Retry(attempt=1, delay=0, error="overloaded", discard_partial=True))
@@ -150,10 +156,17 @@ async def test_superseded_deltas_are_covered_by_the_row_that_supersedes_them(rig
     rows = await rig.rows()
     for k in [*unflushed, *rig.delta_ids()]:
         assert continuable(k, rows, None), k
+    # Every event published is replayed at its number, with the data it was published with.
+    replayed = _parsed(expand(rows, 0))
+    published = [
+        (seq, {**p, "seq": seq, "prev": rig.prevs[seq], "turn_id": t})
+        for seq, t, p in rig.published
+    ]
+    assert replayed == published
     retry = next(r for r in rows if r.type == "retry")
-    assert retry.seq == unflushed[0]
+    assert retry.seq == unflushed[-1] + 1
     after = [p["type"] for _, p in _parsed(expand(rows, unflushed[0]))]
-    assert after == ["retry", "assistant_message", "done"]
+    assert after == ["retry", "text_delta", "assistant_message", "done"]
     # The reservation shrinks back to the numbers handed out once the turn ended in order.
     assert await rig.store.next_event_seq(rig.session_id) == rig.published[-1][0] + 1
 
@@ -174,3 +187,33 @@ async def test_numbers_lost_in_a_crash_fall_in_a_hole_recovery_numbers_past(
     for k in lost:
         assert not continuable(k, await rig.rows(k), None)
     assert continuable(last_flushed, await rig.rows(last_flushed), None)
+
+
+async def test_a_turn_after_a_hole_names_the_last_event_the_log_holds(rig: Rig) -> None:
+    await rig.deltas("one ", "two ")
+    message = assistant_message([TextBlock(text="one two ")])
+    await rig.journal.send(AssistantMessage(message=message))
+    await rig.journal.send(Done(text="one two ", usage=Usage()))
+    await rig.journal.aclose()
+    last = rig.published[-1][0]
+    assert [rig.prevs[seq] for seq, _, _ in rig.published] == list(range(last))
+    # Numbers reserved and never used (a journal that died before its first write, say).
+    await rig.store.reserve_seqs(rig.session_id, last + 40)
+    turn = await rig.store.begin_turn(rig.session_id, user_message("again"), "h:1:1", 30)
+    after = Rig(rig.store, rig.session_id, turn.id)
+    await after.start()
+    (first, _, _), (second, _, _) = after.published
+    assert first == last + 41 and after.prevs[first] == last  # across the hole
+    assert after.prevs[second] == first
+    # Events a store numbers on its own (a turn ended without its journal) say it too: the
+    # last the log holds (turn_started; step_started was never written).
+    logged = await rig.store.end_turn(
+        turn.id, "interrupted", event={"type": "error", "reason": "interrupted"}
+    )
+    assert [r.prev for r in logged] == [first]
+    assert logged[0].seq > second
+    # A replay from the start names the same numbers.
+    frames = _parsed(expand(await rig.rows(), 0))
+    prevs = [p["prev"] for _, p in frames]
+    assert prevs == [0, *(seq for seq, _ in frames[:-1])]
+    assert dict(frames)[first]["prev"] == last

@@ -202,11 +202,15 @@ async def test_the_finished_message_is_authoritative_and_cancels_the_timer(rig: 
     message = assistant_message([TextBlock(text="The answer is 42.")])
     await rig.journal.send(AssistantMessage(message=message))
     assert not rig.journal.timer_pending
-    assert rig.store.names() == ["append_message", "append_event"]
+    # The text live consumers saw since the last flush is written first (the log holds every
+    # numbered delta), then the message, which folds the step's text rows.
+    assert rig.store.names() == ["append_partial_text", "append_message", "append_event"]
+    assert rig.store.of("append_partial_text")[0][3] == "is 42."
     assert rig.store.of("append_message")[0][1:] == (message, False, 1)
     stored = await rig.store.turn_messages(rig.turn_id)
     assert [(s.message, s.partial) for s in stored] == [(message, False)]  # deltas are gone
     rig.clock.advance(1)
+    rig.store.calls.clear()
     await rig.journal.send(UsageReport(usage=Usage(), total_input=0, total_output=0))
     assert "append_partial_text" not in rig.store.names()
     assert rig.finished == [message]
@@ -469,7 +473,7 @@ async def test_the_done_event_refers_to_the_answer_and_reads_back_whole(rig: Rig
         rig.store,
         rig.session_id,
         turn_id=rig.turn_id,
-        publish=lambda seq, turn_id, payload: published.append(payload),
+        publish=lambda seq, turn_id, payload, prev: published.append(payload),
     )
     answer = "The answer is 42. " * 50
     await journal.send(StepStarted(step=2))

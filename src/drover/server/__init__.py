@@ -89,9 +89,17 @@ The event stream
 ----------------
 
 Each replayable event is ``id: SEQ`` / ``event: TYPE`` / ``data: JSON`` where the JSON is the
-event's dict (``drover.events.event_to_dict``: ``type`` first) plus ``"seq"`` and
-``"turn_id"``. Sequence numbers increase but are not contiguous (a restarted turn starts after
-the numbers a crashed one reserved). Types and their data beyond ``type``/``seq``/``turn_id``:
+event's dict (``drover.events.event_to_dict``: ``type`` first) plus ``"seq"``, ``"prev"`` and
+``"turn_id"``. Sequence numbers increase; as a rule they run without gaps, but they jump
+where a process died (what is logged after it is numbered after the numbers the dead process
+reserved) or a turn's record failed. ``prev`` is the number of the event before this one in
+the session's log (0 before the first), so a client can tell a gap on its own: an event whose
+``prev`` is not the id it last applied means it missed events, or holds a number the log lost
+— it reconnects with its last id and gets what it missed, or a ``reset``.
+Live and replayed, a number always carries the same event: every numbered event a client
+receives live is in the log under that number with the same type and data (``prev``
+included), the one exception being redaction, below. Types and their data beyond
+``type``/``seq``/``prev``/``turn_id``:
 
 =======================  ======================================================================
 ``turn_started``         ``session_id``, ``user_message`` (Message or null)
@@ -109,19 +117,28 @@ the numbers a crashed one reserved). Types and their data beyond ``type``/``seq`
                          answer with the permissions route
 ``usage``                ``usage``, ``total_input``, ``total_output``
 ``compacted``            ``messages_before``, ``messages_after``
+``worker``               ``worker``, ``parent_call_id``, ``event`` (an event of a worker the
+                         ``task`` call ``parent_call_id`` runs; its text comes as one
+                         ``text_delta`` per flush of the worker's text, as the log holds it)
 ``done``                 ``text``, ``usage`` — terminal (turn ``completed``)
 ``incomplete``           ``reason``, ``error``, ``usage``, ``retryable`` — terminal, work kept
 ``error``                ``reason``, ``error``, ``usage``, ``retryable`` — terminal
 ``reset``                the client's id cannot be continued (older than what is kept, inside
                          a hole a crash left, or ahead of what survived): ``data`` is the
-                         ``Snapshot``; its ``id`` is the snapshot's ``last_event_id``. Replace
-                         the whole view with it and go on from there.
+                         ``Snapshot``; its ``id`` is the snapshot's ``last_event_id`` and it
+                         has no ``prev``. Replace the whole view with it and go on from there
+                         (the next event's ``prev`` is that id).
 =======================  ======================================================================
 
 Every turn ends with exactly one of ``done``/``incomplete``/``error``. Thinking deltas are
-not streamed. A live ``text_delta`` carries the provider's text as it came; what the journal
-stores — and so what a replay from the log serves — is redacted (keys become ``[REDACTED]``),
-and the step's ``assistant_message`` is always the redacted, authoritative text.
+not streamed. Redaction: a live ``text_delta`` carries the provider's text as it came (holding
+each delta back until no key could still be arriving would delay the live text); what the
+journal stores — and so what a replay from the log serves — is redacted (keys become
+``[REDACTED]``). Where redaction changed a flush of text, the log cannot cut it back into its
+deltas: a replay serves it as one ``text_delta`` under the number of the last delta it holds
+(with the rest of that delta when the next flush holds it); the flush's other numbers are not
+served, and a client holding one of them gets a ``reset``. The step's ``assistant_message``
+is always the redacted, authoritative text.
 Transient events have no ``id:`` and are never replayed: ``status``
 (``{"type": "status", "transient": true, "running_turn_id", "last_event_id"}``, sent on
 connect). Heartbeats are SSE comment lines (``: ping``) every ``heartbeat`` seconds.

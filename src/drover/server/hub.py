@@ -50,39 +50,42 @@ def _wire(seq: int, kind: str, data: str) -> bytes:
     return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-def make_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
+def make_frame(seq: int, turn_id: str | None, payload: dict[str, Any], prev: int) -> Frame:
+    """The frame of the event ``payload`` numbered ``seq``, ``prev`` the number before it."""
     if payload.get("type") == "text_delta" and payload.keys() == _TEXT_KEYS:
         text = payload["text"]
         if isinstance(text, str):
-            return text_frame(seq, text, text_template(payload["index"], payload["step"], turn_id))
-    return _other_frame(seq, turn_id, payload)
+            template = text_template(payload["index"], payload["step"], turn_id)
+            return text_frame(seq, text, template, prev)
+    return _other_frame(seq, turn_id, payload, prev)
 
 
-def _other_frame(seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
-    body = {**payload, "seq": seq, "turn_id": turn_id}
+def _other_frame(seq: int, turn_id: str | None, payload: dict[str, Any], prev: int) -> Frame:
+    body = {**payload, "seq": seq, "prev": prev, "turn_id": turn_id}
     kind = str(payload.get("type", "message"))
     return Frame(seq, kind, _wire(seq, kind, _dumps(body)))
 
 
 def text_template(index: Any, step: Any, turn_id: str | None) -> str:
     """The whole frame of a ``text_delta`` of one block, as a ``%`` template of its number,
-    its JSON-quoted text and its number again (see :func:`text_frame`): the fixed part of
-    the JSON is encoded once per block, not once per delta."""
+    its JSON-quoted text, its number again and the number before it (see
+    :func:`text_frame`): the fixed part of the JSON is encoded once per block, not once per
+    delta."""
     rest = f',"index":{_dumps(index)},"step":{_dumps(step)},"seq":'.replace("%", "%%")
     turn = _dumps(turn_id).replace("%", "%%")
     return (
         'id: %d\nevent: text_delta\ndata: {"type":"text_delta","text":%s'
         + rest
-        + '%d,"turn_id":'
+        + '%d,"prev":%d,"turn_id":'
         + turn
         + "}\n\n"
     )
 
 
-def text_frame(seq: int, text: str, template: str) -> Frame:
+def text_frame(seq: int, text: str, template: str, prev: int) -> Frame:
     """A ``text_delta`` frame from its text and its block's :func:`text_template` (the same
     bytes as :func:`make_frame` writes for the event)."""
-    return Frame(seq, "text_delta", (template % (seq, _quote(text), seq)).encode())
+    return Frame(seq, "text_delta", (template % (seq, _quote(text), seq, prev)).encode())
 
 
 class Subscription:
@@ -143,7 +146,7 @@ class SessionFeed:
 
     # -- publishing ----------------------------------------------------------------------------
 
-    def frame(self, seq: int, turn_id: str | None, payload: dict[str, Any]) -> Frame:
+    def frame(self, seq: int, turn_id: str | None, payload: dict[str, Any], prev: int) -> Frame:
         """:func:`make_frame`, with the template of the block being streamed kept between
         its deltas."""
         if payload.get("type") == "text_delta" and payload.keys() == _TEXT_KEYS:
@@ -153,8 +156,8 @@ class SessionFeed:
                 if key != self._template_key:
                     self._template = text_template(key[1], key[2], turn_id)
                     self._template_key = key
-                return text_frame(seq, text, self._template)
-        return _other_frame(seq, turn_id, payload)
+                return text_frame(seq, text, self._template, prev)
+        return _other_frame(seq, turn_id, payload, prev)
 
     def publish(self, frame: Frame) -> None:
         if self._ring and frame.seq <= self._ring[-1].seq:
@@ -230,10 +233,10 @@ class Hub:
         return feed
 
     def publish(
-        self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any]
+        self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any], prev: int
     ) -> None:
         feed = self.feed(session_id)
-        feed.publish(feed.frame(seq, turn_id, payload))
+        feed.publish(feed.frame(seq, turn_id, payload, prev))
 
     def close(self) -> None:
         """End every subscriber's stream."""

@@ -153,6 +153,22 @@ _SCHEMAS: dict[str, Any] = {
         "required": list(_SUMMARY_FIELDS),
         "properties": _SUMMARY_FIELDS,
     },
+    "StreamEvent": {
+        "description": (
+            "The data of a numbered event of the stream (id: SEQ, event: TYPE): the event's "
+            "fields, then seq, prev and turn_id. prev is the number of the event before it in "
+            "the session's log: an event whose prev is not the id last received means events "
+            "were missed (reconnect with Last-Event-ID: the server serves them or a reset)."
+        ),
+        "type": "object",
+        "required": ["type", "seq", "prev", "turn_id"],
+        "properties": {
+            "type": {"type": "string"},
+            "seq": {"type": "integer", "minimum": 1},
+            "prev": {"type": "integer", "minimum": 0},
+            "turn_id": _NULLABLE_STRING,
+        },
+    },
     "Snapshot": {
         "type": "object",
         "required": [*_SUMMARY_FIELDS, "last_event_id", "turns", "pending_permissions"],
@@ -321,8 +337,17 @@ def schema() -> dict[str, Any]:
                 "The session's event stream (SSE), resumed after Last-Event-ID or ?after=N",
                 {
                     "200": {
-                        "description": "text/event-stream; see the drover.server docstring",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "description": (
+                            "text/event-stream; the data of each numbered event is a "
+                            "StreamEvent, of a reset a Snapshot (see the drover.server "
+                            "docstring)"
+                        ),
+                        "content": {
+                            "text/event-stream": {
+                                "schema": {"type": "string"},
+                                "x-event-data": _ref("StreamEvent"),
+                            }
+                        },
                     },
                     "400": _error("bad Last-Event-ID or after"),
                     "404": _NOT_FOUND,

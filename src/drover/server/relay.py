@@ -6,7 +6,8 @@ relay carries B's numbered events to A's hub.
 
 With Redis (``--redis``), every event a process numbers is also appended (XADD, trimmed to about
 :data:`STREAM_LEN` entries) to the session's stream ``drover:events:{session}``, with the number
-the same process published before it for that session (``prev``; empty at a turn's start). A
+of the event before it in the log (``prev``, as the journal numbered it; an entry of an older
+version may leave it empty). A
 process whose clients follow a session reads that stream (one XREAD BLOCK for all of them),
 first from its beginning (the stream holds far more than the journal's unflushed tail), then as
 it grows, and publishes each entry into its own feed. An entry is taken only when nothing can be
@@ -55,7 +56,6 @@ PRIME_PAGE = 256
 BLOCK_MS = 200
 #: Events waiting to be written to Redis before the oldest are dropped (readers see the gap).
 OUTBOX_LIMIT = 100_000
-_TERMINAL = {"done", "incomplete", "error"}
 
 ControlHandler = Callable[[dict[str, Any]], Awaitable[None]]
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
@@ -102,7 +102,6 @@ class Relay:
         self._redis: Any = None
         self._up = False
         self._follows: dict[str, _Follow] = {}
-        self._prev: dict[str, int] = {}
         self._outbox: deque[tuple[str, dict[str, Any]]] = deque()
         self._outbox_ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,20 +148,14 @@ class Relay:
     # -- publishing (the runner's hook) --------------------------------------------------------
 
     def publish(
-        self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any]
+        self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any], prev: int
     ) -> None:
         feed = self._hub.feed(session_id)
-        frame = feed.frame(seq, turn_id, payload)
+        frame = feed.frame(seq, turn_id, payload, prev)
         feed.publish(frame)
         if self._redis is None:
             return
-        kind = frame.type
-        prev = None if kind == "turn_started" else self._prev.get(session_id)
-        if kind in _TERMINAL:
-            self._prev.pop(session_id, None)
-        else:
-            self._prev[session_id] = seq
-        fields = {"seq": seq, "prev": "" if prev is None else prev, "wire": frame.wire}
+        fields = {"seq": seq, "prev": prev, "wire": frame.wire}
         if len(self._outbox) >= OUTBOX_LIMIT:
             self._outbox.popleft()
             self.dropped += 1

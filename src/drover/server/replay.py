@@ -5,11 +5,15 @@ The log's rows cover ranges of numbers (:class:`~drover.store.base.EventRecord`)
 cut back into one event per delta here, and a replay can start after any of them. Text after a
 row's last mark belongs to a delta that ends in a later row of the same block; it is carried
 into that row's first piece. Deltas the journal has not flushed yet come from the feed's ring.
+Each frame's ``prev`` is the number of the event before it in what is served: the log's
+order, with the ring's frames (which carry the ``prev`` they were published with) among them.
 
-A client id is *continuable* when it is 0, still in the ring, or covered by a row that can be
-cut there. Anything else — a number lost with a crashed process (a hole below the numbers
-recovery used), one ahead of everything that survived, or one inside a row that redaction made
-uncuttable — gets a ``reset`` with the durable snapshot: never a silent skip.
+A client id is *continuable* when it is 0, still in the ring, or the number of a whole event
+the log holds — a row's own number, or a delta that ends in a text row (a mark). Anything
+else — a number lost with a crashed process (a hole below the numbers recovery used, or the
+last delta of a flush that held only its start), one ahead of everything that survived, or one
+inside a row that redaction made uncuttable — gets a ``reset`` with the durable snapshot:
+never a silent skip.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from typing import Any
 
 from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_template
 from drover.store.base import EventRecord
+
+#: One event of the log before it is encoded: ``(seq, text, template, None)`` for a delta cut
+#: from a text row, ``(seq, None, payload, turn_id)`` for any other row.
+_Entry = tuple[int, str | None, Any, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +41,12 @@ class Backlog:
 def _cuttable_at(row: EventRecord, seq: int) -> bool:
     if not row.seq <= seq <= row.end_seq:
         return False
-    if seq == row.end_seq or row.type != "text_delta":
+    if row.type != "text_delta":
+        # (a row of an older journal may cover superseded deltas before its own number: the
+        # client saw them, and what the row carries replaces them)
         return True
+    # A delta the row holds whole (a row's text after its last mark is the start of a delta
+    # that ends in a later row, if any survived).
     return row.marks is not None and any(mark == seq for mark, _ in row.marks)
 
 
@@ -46,44 +58,93 @@ def continuable(after: int, rows: Sequence[EventRecord], feed: SessionFeed | Non
     return any(_cuttable_at(row, after) for row in rows)
 
 
-def expand(rows: Sequence[EventRecord], after: int) -> list[Frame]:
-    """The log's events numbered above ``after`` as frames, coalesced text rows cut back into
-    their deltas, in number order."""
-    out: list[Frame] = []
+def _entries(rows: Sequence[EventRecord]) -> list[_Entry]:
+    """Every event the rows hold, coalesced text rows cut back into their deltas, in number
+    order. A text row without marks (redaction changed its length) is one event under its
+    last number — with the start of its last delta, which a next row of its block may go
+    on with: then the two are that delta's one event."""
+    out: list[_Entry] = []
     carry: dict[tuple[str | None, Any, Any], str] = {}
+    opaque: dict[tuple[str | None, Any, Any], tuple[int, str]] = {}
     for row in rows:
         payload = row.payload
-        if row.type != "text_delta" or row.marks is None:
-            if row.end_seq > after:
-                out.append(make_frame(row.end_seq, row.turn_id, dict(payload)))
+        if row.type != "text_delta":
+            out.append((row.end_seq, None, dict(payload), row.turn_id))
             continue
         index, step = payload.get("index"), payload.get("step")
         key = (row.turn_id, step, index)
         text = str(payload.get("text", ""))
         template = text_template(index, step, row.turn_id)
-        pending, start = carry.pop(key, ""), 0
+        held = opaque.pop(key, None)
+        if held is not None and held[0] != row.seq:  # (its last delta ended in it)
+            out.append((held[0], held[1], template, None))
+            held = None
+        pending, start = carry.pop(key, "") if held is None else held[1], 0
+        if row.marks is None:
+            opaque[key] = (row.end_seq, pending + text)
+            continue
         for seq, end in row.marks:
             piece, pending, start = pending + text[start:end], "", end
-            if seq > after and piece:
-                out.append(text_frame(seq, piece, template))
+            if piece:
+                out.append((seq, piece, template, None))
         if start < len(text):
             carry[key] = pending + text[start:]
-    out.sort(key=_by_seq)
+    for (turn_id, step, index), (seq, text) in opaque.items():
+        out.append((seq, text, text_template(index, step, turn_id), None))
+    out.sort(key=_first)
     return out
 
 
-def _by_seq(frame: Frame) -> int:
-    return frame.seq
+def _first(entry: _Entry) -> int:
+    return entry[0]
 
 
-def backlog(after: int, rows: Sequence[EventRecord], feed: SessionFeed | None) -> Backlog:
-    """The frames after ``after``: the log's, then the ring's numbers the log lacks."""
-    if not continuable(after, rows, feed):
+def _frame(entry: _Entry, prev: int) -> Frame:
+    seq, piece, body, turn_id = entry
+    if piece is not None:
+        return text_frame(seq, piece, body, prev)
+    return make_frame(seq, turn_id, body, prev)
+
+
+def expand(rows: Sequence[EventRecord], after: int) -> list[Frame]:
+    """The log's events numbered above ``after`` as frames, coalesced text rows cut back into
+    their deltas, in number order; ``prev`` from the order of the rows (``after`` for the
+    first when no row holds an event at or below it)."""
+    return _merged(_entries(rows), [], after)
+
+
+def backlog(
+    after: int, rows: Sequence[EventRecord], feed: SessionFeed | None, *, snapshot: bool = False
+) -> Backlog:
+    """The frames after ``after``: the log's, then the ring's numbers the log lacks.
+    ``snapshot``: ``after`` is the number of a snapshot the client was just sent, which holds
+    everything up to it — served from there whatever the row it falls in."""
+    if not snapshot and not continuable(after, rows, feed):
         return Backlog(frames=[], reset=True)
-    frames = expand(rows, after)
-    if feed is not None:
-        logged = {frame.seq for frame in frames}
-        live = [frame for frame in feed.after(after) if frame.seq not in logged]
-        if live:
-            frames = sorted([*frames, *live], key=_by_seq)
-    return Backlog(frames=frames, reset=False)
+    entries = _entries(rows)
+    live = [] if feed is None else feed.after(after)
+    if live:
+        logged = {entry[0] for entry in entries}
+        live = [frame for frame in live if frame.seq not in logged]
+    return Backlog(frames=_merged(entries, live, after), reset=False)
+
+
+def _merged(entries: list[_Entry], live: list[Frame], after: int) -> list[Frame]:
+    """The log's entries above ``after`` encoded, with the ring's frames among them (both in
+    number order); each entry's ``prev`` is the number before it."""
+    frames: list[Frame] = []
+    prev = after
+    i, n = 0, len(entries)
+    for frame in live:
+        while i < n and entries[i][0] < frame.seq:
+            if entries[i][0] > after:
+                frames.append(_frame(entries[i], prev))
+            prev = entries[i][0]
+            i += 1
+        frames.append(frame)
+        prev = frame.seq
+    for entry in entries[i:]:
+        if entry[0] > after:
+            frames.append(_frame(entry, prev))
+        prev = entry[0]
+    return frames

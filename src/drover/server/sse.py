@@ -43,9 +43,11 @@ class _Stream:
         """Everything after ``after`` (or a reset and what follows the snapshot)."""
         store = self.service.store
         out: list[bytes] = []
-        for _ in range(2):
+        for reset in (False, True):
             rows = await store.events_after(self.record.id, max(after - 1, 0))
-            plan = backlog(after, rows, self.feed)
+            # After a reset the client holds the snapshot: everything up to its number, the
+            # start of a delta still being written included.
+            plan = backlog(after, rows, self.feed, snapshot=reset)
             if not plan.reset:
                 for frame in plan.frames:
                     if frame.seq > self.last:

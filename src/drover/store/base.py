@@ -123,6 +123,11 @@ class EventRecord:
     #: when the row cannot be split (redaction changed its length) or is not a text row.
     marks: tuple[tuple[int, int], ...] | None = None
 
+    #: For an event a store logged on its own and returned (:meth:`TurnJournal.end_turn`):
+    #: the number of the event before it in the log. None when not known (a replay derives it
+    #: from the order of the log).
+    prev: int | None = None
+
     @property
     def end_seq(self) -> int:
         return max(self.seq, self.last_seq)
@@ -325,7 +330,10 @@ class TurnJournal(Protocol):
         turn's terminal event) is logged in the same transaction, so a turn never ends without
         it or logs it without ending. Returns the events this logged (the terminal one last),
         numbered from ``first_seq`` (the journal, the log's only writer while it holds the
-        lease, passes its next number) or else after every number used or reserved.
+        lease, passes its next number) or else after every number used or reserved; each
+        record's ``prev`` is the number before it in the log. With ``first_seq`` the
+        session's reservation (:meth:`EventLog.reserve_seqs`) shrinks to the last number
+        logged, in the same transaction: the journal hands out no number after its turn's end.
 
         Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
         otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
@@ -349,10 +357,27 @@ class EventLog(Protocol):
         """The first number after every one used or reserved in the session's log."""
         ...
 
-    async def reserve_seqs(self, session_id: str, upto: int) -> None:
-        """Record durably that numbers up to ``upto`` may have been handed out (replacing the
-        previous reservation): after a crash, new events are numbered above it, so a client
-        holding a number that did not survive is told to reset instead of skipping events."""
+    async def log_bounds(self, session_id: str) -> tuple[int, int]:
+        """:meth:`last_event_seq` and :meth:`next_event_seq`, read together."""
+        ...
+
+    async def reserve_seqs(
+        self,
+        session_id: str,
+        upto: int,
+        *,
+        turn_id: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Record durably that numbers up to ``upto`` may have been handed out: after a crash,
+        new events are numbered above it, so a client holding a number that did not survive
+        is told to reset instead of skipping events. A reservation only grows (the end of the
+        turn that made it shrinks it to the numbers used, see :meth:`TurnJournal.end_turn`).
+
+        With ``turn_id``, only while that turn is running — and, with ``owner``, held by
+        ``owner`` — as any other write of a turn: :class:`~drover.errors.LeaseLostError`
+        otherwise (a process past its lease cannot move the numbering of the one that took
+        the session over)."""
         ...
 
 

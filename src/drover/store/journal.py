@@ -10,12 +10,13 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``thinking_delta``          not persisted mid-turn (the finished message carries it)
 ``tool_state``              the call is upserted; at ``input-streaming`` all buffered text is
                             flushed first (held tail included), at ``input-available`` the rest
-``assistant_message``       authoritative: the timer is cancelled; the message, its log row
-                            (referring to it) and the fold of the step's text rows into it
-                            (:mod:`drover.store.fold`) go in one write
+``assistant_message``       authoritative: the timer is cancelled; the step's last text, the
+                            message, its log row (referring to it) and the fold of the step's
+                            text rows into it (:mod:`drover.store.fold`) go in one write
 ``tool_results``            the results message is appended — already done, as a rule, with
                             the step's last call's end (:mod:`drover.store.step_results`)
-``retry`` (discard)         the step's buffered and stored deltas are dropped
+``retry`` (discard)         the step's buffered text is written, then its text rows no longer
+                            feed recovery (the log keeps them, before the retry's row)
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
 ``worker``                  handed to the worker's journal (:mod:`drover.store.worker_log`)
@@ -35,10 +36,13 @@ Everything persisted is redacted first; streamed text through a
 :class:`~drover.store.redact.StreamRedactor` (:mod:`drover.store.text_buffer`).
 
 Numbering (:mod:`drover.store.numbering`): the journal numbers every event as it emits it —
-each live text delta included — and hands it to ``publish`` at once; rows are written with
-those numbers. A coalesced text row covers its deltas' numbers and marks where each ends; the
-numbers of deltas a finished message or a discarding retry supersedes before they were written
-are covered by that message's or retry's row, so every number handed out lands in some row.
+each live text delta included — and hands it to ``publish`` at once, in increasing order, with
+the number of the event before it (``prev``); rows are written with those numbers. A
+coalesced text row covers its deltas' numbers and marks where each ends; a finished message
+or a discarding retry first writes the step's text not written yet, so every number handed
+out lands in a row of its own event, as it was published (its text redacted). A worker's
+deltas are not numbered one by one: each of its text flushes is numbered and published as
+one event, exactly as its row holds it.
 
 Writes queue in order (:mod:`drover.store.journal_queue`; how a decision becomes queued
 writes and numbered log rows: :mod:`drover.store.journal_log`). Those a guarantee waits on are
@@ -73,7 +77,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, assert_never, cast
 
-from drover.errors import StoreError
+from drover.errors import LeaseLostError, StoreError
 from drover.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
@@ -98,7 +102,7 @@ from drover.events import (
     turn_status,
 )
 from drover.messages import Message, message_to_dict
-from drover.store.base import EventLog, EventRecord, TurnJournal
+from drover.store.base import EventLog, EventRecord, TurnJournal, flushed_text_event
 from drover.store.batch import (
     TEXT_OF,
     AppendEvent,
@@ -188,7 +192,11 @@ class Journal(JournalLog):
         self._answer: tuple[int, str] | None = None
         self._step = 0
         self._text = TextBuffers(self._redactor)
-        self._numbers = numbering or Numbering(cast(EventLog, store), session_id, publish=publish)
+        self._numbers = numbering or Numbering(
+            cast(EventLog, store), session_id, publish=publish, turn_id=turn_id, owner=owner
+        )
+        # A worker's deltas are not numbered one by one: its flushed rows are (see send).
+        self._number_deltas = wrap is None
         self._observed = self._numbers.observed
         self._wrap = wrap
         self._last_flush = clock()
@@ -244,11 +252,13 @@ class Journal(JournalLog):
                 # numbers is reserved.
                 text = event.text
                 if text and self._turn_id is not None:
-                    seq = self._numbers.take_now()
-                    if seq is None:
-                        seq = await self._numbers.take()
-                    if self._observed and seq is not None:
-                        self._publish_delta(event, seq)
+                    seq = None
+                    if self._number_deltas:
+                        seq = self._numbers.take_now()
+                        if seq is None:
+                            seq = await self._numbers.take()
+                        if self._observed and seq is not None:
+                            self._publish_delta(event, seq)
                     # The time gate counts from the last flush or, after a pause with nothing
                     # buffered, from the first delta since: the oldest unwritten text is what
                     # it bounds (as the timer does), so the first delta of a step is not
@@ -270,6 +280,8 @@ class Journal(JournalLog):
                     await self._finished(message)
         except asyncio.CancelledError:
             raise
+        except LeaseLostError as exc:  # refused a reservation of numbers: the turn is not ours
+            self._fail(f"number a {event.type} event", exc)
         except Exception as exc:  # a bug in recording: the record can no longer be trusted
             log.exception("journal: could not record a %s event", event.type)
             self._fail(f"record a {event.type} event", exc)
@@ -280,9 +292,12 @@ class Journal(JournalLog):
         for worker in self._workers.values():
             await worker.aclose()
         if self.failure is None:
-            self._take_text(final=True)
+            try:
+                await self._take_text(final=True)
+            except LeaseLostError as exc:
+                self._fail("number the last text", exc)
+                return
             if await self._writes.drain():
-                await self._numbers.release()
                 finished, self._finished_later = self._finished_later, []
                 for message in finished:
                     await self._finished(message)
@@ -323,11 +338,11 @@ class Journal(JournalLog):
                     # their text is written now (nothing held back), before the tool's state
                     # is numbered — a snapshot or replay from that number misses none of it.
                     self._timer.cancel()
-                    self._take_text(final=True)
+                    await self._take_text(final=True)
                 elif event.state == "input-available":
                     # Text that came after the call began (rare) is written with its input.
                     self._timer.cancel()
-                    urgent = self._take_text(final=False)
+                    urgent = await self._take_text(final=False)
                 # Redacted once, for its log row and the call's row.
                 payload = self._redactor.redact_obj(event_to_dict(event))
                 await self._log(
@@ -353,6 +368,8 @@ class Journal(JournalLog):
             case TurnStarted():
                 # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0
+                if self._wrap is None:
+                    self._numbers.turn_id = event.turn_id
             case StepStarted():
                 self._step = event.step
                 self._results.clear()
@@ -361,7 +378,11 @@ class Journal(JournalLog):
                 return
             case Retry():
                 if event.discard_partial:
-                    self._text.drop(self._step)
+                    # The text shown so far is written (live clients saw every delta of it),
+                    # then the step's rows stop feeding recovery; the retry event tells a
+                    # reader to drop them.
+                    self._timer.cancel()
+                    await self._take_text(final=True)
                     self._text.fold_from(self._step)
                     step = self._step
                     await self._log(
@@ -373,8 +394,10 @@ class Journal(JournalLog):
                     await self._drain()
                     return
             case AssistantMessage():
+                # The step's last text is written before the message (which folds it): every
+                # delta a live client saw is in the log, at its number.
                 self._timer.cancel()
-                self._text.drop(self._step)
+                await self._take_text(final=True)
                 if not event.partial and self._writes.groups:
                     self._results.expect(event.message)
                 message, step = self._redactor.redact_message(event.message), self._step
@@ -438,13 +461,18 @@ class Journal(JournalLog):
             case Done() | Incomplete() | Error() if self._wrap is not None:
                 # A worker's end: logged with its status; the parent's turn goes on.
                 self._timer.cancel()
-                self._take_text(final=True)
+                await self._take_text(final=True)
                 await self._log(event, status=turn_status(event))
                 await self._drain()
                 return
             case Done() | Incomplete() | Error():
                 self._timer.cancel()
-                self._take_text(final=True)
+                for worker in self._workers.values():
+                    # Text a worker cut short still holds: numbered and written before the
+                    # turn's end (its events are the turn's).
+                    if await worker._take_text(final=True):
+                        await worker._drain()
+                await self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
                 # The terminal event is numbered when written, after those the store logs
@@ -478,7 +506,7 @@ class Journal(JournalLog):
             for i, record in enumerate(logged):
                 self._numbers.advance_past(record.end_seq)
                 shown = payload if i == len(logged) - 1 else dict(record.payload)
-                self._numbers.publish(record.end_seq, turn_id, shown)
+                self._numbers.publish(record.end_seq, turn_id, shown, record.prev)
 
         write = EndTurn(
             turn_id=turn_id,
@@ -513,18 +541,28 @@ class Journal(JournalLog):
         body = {"type": "text_delta", "text": delta.text, "index": delta.index, "step": self._step}
         self._publish(seq, self._turn_id, body)
 
-    def _take_text(self, *, final: bool) -> bool:
+    async def _take_text(self, *, final: bool) -> bool:
         """Queue the buffered text that is safe to write (all of it when ``final``); whether
-        there was any."""
-        writes = self._text.take(self._turn_id, final=final)
-        for write in writes:
-            self._writes.push("append partial text", write)
+        there was any. A worker's rows are numbered and published here, each as one event
+        (its deltas were not)."""
+        if self._number_deltas:
+            writes = self._text.take(self._turn_id, final=final)
+            for write in writes:
+                self._writes.push("append partial text", write)
+        else:
+            # The numbers first: once the text is taken nothing may wait (a cancellation
+            # there would lose it).
+            await self._numbers.ensure(self._text.blocks)
+            writes = self._text.take(self._turn_id, final=final)
+            for write in writes:
+                event = flushed_text_event(write.text, write.block_index, write.step)
+                await self._log("text_delta", payload=event)  # (a number at hand: no wait)
         self._last_flush = self._clock()
         return bool(writes)
 
     async def _flush(self) -> None:
         self._timer.cancel()
-        self._take_text(final=False)
+        await self._take_text(final=False)
         await self._drain()
 
     def _defer(self) -> None:
@@ -536,7 +574,9 @@ class Journal(JournalLog):
         # The flush is under way (the timer is no longer pending); an authoritative flush
         # waits for it instead of cancelling it.
         try:
-            self._take_text(final=False)
+            await self._take_text(final=False)
             await self._drain()
+        except LeaseLostError as exc:
+            self._fail("number flushed text", exc)
         except Exception:
             log.exception("journal: timed flush failed")

@@ -106,7 +106,7 @@ class JournalLog:
 
     async def _log(
         self,
-        event: Event,
+        event: Event | str,
         *,
         payload: dict[str, Any] | None = None,
         before: Callable[[], object] | None = None,
@@ -114,29 +114,33 @@ class JournalLog:
         **extra: Any,
     ) -> None:
         """Number ``event`` and queue its log row (``payload``: the event's form, redacted,
-        when the caller has it); ``before`` queues the write the row goes with, after the
-        number is taken, so nothing can be made between the two. ``attach`` does the same
-        with the row at hand (None when the session is not numbered): True when it queued the
-        row itself, inside its write."""
-        if payload is None:
-            payload = event_to_dict(event)
-            if extra:
-                payload.update(extra)
-            payload = self._redactor.redact_obj(payload)
+        when the caller has it — required when ``event`` is only its type); ``before`` queues
+        the write the row goes with, after the number is taken, so nothing can be made
+        between the two. ``attach`` does the same with the row at hand (None when the session
+        is not numbered): True when it queued the row itself, inside its write. The number is
+        published as soon as it is taken, with no await between (numbers go out in order)."""
+        if isinstance(event, str):
+            kind = event
+            assert payload is not None, "an event given by its type needs its payload"
+        else:
+            kind = event.type
+            if payload is None:
+                payload = event_to_dict(event)
+                if extra:
+                    payload.update(extra)
+                payload = self._redactor.redact_obj(payload)
         turn_id = self._turn_id
         seq = self._numbers.take_now()
         if seq is None:
             seq = await self._numbers.take()
         if before is not None:
             before()
-        first: int | None = None
         if seq is not None:
-            first = self._text.absorbed()
             self._publish(seq, turn_id, payload)
-        write = AppendEvent(self.session_id, turn_id, payload, seq if first is None else first, seq)
+        write = AppendEvent(self.session_id, turn_id, payload, seq, seq)
         if attach is not None and attach(write if seq is not None else None):
             return
-        self._writes.push(f"log the {event.type} event", write)
+        self._writes.push(f"log the {kind} event", write)
 
     def _referring(
         self, row: AppendEvent | None, message: Message, body: dict[str, Any]

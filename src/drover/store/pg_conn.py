@@ -10,14 +10,25 @@ server restart costs a reconnect, not a failed write). Every error becomes a one
 a write that has started completes, and commits, even if its caller is cancelled (the user
 pressed Esc). The next call waits for such an abandoned write, so calls made after it still
 see it, as with SQLite's single worker thread; :meth:`PgPool.close` waits for all of them.
+
+A write whose connection fails while its ``COMMIT`` is under way may have committed or not:
+the server can commit and the acknowledgement be lost. Retrying it blindly would make it twice
+(a message appended twice, a log row refused as a duplicate key, a turn ended twice). So
+:meth:`PgPool.write` learns its transaction's id and its backend in the ``BEGIN`` round trip
+and, when the ``COMMIT`` fails that way, asks the server on another connection what became of
+that transaction (``pg_xact_status``; the old backend is ended first if it still holds it):
+committed, the write returns what it computed — the result of what committed; aborted, it
+fails like any write and may be retried. PostgreSQL 14 or later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 import psycopg
@@ -31,6 +42,7 @@ from drover.store.pg_migrations import migrate
 
 T = TypeVar("T")
 Conn = AsyncConnection[DictRow]
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10
 _LIBPQ_PREFIX = re.compile(
@@ -125,11 +137,18 @@ class PgPool:
 
     async def call(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``fn`` on a connection of the pool (in autocommit mode); see the module doc."""
+        return await self._shielded(lambda: self._run(fn))
+
+    async def write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn`` in one transaction, made once (see the module doc)."""
+        return await self._shielded(lambda: self._write(fn))
+
+    async def _shielded(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._abandoned:
             await asyncio.wait(set(self._abandoned))
         if self._closed:
             raise StoreError("the journal is not open")
-        task = asyncio.create_task(self._run(fn))
+        task = asyncio.create_task(work())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_retrieve)
@@ -141,18 +160,86 @@ class PgPool:
                 task.add_done_callback(self._abandoned.discard)
             raise
 
-    async def write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``fn`` in one transaction."""
-
-        async def tx(conn: Conn) -> T:
-            async with conn.transaction():
-                return await fn(conn)
-
-        return await self.call(tx)
-
     async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         try:
             async with self._pool.connection() as conn:
                 return await fn(conn)
         except psycopg.Error as exc:
             raise StoreError(f"journal error: {reason(exc)}") from exc
+
+    async def _write(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        tx = _Transaction()
+        try:
+            async with self._pool.connection() as conn:
+                return await tx.run(conn, fn)
+        except psycopg.OperationalError as exc:
+            # (out of the broken connection's block: the pool has dropped it)
+            if tx.committing and await self._committed(tx):
+                return cast(T, tx.result)
+            raise StoreError(f"journal error: {reason(exc)}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"journal error: {reason(exc)}") from exc
+
+    async def _committed(self, tx: _Transaction) -> bool:
+        """Whether ``tx``, whose ``COMMIT`` got no answer, committed. Raises when that cannot
+        be known (the write must not be made again blindly)."""
+        try:
+            async with self._pool.connection() as conn:
+                status = await _xact_status(conn, tx.xid)
+                if status == "in progress":
+                    # Its backend has not seen the COMMIT (or the client's end) yet: end it —
+                    # its client is gone — and the transaction is over, one way or the other.
+                    await conn.execute("SELECT pg_terminate_backend(%s, 5000)", [tx.pid])
+                    status = await _xact_status(conn, tx.xid)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"journal error: a write's COMMIT went unanswered and its outcome cannot be "
+                f"read ({reason(exc)})"
+            ) from exc
+        log.warning("journal: a write's COMMIT went unanswered; it was %s", status)
+        if status == "committed":
+            return True
+        if status == "aborted":
+            return False
+        raise StoreError(f"journal error: a write's COMMIT went unanswered ({status})")
+
+
+#: Opens a write transaction and learns, in the same round trip, its id and its backend.
+_BEGIN = "BEGIN; SELECT pg_current_xact_id()::text AS xid, pg_backend_pid() AS pid"
+
+
+class _Transaction:
+    """One write transaction: what it needs to learn its fate when its COMMIT goes
+    unanswered."""
+
+    __slots__ = ("committing", "pid", "result", "xid")
+
+    def __init__(self) -> None:
+        self.xid = ""
+        self.pid = 0
+        self.result: Any = None
+        #: The COMMIT was sent (or is being sent): the transaction may have committed.
+        self.committing = False
+
+    async def run(self, conn: Conn, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        cur = await conn.execute(_BEGIN)
+        cur.nextset()
+        row = await cur.fetchone()
+        assert row is not None
+        self.xid, self.pid = str(row["xid"]), int(row["pid"])
+        try:
+            result = await fn(conn)
+        except BaseException:
+            if not conn.closed:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("ROLLBACK")
+            raise
+        self.result, self.committing = result, True
+        await conn.execute("COMMIT")
+        return result
+
+
+async def _xact_status(conn: Conn, xid: str) -> str | None:
+    cur = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", [xid])
+    row = await cur.fetchone()
+    return None if row is None or row["status"] is None else str(row["status"])

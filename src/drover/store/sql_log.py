@@ -25,7 +25,7 @@ from drover.errors import StoreError
 from drover.messages import Message, message_from_dict, message_to_dict
 from drover.store.base import EventRecord
 from drover.store.batch import MESSAGE_OF, TEXT_OF, AppendEvent
-from drover.store.dialect import Dialect, Exec, Plan, Row, execute, rows
+from drover.store.dialect import Dialect, Exec, Plan, Row, rows
 from drover.store.fold import TEXT_AT, resolved
 from drover.store.rows import event_from_row, json_value, partial_text_record
 
@@ -242,11 +242,16 @@ class SqlLog:
     async def next_event_seq(self, session_id: str) -> int:
         return await self._perform(self._next_event_seq(session_id), "read")
 
-    async def reserve_seqs(self, session_id: str, upto: int) -> None:
-        await self._perform(
-            execute("UPDATE sessions SET seq_reserved = ? WHERE id = ?", upto, session_id),
-            "write",
+    async def log_bounds(self, session_id: str) -> tuple[int, int]:
+        found = await self._select(
+            f"SELECT b.last AS last, {self.dialect.greatest}(b.last, COALESCE((SELECT "
+            "seq_reserved FROM sessions WHERE id = ?), 0)) + 1 AS n "
+            f"FROM (SELECT {self._last_seq_sql()} AS last) b",
+            session_id,
+            session_id,
+            session_id,
         )
+        return int(first_value(found, "last")), int(first_value(found, "n"))
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None

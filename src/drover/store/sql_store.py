@@ -19,6 +19,7 @@ a renewal in flight): processes recovering at once recover each orphan exactly o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from drover.errors import SessionBusyError, StoreError
@@ -329,6 +330,11 @@ class SqlStore(SqlWork):
         session_id = yield from self._turn_session(w.turn_id, w.owner, held)
         if held is not None:
             held.forget_turn(w.turn_id)  # ended below: nothing after may write to it
+        if w.first_seq is not None:
+            before = w.first_seq - 1
+        else:
+            found = yield from rows(f"SELECT {self._last_seq_sql()} AS seq", session_id, session_id)
+            before = int(first_value(found, "seq"))
         logged: list[EventRecord] = []
         yield from self._settle(session_id, w.turn_id, now, logged, w.first_seq)
         yield from execute(
@@ -342,12 +348,26 @@ class SqlStore(SqlWork):
             now,
             w.turn_id,
         )
-        yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
         if w.event is not None:
             seq = None if w.first_seq is None else w.first_seq + len(logged)
             seq = yield from self._log(session_id, w.turn_id, w.event, now, seq)
             logged.append(logged_event(session_id, seq, w.turn_id, w.event, now))
-        return logged
+        if w.first_seq is None:
+            yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
+        else:
+            # The journal numbered the turn and hands out nothing after its end: its
+            # reservation shrinks to the numbers used, so the next turn goes on from them.
+            yield from execute(
+                "UPDATE sessions SET updated_at = ?, seq_reserved = ? WHERE id = ?",
+                now,
+                w.first_seq + len(logged) - 1,
+                session_id,
+            )
+        out = []
+        for record in logged:
+            out.append(replace(record, prev=before))
+            before = record.end_seq
+        return out
 
     async def turns(self, session_id: str) -> list[TurnRecord]:
         found = await self._select(

@@ -259,6 +259,28 @@ class SqlWork(SqlLog):
 
     # -- the turn's work -----------------------------------------------------------------------
 
+    async def reserve_seqs(
+        self,
+        session_id: str,
+        upto: int,
+        *,
+        turn_id: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        def reserve() -> Plan[None]:
+            if turn_id is None:
+                yield from self._need_session(session_id)
+            elif (yield from self._turn_session(turn_id, owner)) != session_id:
+                raise StoreError(f"turn {turn_id} is not a turn of session {session_id}")
+            yield from execute(
+                f"UPDATE sessions SET seq_reserved = {self.dialect.greatest}(seq_reserved, ?) "
+                "WHERE id = ?",
+                upto,
+                session_id,
+            )
+
+        await self._perform(reserve(), "write")
+
     async def append_message(
         self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
     ) -> int:

@@ -8,9 +8,10 @@ the stream and the marks take a flush's deltas in one batch, when it takes them 
 a few hundred deltas and flushes a few times). A flush takes what is safe to write as
 :class:`~drover.store.batch.AppendPartialText` writes, each with the numbers it covers and
 where each delta ends. It also remembers, per step, the first number of the text rows written
-(a finished step's rows are folded into its message from there, see :mod:`drover.store.fold`)
-and the first number of deltas a finished message or a discarding retry superseded before
-they were written (the next log row covers it). The gates themselves are the journal's.
+(a finished step's rows are folded into its message from there, see :mod:`drover.store.fold`).
+Nothing fed is ever dropped unwritten: a finished message or a discarding retry takes the
+rest of the text first, so every number a live client saw is in some row. The gates
+themselves are the journal's.
 """
 
 from __future__ import annotations
@@ -61,12 +62,15 @@ class TextBuffers:
         self._fold_from: dict[int, int] = {}
         #: Bytes fed since the last take.
         self.unflushed = 0
-        # The first number of superseded deltas no row holds yet.
-        self._absorb: int | None = None
         # The block the last delta went to and its raw deltas: the next delta almost always
         # goes to the same one (forgotten whenever a block is).
         self._at: tuple[int, int] | None = None
         self._raw: list[tuple[int | None, str]] = []
+
+    @property
+    def blocks(self) -> int:
+        """Blocks holding text: the most rows the next :meth:`take` writes."""
+        return len(self._blocks)
 
     def feed(self, step: int, index: int, text: str, seq: int | None) -> int:
         """Buffer a delta numbered ``seq`` (None: not numbered); the bytes fed since the last
@@ -102,23 +106,6 @@ class TextBuffers:
             self.clear()
         self.unflushed = 0
         return out
-
-    def drop(self, step: int) -> None:
-        """Forget the step's unwritten text (a finished message or a retry supersedes it)."""
-        self._at = None
-        for key in [k for k in self._blocks if k[0] == step]:
-            block = self._blocks.pop(key)
-            block.settle()
-            first = None if block.marks is None else block.marks.first_unstarted()
-            if first is not None:
-                self._absorb = first if self._absorb is None else min(self._absorb, first)
-        if not self._blocks:
-            self.unflushed = 0
-
-    def absorbed(self) -> int | None:
-        """The first superseded number no row holds yet, once (the next row covers it)."""
-        first, self._absorb = self._absorb, None
-        return first
 
     def fold_from(self, step: int) -> int | None:
         """The first number of the step's text rows, once (its message folds them)."""
