@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import pytest
-from drover.server.heap import YOUNG_THRESHOLD
+from drover.server.gc_settings import YOUNG_THRESHOLD
 
 from drover.server.hub import SessionFeed, make_frame
 from drover.server.replay import continuable, expand
