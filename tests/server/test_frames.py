@@ -149,7 +149,7 @@ def test_marks_decode_back_to_what_was_encoded() -> None:
 def test_settle_freezes_the_startup_heap_and_raises_the_young_threshold() -> None:
     # In a child process: freezing the test runner's own heap would outlive this test.
     code = (
-        "import gc; from drover.server import heap; gc_settings.settle(); "
+        "import gc; from drover.server import gc_settings; gc_settings.settle(); "
         "print(gc.get_freeze_count(), gc.get_threshold()[0])"
     )
     out = subprocess.run(
