@@ -90,7 +90,7 @@ class Follower(threading.Thread):
 
 def _session(server: Served) -> str:
     with server.client() as client:
-        return str(client.post("/v1/sessions").json()["id"])
+        return str(client.post("/v1/sessions", json={}).json()["id"])
 
 
 def _post(server: Served, sid: str, content: str) -> None:
@@ -232,7 +232,7 @@ def test_after_sigkill_a_client_holding_a_lost_number_is_reset(
     server.stop(signal.SIGKILL)
     seen = live.result()
 
-    restarted = serve()  # recovers the turn as it starts
+    restarted = serve("--takeover", "end")  # recovers the turn as it starts, resumes nothing
     db = sqlite3.connect(tmp_path / "journal.db")
     try:
         (cut,) = db.execute(
