@@ -24,15 +24,17 @@ import contextlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from drover.config import Config, load_config
 from drover.convo import ConversationManager
 from drover.errors import ConfigError, DroverError
 from drover.handle import RunResult, Session
 from drover.loop import LoopSettings
+from drover.mcp.config import load_servers, redact_patterns
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -51,6 +53,9 @@ from drover.tools.sandbox import (
     sandbox_settings,
 )
 from drover.workers import Coordinator, add_task_tool
+
+if TYPE_CHECKING:
+    from drover.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +113,8 @@ class _Open:
     config: Config
     workdir: Path
     sandbox: SandboxStatus | None
+    #: The MCP servers whose tools are offered (None: none configured).
+    mcp: McpServers | None
     #: The model spec of new sessions.
     model: str
     loop: asyncio.AbstractEventLoop
@@ -133,6 +140,14 @@ class Agent:
     else the SQLite journal in the user data directory). Side-effecting tools ask
     ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
     without one, ``run`` denies them and a stream's reader answers them.
+
+    MCP servers add their tools (``mcp__SERVER__TOOL``, :mod:`drover.mcp`): ``mcp_config``
+    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order,
+    and ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
+    agent starts them when it opens and stops them when it closes; ``mcp_log_dir`` is where each
+    server's stderr is kept (default: ``mcp-logs`` in the user data directory). The command
+    line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
+    (see :func:`drover.mcp.default_config_files`).
     """
 
     def __init__(
@@ -152,6 +167,9 @@ class Agent:
         sandbox_network: bool = False,
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
+        mcp_config: Iterable[Path | str] = (),
+        mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+        mcp_log_dir: Path | str | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -170,6 +188,9 @@ class Agent:
         self._sandbox_network = sandbox_network
         self._require_sandbox = require_sandbox
         self._lease_seconds = lease_seconds
+        self._mcp_config = list(mcp_config)
+        self._mcp_servers = mcp_servers
+        self._mcp_log_dir = None if mcp_log_dir is None else Path(mcp_log_dir)
         self._open: _Open | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -198,6 +219,8 @@ class Agent:
             await opened.runner.shutdown()
         finally:
             try:
+                if opened.mcp is not None:
+                    await opened.mcp.aclose()
                 for provider in opened.providers:
                     with contextlib.suppress(Exception):
                         await provider.aclose()
@@ -237,6 +260,11 @@ class Agent:
         return self._opened().sandbox
 
     @property
+    def mcp(self) -> McpServers | None:
+        """The MCP servers whose tools are offered (None: none configured)."""
+        return self._opened().mcp
+
+    @property
     def model(self) -> str:
         """The model spec of new sessions (a given provider's model name)."""
         return self._opened().model
@@ -271,6 +299,8 @@ class Agent:
     async def _build(self) -> _Open:
         config = self._config or load_config()
         workdir = resolve_workdir(self._workdir_arg)
+        # A broken MCP file fails here, before anything is opened.
+        mcp_configs = load_servers(self._mcp_config, self._mcp_servers)
         sandbox: SandboxStatus | None = None
         if self._tools is None:
             db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
@@ -297,7 +327,8 @@ class Agent:
                 store, owns_store = self._store, False
             runner = Runner(
                 store,
-                redactor=Redactor(config.redact_patterns),
+                # The MCP servers' secrets too: what a server echoes back is redacted.
+                redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
                 lease_seconds=self._lease_seconds,
             )
             coordinator = None
@@ -309,6 +340,14 @@ class Agent:
                 add_task_tool(tools, coordinator)
             else:
                 tools = ToolRegistry(self._tools)
+            mcp = None
+            if mcp_configs:
+                from drover.mcp.servers import McpServers
+
+                mcp = McpServers(mcp_configs, workdir=workdir, log_dir=self._mcp_log_dir)
+                stack.push_async_callback(mcp.aclose)
+                await mcp.start()
+                mcp.register(tools)
             stack.pop_all()
         return _Open(
             store=store,
@@ -321,6 +360,7 @@ class Agent:
             config=config,
             workdir=workdir,
             sandbox=sandbox,
+            mcp=mcp,
             model=spec,
             loop=asyncio.get_running_loop(),
         )
