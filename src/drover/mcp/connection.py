@@ -11,10 +11,10 @@ Nothing a server does can leave a call waiting forever or end a turn:
 * a server that cannot start, or has not answered within ``startupTimeout``, fails the call
   that needed it with a :class:`~drover.errors.ToolError` quoting the end of its log; the next
   call tries again;
-* a server that exits or drops the connection during a call fails that call ("outcome
-  unknown"), and so does one that lets ``timeout`` seconds pass without an answer or a progress
-  notification (that call is cancelled first); either way the connection is retired and the
-  server started afresh on its next use;
+* a server that exits or drops the connection is noticed when its output ends: the connection
+  is retired and the server started afresh on its next use; a call in flight then fails
+  ("outcome unknown"), and so does one that lets ``timeout`` seconds pass without an answer or
+  a progress notification (that call is cancelled first, and the server restarted next time);
 * a call whose task is cancelled (the user interrupting the turn) sends the server the MCP
   ``notifications/cancelled`` for it before the cancellation goes on (the SDK does this,
   shielded and bounded), and the call ends as the loop records any interrupted call.
@@ -28,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
@@ -151,7 +152,7 @@ class McpConnection:
         timer = loop.call_later(self.config.startup_timeout, self._startup_timed_out, gen)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                transport = await self._transport(stack)
+                transport = _watched(await self._transport(stack), lambda: self._lost(gen))
                 client = await stack.enter_async_context(
                     Client(
                         transport,
@@ -178,6 +179,11 @@ class McpConnection:
             timer.cancel()
             gen.client = None
             gen.gone.set_result(None)
+
+    def _lost(self, gen: _Generation) -> None:
+        """The server's output ended: it exited or dropped the connection."""
+        if gen.ready.done() and not gen.stop.is_set() and not self._closing:
+            self.retire(gen, "the server exited or closed the connection")
 
     def _startup_timed_out(self, gen: _Generation) -> None:
         if not gen.ready.done() and gen.task is not None:
@@ -339,6 +345,46 @@ class McpConnection:
             " it exited, crashed or dropped the connection); the call's outcome is unknown. "
             f"The server is restarted on its next use (log: {self.log.path})"
         )
+
+
+@contextlib.asynccontextmanager
+async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[Any]:
+    """``transport`` whose read stream calls ``on_end`` when it ends."""
+    async with transport as (read, write):
+        yield _Reader(read, on_end), write
+
+
+class _Reader:
+    """A transport's read stream (the SDK's ``ReadStream``) that reports its end."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _Reader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Reader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class _Gone(Exception):
