@@ -43,6 +43,7 @@ EXPORTS = [
     "ToolDone",
     "ToolError",
     "ToolOutput",
+    "ToolProgress",
     "ToolStart",
     "ToolStateChanged",
     "TurnStarted",

@@ -161,6 +161,7 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
     elif name == "models":
         pass
     elif name == "mcp":
+        parser.description = "The MCP servers drover starts for -p, the REPL and serve."
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
         listing = actions.add_parser(
             "list",

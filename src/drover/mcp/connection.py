@@ -194,7 +194,13 @@ class McpConnection:
         why = self.config.scrub(why)
         if gen is not self._gen and gen.ready.done():
             return  # an older start, replaced: the status is the newer one's
-        if not gen.ready.done():
+        if self._closing:
+            self.status, self.detail = "stopped", ""
+            self.log.note("stopped")
+            if not gen.ready.done():
+                stopped = f"MCP server '{self.name}' is stopped: the agent is closing"
+                gen.ready.set_exception(ToolError(stopped))
+        elif not gen.ready.done():
             self.status, self.detail = "failed", why
             self.log.note(f"failed to start: {why}")
             tail = self.log.tail()
@@ -205,12 +211,7 @@ class McpConnection:
                     + quoted
                 )
             )
-        elif self._closing:
-            self.status, self.detail = "stopped", ""
-            self.log.note("stopped")
-        elif gen.stop.is_set():
-            pass  # retired: retire() said why
-        else:
+        elif not gen.stop.is_set():  # (a retired one: retire() said why)
             self.status, self.detail = "closed", why
             self.log.note(f"connection ended: {why}")
 
@@ -249,6 +250,8 @@ class McpConnection:
         task = gen.task
         if task is None or task.done():
             return
+        if not gen.ready.done():
+            task.cancel()  # a start nobody waits for any more is abandoned at once
         done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
         if not done:
             task.cancel()
