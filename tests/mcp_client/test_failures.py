@@ -3,12 +3,15 @@ killed mid-call, one that cannot start again, one that hangs, a user who stops t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from support.mcp_servers import (
+    DEADLINE,
     REFUSAL,
+    alive,
     everything,
     kill_server,
     read_pid,
@@ -203,3 +206,26 @@ async def test_a_server_that_died_between_calls_is_restarted_by_the_next(
     assert [c.output for c in calls] == ["Echo: one", "Echo: two"]
     assert read_pid(pidfile) != killed
     assert connection.starts == 2
+
+
+async def test_a_server_that_never_answers_fails_its_start_within_the_timeout(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script({"text": "Hello."})
+    pidfile = tmp_path / "pid"
+    # A program that reads nothing and says nothing: the MCP handshake never completes.
+    silent = {
+        "command": "sh",
+        "args": ["-c", 'echo $$ > "$0"; exec sleep 300', str(pidfile)],
+        "startupTimeout": 1,
+    }
+    async with (
+        asyncio.timeout(DEADLINE),  # (the failure bound of a start that would never end)
+        make_agent(fake_llm, tmp_path, {"silent": silent}) as agent,
+    ):
+        assert agent.mcp is not None
+        (state,) = agent.mcp.states()
+        result = await agent.run("hi")
+    assert result.status == "completed"
+    assert (state.status, state.detail) == ("failed", "did not start within 1 s")
+    assert not alive(read_pid(pidfile))  # the start was abandoned: the process is gone

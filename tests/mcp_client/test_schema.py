@@ -3,13 +3,17 @@ rules of the fake LLM server's validators, which refuse the originals."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from support.tool_rules import PROTOCOLS, tool_problems
 
+from drover.mcp.config import parse_server
+from drover.mcp.connection import McpConnection
 from drover.mcp.schema import adapt_schema
-from drover.mcp.tool import tool_name
+from drover.mcp.tool import McpTool, tool_name
 
 #: Schemas MCP servers publish that some API refuses (each seen in the wild).
 REFUSED: dict[str, dict[str, Any]] = {
@@ -124,3 +128,13 @@ def test_names_no_api_takes_are_made_valid_and_kept_apart(protocol: str) -> None
     assert len(names) == 5
     for name in names:
         assert tool_problems(protocol, name, {"type": "object", "properties": {}}) == []
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_mcp_tool_offers_the_adapted_schema(tmp_path: Path, protocol: str) -> None:
+    config = parse_server("my.server", {"command": "x"}, "f.json", {})
+    connection = McpConnection(config, workdir=tmp_path, log_dir=tmp_path)
+    spec = types.Tool(name="find/files", input_schema=REFUSED["top-level oneOf"])
+    tool = McpTool(connection, spec)
+    assert tool_problems(protocol, tool.name, tool.input_schema) == []
+    assert tool.input_schema["properties"] == {"id": {"type": "string"}, "path": {"type": "string"}}
