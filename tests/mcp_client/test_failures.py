@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from support.mcp_servers import (
     REFUSAL,
     alive,
     everything,
+    everything_http,
     kill_server,
     read_pid,
     recorded,
@@ -229,3 +231,32 @@ async def test_a_server_that_never_answers_fails_its_start_within_the_timeout(
     assert result.status == "completed"
     assert (state.status, state.detail) == ("failed", "did not start within 1 s")
     assert not alive(read_pid(pidfile))  # the start was abandoned: the process is gone
+
+
+async def test_an_http_server_that_dies_mid_call_and_comes_back(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {"tool_calls": [call(LONG, duration=30, steps=30)]},
+        {"tool_calls": [call(ECHO, message="down")]},
+        {"text": "It is down."},
+        {"tool_calls": [call(ECHO, message="up")]},
+        {"text": "It is back."},
+    )
+    with everything_http() as http:
+        server = {"type": "http", "url": http.url, "headers": {"X-Drover-Test": "1"}}
+        async with make_agent(
+            fake_llm, tmp_path, {"everything": server}, permission_mode="allow"
+        ) as agent:
+            async with agent.run_stream("go") as stream:
+                async for event in stream:
+                    if isinstance(event, ToolProgress) and http.running:
+                        http.stop(signal.SIGKILL)
+            http.start()
+            again = await agent.run("once more", session=stream.result.session_id)
+            calls = await agent.store.tool_calls(session_id=again.session_id)
+    assert (stream.result.status, again.status) == ("completed", "completed")
+    killed, down, up = (c.output or "" for c in calls)
+    assert "failed during the call" in killed
+    assert "could not start" in down
+    assert up == "Echo: up"

@@ -4,6 +4,7 @@ what the real APIs refuse, tools included)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -32,10 +33,12 @@ async def test_a_tool_using_turn(
         {"text": "It is 5."},
     )
     marks = {"readOnly": ["get-sum"]}  # (it runs without asking: nobody answers here)
-    with everything_http() as url:
-        server = (
-            everything(**marks) if transport == "stdio" else {"type": "http", "url": url, **marks}
-        )
+    with contextlib.ExitStack() as stack:
+        if transport == "stdio":
+            server = everything(**marks)
+        else:
+            http = stack.enter_context(everything_http())
+            server = {"type": "http", "url": http.url, **marks}
         async with make_agent(
             fake_llm, tmp_path, {"everything": server}, protocol=protocol
         ) as agent:

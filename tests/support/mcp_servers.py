@@ -133,50 +133,75 @@ def recorded(record: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-@contextlib.contextmanager
-def everything_http() -> Iterator[str]:
-    """server-everything over streamable HTTP on a free port; its ``/mcp`` URL."""
-    port = _free_port()
-    process = subprocess.Popen(
-        ["node", str(EVERYTHING), "streamableHttp"],
-        env={**os.environ, "PORT": str(port)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
+class HttpServer:
+    """server-everything over streamable HTTP on ``port``, started and stopped at will."""
 
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.put(line)
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
+    def start(self) -> None:
+        process = self._process = subprocess.Popen(
+            ["node", str(EVERYTHING), "streamableHttp"],
+            env={**os.environ, "PORT": str(self.port)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+
+        def read() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                lines.put(line)
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         end = time.monotonic() + DEADLINE
         while True:
             try:
                 line = lines.get(timeout=max(end - time.monotonic(), 0.01))
             except queue.Empty:
+                self.stop()
                 raise AssertionError("server-everything did not start listening") from None
             if "listening on port" in line:
-                break
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
+                return
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.send_signal(sig)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        reader.join(timeout=10)
+        if self._reader is not None:
+            self._reader.join(timeout=10)
         if process.stderr is not None:
             process.stderr.close()
+
+
+@contextlib.contextmanager
+def everything_http() -> Iterator[HttpServer]:
+    """server-everything over streamable HTTP on a free port, started; stopped at the end."""
+    server = HttpServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -122,10 +122,10 @@ class McpConnection:
         async with self._lock:
             gen = self._gen
             if gen is None or gen.stop.is_set() or gen.gone.done():
-                if self._closing:
-                    raise ToolError(f"MCP server '{self.name}' is stopped: the agent is closing")
                 if gen is not None:
                     await self._release(gen)
+                if self._closing:
+                    raise self._stopped()
                 gen = self._gen = self._spawn()
         # Shielded: a caller that goes away leaves the start to finish for the next one (the
         # owner enforces the startup timeout itself).
@@ -144,7 +144,12 @@ class McpConnection:
         self.status = "starting"
         self.starts += 1
         gen.task = loop.create_task(self._own(gen), name=f"mcp server {self.name}")
+        gen.task.add_done_callback(self._owner_done)
         return gen
+
+    def _owner_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("MCP server %r: its connection ended with %r", self.name, task.exception())
 
     async def _own(self, gen: _Generation) -> None:
         """The owner task of one start: connect, list the tools, hold on until stopped."""
@@ -178,7 +183,12 @@ class McpConnection:
         finally:
             timer.cancel()
             gen.client = None
+            if not gen.ready.done():  # (ended by something not caught above)
+                self._ended(gen, "the start was cut short")
             gen.gone.set_result(None)
+
+    def _stopped(self) -> ToolError:
+        return ToolError(f"MCP server '{self.name}' is stopped: the agent is closing")
 
     def _lost(self, gen: _Generation) -> None:
         """The server's output ended: it exited or dropped the connection."""
@@ -198,8 +208,7 @@ class McpConnection:
             self.status, self.detail = "stopped", ""
             self.log.note("stopped")
             if not gen.ready.done():
-                stopped = f"MCP server '{self.name}' is stopped: the agent is closing"
-                gen.ready.set_exception(ToolError(stopped))
+                gen.ready.set_exception(self._stopped())
         elif not gen.ready.done():
             self.status, self.detail = "failed", why
             self.log.note(f"failed to start: {why}")
@@ -260,7 +269,8 @@ class McpConnection:
     async def aclose(self) -> None:
         """Stop the server (the agent is closing); calls that come later fail."""
         self._closing = True
-        gen, self._gen = self._gen, None
+        async with self._lock:  # (a start under way finishes first, and is stopped below)
+            gen, self._gen = self._gen, None
         if gen is not None:
             await self._release(gen)
             self.status = "stopped" if self.status != "failed" else self.status
