@@ -81,6 +81,7 @@ def test_what_counts_as_a_secret() -> None:
         }
     )
     assert set(config.secrets) == {"tok-0123456789abcdef", "literal-key-value"}
+    assert "tok-0123456789abcdef" not in repr(config) and "literal-key-value" not in repr(config)
     assert config.scrub("x tok-0123456789abcdef y") == "x [REDACTED] y"
     # Short values (here HOME, 7 characters) are never redacted: they would blank out text.
     assert "/home/u" not in config.secrets

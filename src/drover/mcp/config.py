@@ -69,8 +69,9 @@ class McpServerConfig:
 
     name: str
     transport: Transport
-    command: str = ""
-    args: tuple[str, ...] = ()
+    #: The command and arguments as expanded (they may hold a secret: never shown).
+    command: str = field(default="", repr=False)
+    args: tuple[str, ...] = field(default=(), repr=False)
     #: Environment of a stdio server, over the few variables the SDK passes on (PATH, HOME…).
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     cwd: str | None = None
