@@ -36,6 +36,8 @@ LAYERS: dict[str, int] = {
     "loop": 2,
     "session": 2,
     "workers": 2,
+    # MCP servers' tools (over the tool seam and the config)
+    "mcp": 2,
     # turns over the journal
     "runner": 3,
     # the library's entry point, over the runner: the agent, its session handles and streams

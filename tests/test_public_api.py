@@ -47,6 +47,7 @@ EXPORTS = [
     "ToolDone",
     "ToolError",
     "ToolOutput",
+    "ToolProgress",
     "ToolResultBlock",
     "ToolStart",
     "ToolStateChanged",

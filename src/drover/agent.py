@@ -28,10 +28,10 @@ import contextlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Self, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, overload
 
 from pydantic import BaseModel
 
@@ -40,6 +40,7 @@ from drover.conversation import ConversationManager
 from drover.errors import ConfigError, DroverError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
+from drover.mcp.config import load_servers, redact_patterns
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -58,6 +59,9 @@ from drover.tools.sandbox import (
     settings_from_config,
 )
 from drover.workers import Coordinator, add_task_tool
+
+if TYPE_CHECKING:
+    from drover.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,8 @@ class _Open:
     config: Config
     workdir: Path
     sandbox: SandboxStatus | None
+    #: The MCP servers whose tools are offered (None: none configured).
+    mcp: McpServers | None
     #: The model spec of new sessions.
     model: str
     loop: asyncio.AbstractEventLoop
@@ -157,6 +163,14 @@ class Agent(Generic[OutputT]):
     ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
     without one, ``run`` denies them and a stream's reader answers them. ``output_type`` (a
     pydantic model) is the output of every run that does not give its own.
+
+    MCP servers add their tools (``mcp__SERVER__TOOL``, :mod:`drover.mcp`): ``mcp_config``
+    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order,
+    and ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
+    agent starts them when it opens and stops them when it closes; ``mcp_log_dir`` is where each
+    server's stderr is kept (default: ``mcp-logs`` in the user data directory). The command
+    line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
+    (see :func:`drover.mcp.default_config_files`).
     """
 
     def __init__(
@@ -177,6 +191,9 @@ class Agent(Generic[OutputT]):
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
         output_type: type[OutputT] | None = None,
+        mcp_config: Iterable[Path | str] = (),
+        mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+        mcp_log_dir: Path | str | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -196,6 +213,9 @@ class Agent(Generic[OutputT]):
         self._require_sandbox = require_sandbox
         self._lease_seconds = lease_seconds
         self._output = output_schema(output_type)  # a type without a schema fails here
+        self._mcp_config = list(mcp_config)
+        self._mcp_servers = mcp_servers
+        self._mcp_log_dir = None if mcp_log_dir is None else Path(mcp_log_dir)
         self._open: _Open | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -224,6 +244,8 @@ class Agent(Generic[OutputT]):
             await opened.runner.shutdown()
         finally:
             try:
+                if opened.mcp is not None:
+                    await opened.mcp.aclose()
                 for provider in opened.providers:
                     with contextlib.suppress(Exception):
                         await provider.aclose()
@@ -263,6 +285,11 @@ class Agent(Generic[OutputT]):
         return self._opened().sandbox
 
     @property
+    def mcp(self) -> McpServers | None:
+        """The MCP servers whose tools are offered (None: none configured)."""
+        return self._opened().mcp
+
+    @property
     def model(self) -> str:
         """The model spec of new sessions (a given provider's model name)."""
         return self._opened().model
@@ -286,6 +313,8 @@ class Agent(Generic[OutputT]):
     async def _build(self) -> _Open:
         config = self._config or load_config()
         workdir = resolve_workdir(self._workdir_arg)
+        # A broken MCP file fails here, before anything is opened.
+        mcp_configs = load_servers(self._mcp_config, self._mcp_servers)
         sandbox: SandboxStatus | None = None
         if self._tools is None:
             db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
@@ -314,7 +343,8 @@ class Agent(Generic[OutputT]):
                 store, owns_store = self._store, False
             runner = Runner(
                 store,
-                redactor=Redactor(config.redact_patterns),
+                # The MCP servers' secrets too: what a server echoes back is redacted.
+                redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
                 lease_seconds=self._lease_seconds,
             )
             coordinator = None
@@ -326,6 +356,14 @@ class Agent(Generic[OutputT]):
                 add_task_tool(tools, coordinator)
             else:
                 tools = ToolRegistry(self._tools)
+            mcp = None
+            if mcp_configs:
+                from drover.mcp.servers import McpServers
+
+                mcp = McpServers(mcp_configs, workdir=workdir, log_dir=self._mcp_log_dir)
+                stack.push_async_callback(mcp.aclose)
+                await mcp.start()
+                mcp.register(tools)
             stack.pop_all()
         return _Open(
             store=store,
@@ -338,6 +376,7 @@ class Agent(Generic[OutputT]):
             config=config,
             workdir=workdir,
             sandbox=sandbox,
+            mcp=mcp,
             model=spec,
             loop=asyncio.get_running_loop(),
         )

@@ -17,6 +17,10 @@ Terminal events — exactly one ends every turn:
 ``Incomplete.reason`` / ``Error.reason`` say why: ``error`` (API or stream failure),
 ``empty_response``, ``max_turns``, ``invalid_output`` (a final answer that did not match the
 structured output asked for, even after a correction) or ``interrupted``.
+
+Transient events (:func:`is_transient`: ``ToolProgress``) only tell live consumers how
+something is going: the journal does not store them, a replay never shows them and a slow
+consumer may miss them.
 """
 
 from __future__ import annotations
@@ -169,6 +173,22 @@ class ToolDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgress:
+    """A running tool call reported progress (an MCP server's progress notification).
+
+    Transient: never stored or replayed. ``progress`` grows with each report of the call;
+    ``total`` (when known) is its value at the end; ``message`` says what is going on."""
+
+    call_id: str
+    call_index: CallIndex
+    name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+    type: Literal["tool_progress"] = "tool_progress"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResults:
     """The results of one response's tool calls, in call order, as sent back to the model."""
 
@@ -277,6 +297,7 @@ Event: TypeAlias = (
     | ToolStateChanged
     | ToolStart
     | ToolDone
+    | ToolProgress
     | ToolResults
     | PermissionRequest
     | UsageReport
@@ -290,7 +311,7 @@ TerminalEvent: TypeAlias = Done | Incomplete | Error
 #: The terminal event classes, as a tuple: ``isinstance`` with it builds no union per call.
 _TERMINAL = (Done, Incomplete, Error)
 #: The events a slow live consumer may miss (see :func:`is_droppable`).
-_DROPPABLE = (TextDelta, ThinkingDelta)
+_DROPPABLE = (TextDelta, ThinkingDelta, ToolProgress)
 
 
 def is_terminal(event: Event) -> bool:
@@ -298,10 +319,18 @@ def is_terminal(event: Event) -> bool:
 
 
 def is_droppable(event: Event) -> bool:
-    """Events a slow live consumer may miss: the text shows again in the final message."""
+    """Events a slow live consumer may miss: the text shows again in the final message, and
+    progress is only ever a glimpse."""
     if isinstance(event, WorkerEvent):
         return is_droppable(event.event)
     return isinstance(event, _DROPPABLE)
+
+
+def is_transient(event: Event) -> bool:
+    """Events nobody stores or replays (see the module docstring)."""
+    if isinstance(event, WorkerEvent):
+        return is_transient(event.event)
+    return isinstance(event, ToolProgress)
 
 
 def turn_status(event: TerminalEvent) -> TurnStatus:
@@ -395,6 +424,16 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body = {"message": message_to_dict(event.message), "partial": event.partial}
         case ToolResults():
             body = {"message": message_to_dict(event.message)}
+        case ToolProgress():
+            body = {
+                "call_id": event.call_id,
+                "call_index": event.call_index,
+                "name": event.name,
+                "progress": event.progress,
+                "total": event.total,
+                "message": event.message,
+                "transient": True,
+            }
         case PermissionRequest():
             body = {
                 "request_id": event.request_id,

@@ -1,7 +1,8 @@
 """The permission policy: which tool calls may run without asking the user.
 
 Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
-its name "always" in the session, runs without asking in ``allow`` mode, and is
+its name "always" in the session or its configuration trusts it (its ``trusted`` property: an
+MCP server or tool marked ``"trust"``), runs without asking in ``allow`` mode, and is
 refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
 promises no side effects at all). ``sandboxed`` is ``ask``, except that a call the sandbox
 fully contains runs without asking: no network, writes at most in the working directory and
@@ -31,6 +32,12 @@ PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 Remember = Callable[[str], Awaitable[None]]
 
 log = logging.getLogger(__name__)
+
+
+def is_trusted(tool: Tool) -> bool:
+    """Whether the configuration lets ``tool`` run without asking (tools without the property:
+    no). A trusted tool is still side-effecting: ``deny`` mode refuses it."""
+    return getattr(tool, "trusted", False) is True
 
 
 def is_contained(tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
@@ -98,7 +105,7 @@ class PermissionPolicy:
 
     def needs_prompt(self, tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
         """Whether running ``tool`` with ``input`` needs the user's consent first."""
-        if tool.read_only or self._mode in ("allow", "deny"):
+        if tool.read_only or self._mode in ("allow", "deny") or is_trusted(tool):
             return False
         if self._mode == "sandboxed" and is_contained(tool, input):
             return False

@@ -14,6 +14,7 @@ marked "outcome unknown".
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from drover.events import (
     Decision,
     PermissionRequest,
     ToolDone,
+    ToolProgress,
     ToolStart,
     ToolState,
     ToolStateChanged,
@@ -232,6 +234,22 @@ class ToolBatch:
         finally:
             future.cancel()
 
+    async def _progress(
+        self, slot: CallSlot, progress: float, total: float | None, message: str | None
+    ) -> None:
+        if slot.result is not None:
+            return  # (a late report of a call that already ended)
+        await self._sink.send(
+            ToolProgress(
+                call_id=slot.call.id,
+                call_index=slot.index,
+                name=slot.call.name,
+                progress=progress,
+                total=total,
+                message=message,
+            )
+        )
+
     async def _execute(self, slot: CallSlot, tool: Tool) -> None:
         await self._set_state(slot, "running")
         await self._sink.send(
@@ -246,6 +264,7 @@ class ToolBatch:
         ctx = ToolContext(
             workdir=self._workdir,
             on_output=slot.output.append,
+            on_progress=functools.partial(self._progress, slot),
             call_id=slot.call.id,
             call_index=slot.index,
             scope=self._scope,

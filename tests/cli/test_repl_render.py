@@ -34,6 +34,7 @@ from drover.events import (
     TextDelta,
     ThinkingDelta,
     ToolDone,
+    ToolProgress,
     ToolResults,
     ToolStart,
     ToolStateChanged,
@@ -111,6 +112,32 @@ def test_a_code_fence_is_never_cut(tmp_path: Path) -> None:
     assert complete == "Intro.\n\n" and rest.startswith("```")
     complete, rest = split_markdown("```\na\n\nb\n```\n\nafter")
     assert complete.endswith("```\n\n") and rest == "after"
+
+
+def test_a_running_call_shows_its_progress_by_its_spinner(tmp_path: Path) -> None:
+    screen = Screen(tmp_path)
+    view = screen.view
+    name = "mcp__everything__long"
+    view.handle(state("a", 0, name, "running", input={}))
+
+    def progress(done: float, total: float | None, message: str | None = None) -> ToolProgress:
+        return ToolProgress(
+            call_id="a", call_index=0, name=name, progress=done, total=total, message=message
+        )
+
+    view.handle(progress(2, 5))
+    assert "(running 2/5) mcp__everything__long" in screen.live()
+    view.handle(progress(3, None, "indexing"))
+    assert "(running 3 indexing)" in screen.live()
+    worker_call = state("w", 0, name, "running", input={})
+    view.handle(WorkerEvent(call_id="t", worker=1, event=worker_call))
+    worker = ToolProgress(call_id="w", call_index=0, name=name, progress=1, total=4)
+    view.handle(WorkerEvent(call_id="t", worker=1, event=worker))
+    assert "(running 1/4) [worker 1]" in screen.live()
+    view.handle(state("a", 0, name, "output-available", output="ok"))
+    view.handle(progress(5, 5))  # a late report of a finished call changes nothing
+    assert "5/5" not in screen.live() + screen.printed()
+    assert screen.printed().count("\n") == 1
 
 
 def test_thinking_retry_partial_and_compaction(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 import pytest
-from drover.server.gc_settings import YOUNG_THRESHOLD
 
+from drover.server.gc_settings import YOUNG_THRESHOLD
 from drover.server.hub import SessionFeed, make_frame
 from drover.server.replay import continuable, expand
 from drover.store.base import EventRecord

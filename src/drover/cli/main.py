@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 
-SUBCOMMANDS = ("sessions", "show", "serve", "fake-llm", "models", "demo")
+SUBCOMMANDS = ("sessions", "show", "serve", "fake-llm", "models", "demo", "mcp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +81,19 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
+    _add_mcp_config(parser)
+
+
+def _add_mcp_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        help='MCP servers from FILE ({"mcpServers": {...}}, as in .mcp.json); repeatable, '
+        "read after the user-level mcp.json next to config.toml and the workdir's .mcp.json, "
+        "a later definition of a server winning",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +160,19 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--port", type=_port, default=8765)
     elif name == "models":
         pass
+    elif name == "mcp":
+        parser.description = "The MCP servers drover starts for -p, the REPL and serve."
+        actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+        listing = actions.add_parser(
+            "list",
+            help="configured MCP servers, their status and their tools",
+            description="Start each configured MCP server, list its tools, stop it again. "
+            "Servers come from the user-level mcp.json next to config.toml, the workdir's "
+            ".mcp.json and each --mcp-config FILE.",
+        )
+        listing.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
+        _add_mcp_config(listing)
+        listing.add_argument("--json", action="store_true", help="one JSON object")
     elif name == "demo":
         parser.add_argument(
             "--workdir", type=Path, help="where the demo works (default: a temp dir)"
@@ -284,6 +310,12 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.admin import print_models
 
         return print_models()
+    if name == "mcp":
+        import asyncio
+
+        from drover.cli.mcp import list_servers
+
+        return asyncio.run(list_servers(args))
     # The journal's readers run no event loop (asyncio alone is ~30 ms of their start-up).
     if name == "sessions":
         from drover.cli.admin import print_sessions

@@ -45,6 +45,7 @@ from drover.events import (
     TextDelta,
     ThinkingDelta,
     ToolDone,
+    ToolProgress,
     ToolResults,
     ToolStart,
     ToolState,
@@ -86,6 +87,8 @@ class ToolRow:
     outcome_unknown: bool = False
     #: Where a command ran (``bash``): the sandbox label of its ``tool_start``.
     sandbox: str | None = None
+    #: The latest progress a running call reported (``3/5 indexing``), shown by its spinner.
+    progress: str = ""
     printed: bool = False
 
     @property
@@ -106,6 +109,12 @@ def tool_row_text(row: ToolRow) -> Text:
     if row.output_summary:
         text.append(f"  {row.output_summary}", style="dim")
     return text
+
+
+def progress_label(event: ToolProgress) -> str:
+    """``3/5 message`` (or ``3 message`` without a total) of a progress report."""
+    done = f"{event.progress:g}" + (f"/{event.total:g}" if event.total is not None else "")
+    return f"{done} {event.message}" if event.message else done
 
 
 def split_markdown(text: str) -> tuple[str, str]:
@@ -250,6 +259,8 @@ class TurnView:
                 if row is not None:
                     row.output_summary = event.output_summary
                     self._print_final(row)
+            case ToolProgress():
+                self._progress(event)
             case ToolResults():
                 pass
             case PermissionRequest():
@@ -286,6 +297,8 @@ class TurnView:
                 if row is not None:
                     row.summary = tag + inner.input_summary
                     row.sandbox = inner.sandbox
+            case ToolProgress():
+                self._progress(inner, key=f"{wrapped.call_id}/{wrapped.worker}/")
             case Done():
                 self.console.print(Text(f"{tag}finished", style="dim"))
             case Incomplete() | Error():
@@ -340,6 +353,11 @@ class TurnView:
             row.output_summary = summarise_output(event.output)
         if row.final:
             self._print_final(row)
+
+    def _progress(self, event: ToolProgress, *, key: str = "") -> None:
+        row = self.rows.get(key + event.call_id)
+        if row is not None and not row.final:
+            row.progress = progress_label(event)
 
     def _print_final(self, row: ToolRow) -> None:
         if row.printed:
@@ -416,6 +434,8 @@ class TurnView:
         for row in self.rows.values():
             if not row.final:
                 label = WAITING_LABELS.get(row.state, row.state)
+                if row.progress and row.state == "running":
+                    label = f"{label} {row.progress}"
                 line = Text(f"({label}) {row.summary or row.name}")
                 line.truncate(room, overflow="ellipsis")
                 parts.append(Spinner("dots", line))

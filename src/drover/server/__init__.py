@@ -141,5 +141,10 @@ served, and a client holding one of them gets a ``reset``. The step's ``assistan
 is always the redacted, authoritative text.
 Transient events have no ``id:`` and are never replayed: ``status``
 (``{"type": "status", "transient": true, "running_turn_id", "last_event_id"}``, sent on
-connect). Heartbeats are SSE comment lines (``: ping``) every ``heartbeat`` seconds.
+connect) and ``tool_progress`` (``{"type": "tool_progress", "call_id", "call_index", "name",
+"progress", "total", "message", "transient": true, "turn_id"}``: a running tool call — an MCP
+server's — reported progress; ``total`` and ``message`` may be null; a worker's comes as a
+transient ``worker`` event carrying it; only clients connected to the process running the turn
+get it, and a slow client may miss some). Heartbeats are SSE
+comment lines (``: ping``) every ``heartbeat`` seconds.
 """

@@ -9,6 +9,10 @@ A subscriber's queue is bounded too, but numbered events cannot simply be droppe
 would skip an id): a subscriber that falls behind is marked ``lagged``, stops receiving, and its
 stream resynchronises from the log and the ring after the last id it sent. A slow client thus
 costs its own latency, never the turn's or the other clients'.
+
+Transient events (tool progress) have no number: :meth:`Hub.publish_transient` hands them to
+the session's current subscribers only — never to the ring, so no replay shows them — and a
+subscriber whose queue is full simply misses them.
 """
 
 from __future__ import annotations
@@ -88,9 +92,26 @@ def text_frame(seq: int, text: str, template: str, prev: int) -> Frame:
     return Frame(seq, "text_delta", (template % (seq, _quote(text), seq, prev)).encode())
 
 
+@dataclass(slots=True)
+class TransientFrame:
+    """An event without a number (no ``id:`` line): shown once to whoever is connected."""
+
+    type: str
+    wire: bytes
+
+    def encode(self) -> bytes:
+        return self.wire
+
+
+def transient_frame(turn_id: str | None, payload: dict[str, Any]) -> TransientFrame:
+    kind = str(payload.get("type", "message"))
+    body = _dumps({**payload, "turn_id": turn_id})
+    return TransientFrame(kind, f"event: {kind}\ndata: {body}\n\n".encode())
+
+
 class Subscription:
     def __init__(self, maxsize: int = QUEUE_SIZE) -> None:
-        self._items: deque[Frame] = deque()
+        self._items: deque[Frame | TransientFrame] = deque()
         self._maxsize = maxsize
         self._ready = asyncio.Event()
         self.lagged = False
@@ -111,6 +132,14 @@ class Subscription:
             self._items.append(frame)
         self._ready.set()
 
+    def put_transient(self, frame: TransientFrame) -> None:
+        """Queue a transient frame, unless the queue is full or being resynchronised (then it
+        is missed: it is never replayed anyway)."""
+        if self.lagged or len(self._items) >= self._maxsize:
+            return
+        self._items.append(frame)
+        self._ready.set()
+
     def lag(self) -> None:
         """Resynchronise from the log after the last id sent (what another process wrote is
         there, or the live feed lost frames)."""
@@ -122,7 +151,7 @@ class Subscription:
         """The stream caught up from the log: receive again."""
         self.lagged = False
 
-    async def wait(self, patience: float) -> list[Frame]:
+    async def wait(self, patience: float) -> list[Frame | TransientFrame]:
         """The frames queued so far, waiting up to ``patience`` s for one (empty: none came)."""
         if not self._items and not self.lagged and not self.closed:
             self._ready.clear()
@@ -165,6 +194,10 @@ class SessionFeed:
         self._ring.append(frame)
         for subscriber in self._subscribers:
             subscriber.put(frame)
+
+    def publish_transient(self, frame: TransientFrame) -> None:
+        for subscriber in self._subscribers:
+            subscriber.put_transient(frame)
 
     def resync(self, *, drop_ring: bool = False) -> None:
         """Send every subscriber back to the log (and the ring, unless ``drop_ring``: frames
@@ -237,6 +270,14 @@ class Hub:
     ) -> None:
         feed = self.feed(session_id)
         feed.publish(feed.frame(seq, turn_id, payload, prev))
+
+    def publish_transient(
+        self, session_id: str, turn_id: str | None, payload: dict[str, Any]
+    ) -> None:
+        """Show a transient event to the session's clients connected now (none: nothing)."""
+        feed = self._feeds.get(session_id)
+        if feed is not None and feed.subscribers:
+            feed.publish_transient(transient_frame(turn_id, payload))
 
     def close(self) -> None:
         """End every subscriber's stream."""

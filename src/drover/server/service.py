@@ -27,7 +27,14 @@ from typing import Any
 
 from drover.agent import Agent
 from drover.errors import DroverError
-from drover.events import Decision, PermissionRequest, event_to_dict
+from drover.events import (
+    Decision,
+    Event,
+    PermissionRequest,
+    TurnStarted,
+    event_to_dict,
+    is_transient,
+)
 from drover.handle import Session
 from drover.runner import Runner
 from drover.server.hub import Hub
@@ -159,7 +166,7 @@ class Service:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
         id once the runner has recorded it."""
         handle = await self._handle(record)
-        running = handle.start(content)
+        running = handle.start(content, live=[_Transient(self.hub, record.id)])
         assert running.task is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
         return await running.wait_started()
@@ -243,6 +250,22 @@ class Service:
                 await answered
         decision = request.decision
         return "deny" if decision.cancelled() else decision.result()
+
+
+class _Transient:
+    """A live sink of a turn started here: its transient events (tool progress), which the
+    journal neither numbers nor keeps, to the session's clients connected to this process."""
+
+    def __init__(self, hub: Hub, session_id: str) -> None:
+        self._hub = hub
+        self._session_id = session_id
+        self._turn_id: str | None = None
+
+    async def send(self, event: Event) -> None:
+        if isinstance(event, TurnStarted):
+            self._turn_id = event.turn_id
+        elif is_transient(event):
+            self._hub.publish_transient(self._session_id, self._turn_id, event_to_dict(event))
 
 
 async def _answered(decision: asyncio.Future[Decision]) -> None:

@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from drover.server.hub import SessionFeed, Subscription
+from drover.server.hub import Frame, SessionFeed, Subscription, TransientFrame
 from drover.server.replay import backlog
 from drover.server.service import Service
 from drover.store.base import SessionRecord
@@ -60,10 +60,12 @@ class _Stream:
             out.append(_frame("reset", snap, after))
         return b"".join(out)
 
-    def follow(self, subscription: Subscription, frames: list[Any]) -> bytes:
+    def follow(self, subscription: Subscription, frames: list[Frame | TransientFrame]) -> bytes:
         out = []
         for frame in frames:
-            if frame.seq > self.last:
+            if isinstance(frame, TransientFrame):
+                out.append(frame.wire)
+            elif frame.seq > self.last:
                 out.append(frame.encode())
                 self.last = frame.seq
         return b"".join(out)

@@ -20,6 +20,7 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
 ``worker``                  handed to the worker's journal (:mod:`drover.store.worker_log`)
+``tool_progress``           not stored: transient (:func:`drover.events.is_transient`)
 ==========================  ================================================================
 
 Every event except the deltas is appended to the session's event log. Each text flush writes
@@ -92,6 +93,7 @@ from drover.events import (
     TextDelta,
     ThinkingDelta,
     ToolDone,
+    ToolProgress,
     ToolResults,
     ToolStart,
     ToolStateChanged,
@@ -365,6 +367,8 @@ class Journal(JournalLog):
                 return
             case TextDelta() | ThinkingDelta():
                 return  # (send takes the text deltas)
+            case ToolProgress():
+                return  # transient: live consumers only
             case TurnStarted():
                 # Written at once: the log of a turn begins with it, whatever cuts it short.
                 self._turn_id, self._step = event.turn_id, 0

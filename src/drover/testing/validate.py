@@ -18,10 +18,20 @@ wording where it is known, prefixed with where in the body the problem is.
 
 Each also checks the request's structured-output field (Anthropic ``output_config``, Chat
 ``response_format``, Responses ``text.format``): :mod:`drover.testing.validate_output`.
+
+The tools offered are checked too, as each API refuses them (a refused tool fails every request
+that carries it):
+
+* Anthropic: a name of 1 to 128 of ``[a-zA-Z0-9_-]``, an ``input_schema`` of ``"type":
+  "object"``, no ``oneOf``/``allOf``/``anyOf`` at its top level.
+* Both OpenAI APIs: a name of ``[a-zA-Z0-9_-]`` of at most 64 characters; ``parameters`` of
+  ``"type": "object"`` with ``properties`` and no ``oneOf``/``anyOf``/``allOf``/``enum``/``not``
+  at the top level, every ``array`` schema with ``items``, every ``properties`` entry a schema.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,6 +97,112 @@ def _anthropic_history(body: Mapping[str, Any]) -> list[str]:
             problems += _check_answered(i, message, messages)
         if role == "user":
             problems += _check_results_expected(i, message, messages)
+    return problems + _anthropic_tools(body.get("tools"))
+
+
+_ANTHROPIC_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_OPENAI_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+_ROOT_COMBINATORS = ("oneOf", "allOf", "anyOf")
+
+
+def _anthropic_tools(tools: object) -> list[str]:
+    problems: list[str] = []
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if not isinstance(tool, Mapping) or tool.get("type", "custom") != "custom":
+            continue  # (server tools are not drover's)
+        where = f"tools.{i}.custom"
+        name = tool.get("name")
+        if not isinstance(name, str) or not _ANTHROPIC_NAME.fullmatch(name):
+            problems.append(f"{where}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, Mapping):
+            problems.append(f"{where}.input_schema: Field required")
+            continue
+        if schema.get("type") != "object":
+            problems.append(f"{where}.input_schema.type: Input should be 'object'")
+        if any(k in schema for k in _ROOT_COMBINATORS):
+            problems.append(
+                f"{where}.input_schema: input_schema does not support oneOf, allOf, or anyOf at "
+                "the top level"
+            )
+    return problems
+
+
+def _openai_tools(tools: object, *, flat: bool) -> list[str]:
+    """Chat Completions nests a function under ``function``; Responses (``flat``) does not."""
+    problems: list[str] = []
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            continue
+        function = tool if flat else tool.get("function")
+        where = f"tools[{i}]" if flat else f"tools[{i}].function"
+        if not isinstance(function, Mapping):
+            problems.append(f"Missing required parameter: '{where}'.")
+            continue
+        name = function.get("name")
+        if not isinstance(name, str) or not _OPENAI_NAME.fullmatch(name):
+            problems.append(
+                f"Invalid '{where}.name': string does not match pattern. Expected a string that "
+                "matches the pattern '^[a-zA-Z0-9_-]+$'."
+            )
+        elif len(name) > 64:
+            problems.append(
+                f"Invalid '{where}.name': string too long. Expected a string with maximum length "
+                f"64, but got a string with length {len(name)} instead."
+            )
+        if "parameters" in function:
+            problems += _openai_parameters(str(name), function["parameters"])
+    return problems
+
+
+def _openai_parameters(name: str, schema: object) -> list[str]:
+    prefix = f"Invalid schema for function '{name}':"
+    kind = schema.get("type") if isinstance(schema, Mapping) else None
+    if not isinstance(schema, Mapping) or kind != "object":
+        return [
+            f"{prefix} schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{kind}\"'."
+        ]
+    if any(k in schema for k in (*_ROOT_COMBINATORS, "enum", "not")):
+        return [
+            f"{prefix} schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/"
+            "'not' at the top level."
+        ]
+    problems = []
+    if "properties" not in schema:
+        problems.append(f"{prefix} In context=(), object schema missing properties.")
+    return problems + [f"{prefix} {p}" for p in _schema_problems(schema, ())]
+
+
+def _schema_problems(schema: Mapping[str, Any], context: tuple[str, ...]) -> list[str]:
+    """OpenAI's rules below the root: arrays need ``items``, properties must be schemas."""
+    problems: list[str] = []
+    declared = schema.get("type")
+    is_array = declared == "array" or (isinstance(declared, list) and "array" in declared)
+    if is_array and "items" not in schema and "prefixItems" not in schema:
+        problems.append(f"In context={context!r}, array schema missing items.")
+    children: list[tuple[tuple[str, ...], object]] = []
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for key, value in properties.items():
+            if not isinstance(value, Mapping | bool):
+                problems.append(
+                    f"In context={(*context, 'properties')!r}, {value!r} is not of type "
+                    "'object', 'boolean'."
+                )
+            children.append(((*context, "properties", str(key)), value))
+    for keyword in ("items", "additionalProperties", "not"):
+        children.append(((*context, keyword), schema.get(keyword)))
+    for keyword in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        branches = schema.get(keyword)
+        for j, branch in enumerate(branches if isinstance(branches, list) else ()):
+            children.append(((*context, keyword, str(j)), branch))
+    for keyword in ("$defs", "definitions"):
+        named = schema.get(keyword)
+        for key, value in named.items() if isinstance(named, Mapping) else ():
+            children.append(((*context, keyword, str(key)), value))
+    for where, child in children:
+        if isinstance(child, Mapping):
+            problems += _schema_problems(child, where)
     return problems
 
 
@@ -222,7 +338,7 @@ def _chat_history(body: Mapping[str, Any]) -> list[str]:
                     f"expected a string, but got {_json_kind(arguments)} instead."
                 )
     problems += _unanswered_calls(pending)
-    return problems
+    return problems + _openai_tools(body.get("tools"), flat=False)
 
 
 def _unanswered_calls(pending: Mapping[str, int]) -> list[str]:
@@ -257,7 +373,7 @@ def responses_input(body: Mapping[str, Any]) -> list[Any]:
 
 
 def validate_responses(body: Mapping[str, Any], resolved_input: Sequence[Any]) -> list[str]:
-    problems = text_format_problems(body)
+    problems = text_format_problems(body) + _openai_tools(body.get("tools"), flat=True)
     calls: list[str] = []
     outputs: list[str] = []
     for item in resolved_input:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol
@@ -17,6 +17,10 @@ _NO_DEPS: Any = None
 
 
 def _discard(_chunk: str) -> None:
+    return None
+
+
+async def _no_progress(_progress: float, _total: float | None, _message: str | None) -> None:
     return None
 
 
@@ -39,6 +43,12 @@ class ToolContext(Generic[DepsT]):
     #: Called with output as a long-running tool produces it, so an interrupted call keeps what
     #: it printed until then. Tools that produce output incrementally should call it.
     on_output: Callable[[str], None] = field(default=_discard)
+    #: Awaited with ``(progress, total, message)`` as a long-running tool advances (``total``
+    #: and ``message`` may be None); consumers see it as a transient
+    #: :class:`~drover.events.ToolProgress` event, which the journal does not keep.
+    on_progress: Callable[[float, float | None, str | None], Awaitable[None]] = field(
+        default=_no_progress
+    )
     #: The tool call being run, and its position in the model's response.
     call_id: str = ""
     call_index: int = 0
