@@ -177,6 +177,31 @@ class SessionStore(Protocol):
         """The calls of one turn, or of a whole session, in turn, step and call order."""
         ...
 
+    async def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        """The sessions whose id starts with ``prefix``, in id order, at most ``limit`` (an
+        index serves it): how a front door finds the session of an id the user shortened."""
+        ...
+
+    async def rename_session(self, session_id: str, title: str) -> None:
+        """Set the session's title (kept: later turns do not replace it); ``StoreError``
+        when there is no such session."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session and everything it holds — turns, messages, tool calls, streamed
+        text, events, grants — in one transaction; False when there was no such session.
+
+        Raises :class:`~drover.errors.SessionBusyError` while a turn of the session is
+        ``running`` (checked in the same transaction; a turn a dead process left running is
+        recovered first, :meth:`TurnLeases.recover_orphans`)."""
+        ...
+
+    async def running_usage(self, session_id: str, turn_id: str) -> Usage | None:
+        """What a running turn has used so far, as its last ``usage`` event says (None: no
+        model call of it has reported yet). Read from the end of the log back to the turn's
+        first row only."""
+        ...
+
 
 class TurnLeases(Protocol):
     """Who runs which turn: starting one, holding it, and taking back the abandoned."""
