@@ -222,7 +222,7 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
             (c.get("/v1/sessions/nope"), 404, "not_found"),
             (c.get("/v1/sessions/a%2Fb"), 404, "not_found"),
             (c.get("/v1/nothing"), 404, "not_found"),
-            (c.delete(f"/v1/sessions/{sid}"), 405, "method_not_allowed"),
+            (c.put(f"/v1/sessions/{sid}", json={}), 405, "method_not_allowed"),
             (
                 c.post(f"/v1/sessions/{sid}/permissions/r1", json={"decision": "maybe"}),
                 422,
@@ -286,6 +286,8 @@ def test_the_web_page_and_the_schema(fake_llm: FakeLLMServer, serve: Callable[..
         "/v1/sessions/{session_id}",
         "/v1/sessions/{session_id}/messages",
         "/v1/sessions/{session_id}/interrupt",
+        "/v1/sessions/{session_id}/permissions",
         "/v1/sessions/{session_id}/permissions/{request_id}",
         "/v1/sessions/{session_id}/events",
     }
+    assert set(schema["paths"]["/v1/sessions/{session_id}"]) == {"get", "patch", "delete"}

@@ -154,9 +154,7 @@ async def test_running_usage_is_the_turns_last_usage_report(store: Store) -> Non
     assert await store.running_usage("missing", second.id) is None
 
 
-async def test_find_sessions_reads_an_index(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_find_sessions_reads_an_index(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """The prefix lookup is a range on an index of the ids, not a scan of every session: the
     statement ``find_sessions`` sends is explained by the database itself."""
     assert isinstance(store, SqlStore)

@@ -446,6 +446,21 @@ def session_title(user_message: Message | None) -> str | None:
     return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
 
 
+#: The longest title a user may give a session.
+MAX_TITLE_CHARS = 200
+
+
+def user_title(text: str) -> str:
+    """A title the user gave, on one line; ``ValueError`` (its message says why) when it is
+    empty or longer than :data:`MAX_TITLE_CHARS`."""
+    title = " ".join(text.split())
+    if not title:
+        raise ValueError("a title cannot be empty")
+    if len(title) > MAX_TITLE_CHARS:
+        raise ValueError(f"a title is at most {MAX_TITLE_CHARS} characters ({len(title)} given)")
+    return title
+
+
 def flushed_text_event(text: str, index: int, step: int) -> dict[str, Any]:
     """The coalesced ``text_delta`` event a flush of streamed text logs: the live delta's form
     and the step it belongs to (a replay drops a step's text on a discarding retry)."""
