@@ -409,7 +409,12 @@ class Agent:
         opened = await self._resources()
         running = opened.runner.running(session_id)
         if running is not None:
-            raise SessionBusyError(session_id, running.turn_id or "(starting)")
+            try:
+                turn_id = running.turn_id or await running.wait_started()
+            except Exception:  # it could not start: nothing runs
+                turn_id = None
+            if turn_id is not None:
+                raise SessionBusyError(session_id, turn_id)
         await opened.store.recover_orphans(session_id=session_id)
         # The store checks again, with the session locked: a turn that began meanwhile wins.
         deleted = await opened.store.delete_session(session_id)
