@@ -213,6 +213,14 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
                 "unsupported_media_type",
             ),
             (c.post(msgs, json={"content": "x" * 2000}), 413, "body_too_large"),
+            # No bytes is {}; white space is no JSON (the schema's fuzzer sends it).
+            (
+                c.post(
+                    "/v1/sessions", content=b" \n", headers={"content-type": "application/json"}
+                ),
+                400,
+                "invalid_json",
+            ),
             (c.get(f"/v1/sessions/{sid}/events?after=-1"), 400, "invalid_request"),
             (
                 c.get(f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": "abc"}),

@@ -66,7 +66,7 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
         chunks.append(chunk)
     raw = b"".join(chunks)
-    if not raw.strip():
+    if not raw:  # only a body of no bytes: one of white space is not JSON
         data: Any = {}
     else:
         try:
