@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from drover.config import Config, load_config
 from drover.conversation import ConversationManager
-from drover.errors import ConfigError, DroverError
+from drover.errors import ConfigError, DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
 from drover.mcp.config import load_servers, redact_patterns
@@ -450,6 +450,27 @@ class Agent(Generic[OutputT]):
         opened.sessions[record.id] = handle
         self._forget_idle(opened)
         return handle
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a stored session and everything it holds (False: there is none). Refused
+        with :class:`~drover.errors.SessionBusyError` while a turn of it runs, in this
+        process or in another live one; a turn a dead process left running is recovered
+        first. This agent's handle of the session goes too."""
+        opened = await self._resources()
+        running = opened.runner.running(session_id)
+        if running is not None:
+            try:
+                turn_id = running.turn_id or await running.wait_started()
+            except Exception:  # it could not start: nothing runs
+                turn_id = None
+            if turn_id is not None:
+                raise SessionBusyError(session_id, turn_id)
+        await opened.store.recover_orphans(session_id=session_id)
+        # The store checks again, with the session locked: a turn that began meanwhile wins.
+        deleted = await opened.store.delete_session(session_id)
+        opened.sessions.pop(session_id, None)
+        opened.models.pop(session_id, None)
+        return deleted
 
     def _forget_idle(self, opened: _Open) -> None:
         """Keep at most :data:`MAX_SESSIONS` handles; a session with a turn running stays."""

@@ -53,21 +53,26 @@ def _routes(sid: str) -> list[tuple[str, str, Any]]:
         ("POST", f"{session}/messages", {"content": "go"}),
         ("POST", f"{session}/interrupt", {}),
         ("POST", f"{session}/permissions/r1", {"decision": "allow"}),
+        ("PATCH", session, {"title": "renamed by a page"}),
+        ("DELETE", session, None),
         ("OPTIONS", f"{session}/messages", None),
     ]
 
 
-def _post_routes(sid: str) -> list[tuple[str, dict[str, str]]]:
-    """Every POST route of the schema (a route added later is covered), with a valid body."""
-    bodies = {"content": "go", "decision": "allow"}
+def _body_routes(sid: str) -> list[tuple[str, str, dict[str, str]]]:
+    """Every route of the schema that takes a body (a route added later is covered): method,
+    path and a valid body."""
+    bodies = {"content": "go", "decision": "allow", "title": "a title"}
     out = []
     for path, operations in openapi.schema()["paths"].items():
-        if "post" not in operations:
-            continue
-        schema = operations["post"]["requestBody"]["content"]["application/json"]["schema"]
-        body = {name: bodies[name] for name in schema["required"]}
-        out.append((path.replace("{session_id}", sid).replace("{request_id}", "r1"), body))
-    assert len(out) == 4
+        for method, operation in operations.items():
+            if "requestBody" not in operation:
+                continue
+            schema = operation["requestBody"]["content"]["application/json"]["schema"]
+            body = {name: bodies[name] for name in schema["required"]}
+            where = path.replace("{session_id}", sid).replace("{request_id}", "r1")
+            out.append((method.upper(), where, body))
+    assert sorted(method for method, _, _ in out) == ["PATCH", "POST", "POST", "POST", "POST"]
     return out
 
 
@@ -135,14 +140,14 @@ def test_allowed_host_names_a_public_name_and_is_checked_before_the_token(
 # -- content type ----------------------------------------------------------------------------
 
 
-def test_every_post_needs_application_json_even_with_an_empty_body(
+def test_every_body_needs_application_json_even_when_empty(
     victim: tuple[Served, str], fake: FakeLLMServer
 ) -> None:
     served, sid = victim
     calls = len(fake.requests)
     with served.client() as c:
         before = _state(c, sid)
-        for path, body in _post_routes(sid):
+        for method, path, body in _body_routes(sid):
             json_text = json.dumps(body).encode()
             for headers, content in [
                 ({}, b""),  # a no-cors fetch or a form with nothing in it
@@ -153,7 +158,7 @@ def test_every_post_needs_application_json_even_with_an_empty_body(
                 ({"Content-Type": "multipart/form-data; boundary=x"}, b"--x--\r\n"),
                 ({"Content-Type": "application/jsonx"}, json_text),
             ]:
-                reply = c.post(path, content=content, headers=headers)
+                reply = c.request(method, path, content=content, headers=headers)
                 _assert_error(reply, 415, "unsupported_media_type")
         assert _state(c, sid) == before
         # JSON passes, whatever its parameters or case, and an empty JSON body is {}.
@@ -224,16 +229,26 @@ def test_cors_origin_allows_one_other_page(configured: Served) -> None:
         assert reply.status_code == 201
         assert reply.headers["access-control-allow-origin"] == page
         sid = reply.json()["id"]
-        preflight = c.options(
-            f"/v1/sessions/{sid}/messages",
-            headers={
-                "Origin": page,
-                "Access-Control-Request-Method": "POST",
-                "Access-Control-Request-Headers": "authorization, content-type",
-            },
+        for method, path in (
+            ("POST", f"/v1/sessions/{sid}/messages"),
+            ("PATCH", f"/v1/sessions/{sid}"),
+            ("DELETE", f"/v1/sessions/{sid}"),
+        ):
+            preflight = c.options(
+                path,
+                headers={
+                    "Origin": page,
+                    "Access-Control-Request-Method": method,
+                    "Access-Control-Request-Headers": "authorization, content-type",
+                },
+            )
+            assert preflight.status_code == 200, (method, preflight.text)
+            assert preflight.headers["access-control-allow-origin"] == page
+            assert method in preflight.headers["access-control-allow-methods"]
+        renamed = c.patch(
+            f"/v1/sessions/{sid}", json={"title": "by the page"}, headers={"Origin": page}
         )
-        assert preflight.status_code == 200
-        assert preflight.headers["access-control-allow-origin"] == page
+        assert renamed.status_code == 200 and renamed.headers["access-control-allow-origin"] == page
         headers = {"Origin": page, "Sec-Fetch-Site": "cross-site"}
         assert c.get(f"/v1/sessions/{sid}", headers=headers).status_code == 200
         for other in ("http://page.test:3001", "https://page.test:3000", "http://evil.test"):

@@ -213,6 +213,14 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
                 "unsupported_media_type",
             ),
             (c.post(msgs, json={"content": "x" * 2000}), 413, "body_too_large"),
+            # No bytes is {}; white space is no JSON (the schema's fuzzer sends it).
+            (
+                c.post(
+                    "/v1/sessions", content=b" \n", headers={"content-type": "application/json"}
+                ),
+                400,
+                "invalid_json",
+            ),
             (c.get(f"/v1/sessions/{sid}/events?after=-1"), 400, "invalid_request"),
             (
                 c.get(f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": "abc"}),
@@ -222,7 +230,7 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
             (c.get("/v1/sessions/nope"), 404, "not_found"),
             (c.get("/v1/sessions/a%2Fb"), 404, "not_found"),
             (c.get("/v1/nothing"), 404, "not_found"),
-            (c.delete(f"/v1/sessions/{sid}"), 405, "method_not_allowed"),
+            (c.put(f"/v1/sessions/{sid}", json={}), 405, "method_not_allowed"),
             (
                 c.post(f"/v1/sessions/{sid}/permissions/r1", json={"decision": "maybe"}),
                 422,
@@ -290,3 +298,4 @@ def test_the_web_page_and_the_schema(fake_llm: FakeLLMServer, serve: Callable[..
         "/v1/sessions/{session_id}/permissions/{request_id}",
         "/v1/sessions/{session_id}/events",
     }
+    assert set(schema["paths"]["/v1/sessions/{session_id}"]) == {"get", "patch", "delete"}

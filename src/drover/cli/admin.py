@@ -1,10 +1,14 @@
-"""``drover sessions``, ``drover show ID [--json]`` and ``drover models``: reading, not running.
+"""The journal's readers: ``drover sessions [--json]``, ``drover show ID [--json]``, ``drover
+export ID [--format markdown|jsonl]`` and ``drover models`` (``rename`` and ``rm``, which
+change it, are :mod:`drover.cli.manage`). Every ID may be any unique start of a session's id
+(:mod:`drover.cli.session_ids`).
 
 These commands answer in a new process each time, so what they import is most of what they
-cost (issue #12: ≤ 200 ms on a journal of 10,000 sessions). On SQLite they read the journal on
-the calling thread, without an event loop or the store's worker thread: asyncio (with the
-ssl, socket, subprocess and logging modules it loads) and concurrent.futures are never imported.
-A test (tests/cli/test_journal_commands.py) keeps the list of what they load short.
+cost (issue #12: ≤ 200 ms on a journal of 10,000 sessions). On SQLite they work on the journal
+on the calling thread, without an event loop or the store's worker thread: asyncio (with the
+ssl, socket, subprocess and logging modules it loads) and concurrent.futures are never imported
+by the readers. A test (tests/cli/test_journal_commands.py) keeps the list of what they load
+short.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
 from drover.messages import message_to_dict
 from drover.store import Store, open_store
@@ -58,8 +64,9 @@ def _run_inline(work: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a journal read waited for the event loop")
 
 
-def _read_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
-    """``work`` run on the journal at ``db`` (or ``DROVER_DB``, or the default file)."""
+def on_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) -> T:
+    """``work`` run on the journal at ``db`` (or ``DROVER_DB``, or the default file); on
+    SQLite on this thread, without an event loop."""
     store = open_store(db or os.environ.get("DROVER_DB"))
     if type(store) is SqliteStore:
         return _run_inline(work(_InlineSqliteStore(store.path)))
@@ -82,20 +89,36 @@ def _when(timestamp: float) -> str:
 
 
 def print_sessions(args: argparse.Namespace) -> int:
-    return _read_journal(args.db, lambda store: _print_sessions(store, args.limit))
+    return on_journal(args.db, lambda store: _print_sessions(store, args.limit, args.json))
 
 
-async def _print_sessions(store: Store, limit: int) -> int:
+async def _print_sessions(store: Store, limit: int, as_json: bool) -> int:
     async with store:
-        sessions = await store.list_sessions(limit=limit)
-        if not sessions:
-            print("no sessions yet")
-        for record in sessions:
+        listed = []
+        for record in await store.list_sessions(limit=limit):
             turns = await store.turns(record.id)
-            last = turns[-1].status if turns else "empty"
-            title = record.title or ""
-            when = _when(record.updated_at)
-            print(f"{record.id}  {when}  {len(turns):>3} turns  {last:<11}  {title}")
+            listed.append((record, len(turns), turns[-1].status if turns else None))
+    if as_json:
+        rows = [
+            {
+                "id": record.id,
+                "title": record.title,
+                "model": record.model,
+                "workdir": record.workdir,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "turns": count,
+                "last_status": last,
+            }
+            for record, count, last in listed
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return 0
+    if not listed:
+        print("no sessions yet")
+    for record, count, last in listed:
+        when = _when(record.updated_at)
+        print(f"{record.id}  {when}  {count:>3} turns  {last or 'empty':<11}  {record.title or ''}")
     return 0
 
 
@@ -187,11 +210,19 @@ async def _workers(store: WorkerLogReader, session_id: str) -> dict[str, list[di
 
 async def _report(store: Store, session_id: str) -> dict[str, Any]:
     async with store:
-        return await session_report(store, session_id)
+        return await session_report(store, await resolve_session(store, session_id))
+
+
+def export_session(args: argparse.Namespace) -> int:
+    from drover.cli.export import export_session as render
+
+    report = on_journal(args.db, lambda store: _report(store, args.session_id))
+    sys.stdout.write(render(report, args.format))
+    return 0
 
 
 def show_session(args: argparse.Namespace) -> int:
-    report = _read_journal(args.db, lambda store: _report(store, args.session_id))
+    report = on_journal(args.db, lambda store: _report(store, args.session_id))
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2))
         return 0

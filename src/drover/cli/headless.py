@@ -22,6 +22,7 @@ from typing import Any
 
 from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note, write
+from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import ConfigError
 from drover.events import (
@@ -86,8 +87,11 @@ async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
     async with agent_from_args(args) as agent:
         if agent.sandbox is not None and agent.sandbox.unavailable:
             _note(f"drover: warning: {agent.sandbox.describe()}")
+        named = args.session
+        if named is not None:
+            named = await resolve_session(agent.store, named, may_create=prompt is not None)
         session = await agent.session(
-            args.session, continue_latest=args.continue_, must_exist=prompt is None
+            named, continue_latest=args.continue_, must_exist=prompt is None
         )
         if session.created:
             _note(f"new session {session.id} (continue it with --session {session.id})")

@@ -25,7 +25,36 @@ EXIT_USAGE = 2
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 
-SUBCOMMANDS = ("sessions", "show", "serve", "fake-llm", "models", "demo", "mcp")
+SUBCOMMANDS = (
+    "sessions",
+    "show",
+    "rename",
+    "rm",
+    "export",
+    "serve",
+    "fake-llm",
+    "models",
+    "demo",
+    "mcp",
+)
+#: What ``drover SUBCOMMAND --help`` says first.
+DESCRIPTIONS = {
+    "sessions": "List the stored sessions, most recently updated first.",
+    "show": "Show everything the journal holds of a session: turns, messages, tool calls.",
+    "rename": "Give a session a title (later turns keep it).",
+    "rm": "Delete a session and everything it holds (asks first unless --yes).",
+    "export": "Write a session out as Markdown or JSON Lines, on stdout.",
+    "serve": "Serve the HTTP API, its event streams and the web page.",
+    "fake-llm": "Run drover's scripted fake LLM server (for tests and demos).",
+    "models": "List the models drover knows of, and where each comes from.",
+    "demo": "A tool-using turn that breaks mid-answer, then resumes.",
+    "mcp": "The MCP servers configured here, their status and their tools.",
+}
+#: How an ID argument is described.
+ID_HELP = (
+    "a session id, or any unique start of one (letters, digits, '-' and '_'); "
+    "an ambiguous start is an error that lists the sessions it matches"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,9 +73,15 @@ def _positive_int(text: str) -> int:
 
 
 def _session_id(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty session id")
-    return text
+    from drover.cli.session_ids import session_id_arg
+
+    return session_id_arg(text)
+
+
+def _db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", help="SQLite path or postgresql:// URL (env DROVER_DB; default: the user's journal)"
+    )
 
 
 def _port(text: str) -> int:
@@ -62,7 +97,7 @@ def _port(text: str) -> int:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5")
     parser.add_argument("--base-url", help="API base URL (any compatible server)")
-    parser.add_argument("--db", help="SQLite path or postgresql:// URL (env DROVER_DB)")
+    _db_option(parser)
     parser.add_argument("--workdir", type=Path, help="directory the tools work in (default: .)")
     parser.add_argument(
         "--permission-mode",
@@ -113,7 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one turn headless (the prompt is read from stdin when not given)",
     )
     parser.add_argument(
-        "--session", type=_session_id, help="continue this session (created if new)"
+        "--session",
+        metavar="ID",
+        type=_session_id,
+        help="continue this session; any unique start of its id will do. An id no session "
+        "starts with names a new session, unless it is 6-31 hex digits (it reads as a "
+        "shortened id: an error)",
     )
     parser.add_argument(
         "--continue", dest="continue_", action="store_true", help="continue the latest session"
@@ -122,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="ID",
         type=_session_id,
-        help="open the REPL on this stored session (it must exist)",
+        help="open the REPL on this stored session (it must exist; any unique start of its "
+        "id will do)",
     )
     parser.add_argument(
         "--resume-turn",
@@ -146,14 +187,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_subparser(name: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"drover {name}")
+    parser = _Parser(prog=f"drover {name}", description=DESCRIPTIONS.get(name))
     if name == "sessions":
-        parser.add_argument("--db")
-        parser.add_argument("--limit", type=_positive_int, default=20)
+        _db_option(parser)
+        parser.add_argument(
+            "--limit", type=_positive_int, default=20, help="how many to list (default 20)"
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="a JSON array: id, title, model, workdir, created_at, updated_at, turns, "
+            "last_status",
+        )
     elif name == "show":
-        parser.add_argument("session_id", type=_session_id)
-        parser.add_argument("--db")
-        parser.add_argument("--json", action="store_true")
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        _db_option(parser)
+        parser.add_argument("--json", action="store_true", help="everything, as one JSON object")
+    elif name == "rename":
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        parser.add_argument("title", metavar="TITLE", help="the new title (one line, ≤ 200)")
+        _db_option(parser)
+    elif name == "rm":
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        parser.add_argument(
+            "-y", "--yes", action="store_true", help="delete without asking for confirmation"
+        )
+        _db_option(parser)
+    elif name == "export":
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        parser.add_argument(
+            "--format",
+            choices=("markdown", "jsonl"),
+            default="markdown",
+            help="markdown (default: a readable transcript) or jsonl (one JSON object a line: "
+            "the session, then each turn with its messages and tool calls)",
+        )
+        _db_option(parser)
     elif name == "fake-llm":
         parser.add_argument("scenario", type=Path)
         parser.add_argument("--host", default="127.0.0.1")
@@ -325,6 +394,18 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.admin import show_session
 
         return show_session(args)
+    if name == "export":
+        from drover.cli.admin import export_session
+
+        return export_session(args)
+    if name == "rename":
+        from drover.cli.manage import rename_session
+
+        return rename_session(args)
+    if name == "rm":
+        from drover.cli.manage import remove_session
+
+        return remove_session(args)
     import asyncio
 
     if name == "demo":

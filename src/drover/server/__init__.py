@@ -42,7 +42,7 @@ or not:
   ``/openapi.json`` whatever the method (so reads and event streams too). Without an
   ``Origin``, ``Sec-Fetch-Site: cross-site`` or ``same-site`` (another port of the same host
   is the same site) is refused the same way.
-* Every route that takes a body (each POST) takes it only as ``Content-Type:
+* Every route that takes a body (each POST, and PATCH) takes it only as ``Content-Type:
   application/json``, even an empty one — else 415 ``unsupported_media_type``: a form or a
   ``no-cors`` fetch, which a page may send anywhere without a CORS preflight, cannot set it.
   An empty JSON body is ``{}``.
@@ -51,6 +51,14 @@ or not:
 ``POST /v1/sessions`` ``{}``                           201 ``{"id"}``
 ``GET /v1/sessions``                                   200 ``{"sessions": [SessionSummary]}``
 ``GET /v1/sessions/{id}``                              200 ``Snapshot`` (the durable transcript)
+``PATCH /v1/sessions/{id}`` ``{"title"}``              200 ``SessionSummary``: the new title (one
+                                                       line, 1-200 characters; later turns keep
+                                                       it); 422 when empty or longer
+``DELETE /v1/sessions/{id}``                           200 ``{"id", "deleted": true}``: the session
+                                                       and everything it holds are gone (its
+                                                       event streams end); 409 ``session_busy``
+                                                       with the ``turn_id`` while a turn of it
+                                                       runs in any process
 ``POST /v1/sessions/{id}/messages`` ``{"content"}``    202 ``{"turn_id"}``; 409 ``session_busy``
                                                        with the running ``turn_id``
 ``POST /v1/sessions/{id}/interrupt`` ``{}``            202 ``{"turn_id"}`` (the turn being
@@ -73,11 +81,12 @@ or not:
 ``Snapshot``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id",
 "last_event_id", "turns": [Turn], "pending_permissions": [PermissionRequest data]}`` where
 ``last_event_id`` is the sequence number the snapshot is current to (stream from there with
-``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "created_at",
-"ended_at", "usage": Usage|null, "user_message": Message|null, "messages": [{"seq",
-"partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the terminal
-events, null while the turn runs); ``status`` is
-``running|completed|incomplete|failed|interrupted``.
+``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "discarded",
+"created_at", "ended_at", "usage": Usage|null, "user_message": Message|null, "messages":
+[{"seq", "partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the
+terminal events; while the turn runs, what it used so far with ``"partial": true``, or null
+before its first model call reported; ``discarded``: the user dropped the turn's unfinished
+work); ``status`` is ``running|completed|incomplete|failed|interrupted``.
 ``Message`` is ``{"role", "content": [Block]}`` with blocks ``{"type": "text", "text",
 "partial"?}``, ``{"type": "thinking", …}``, ``{"type": "tool_use", "id", "name", "input"}``,
 ``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.messages``).

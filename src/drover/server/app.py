@@ -54,7 +54,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route("/", routes.index, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
         Route("/v1/sessions", routes.sessions, methods=["GET", "POST"]),
-        Route(sid, routes.get_session, methods=["GET"]),
+        Route(sid, routes.session, methods=["GET", "PATCH", "DELETE"]),
         Route(f"{sid}/messages", routes.post_message, methods=["POST"]),
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),
         Route(f"{sid}/permissions", routes.permissions, methods=["GET", "DELETE"]),
@@ -69,7 +69,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
-                allow_methods=["GET", "POST", "DELETE"],
+                allow_methods=["GET", "POST", "PATCH", "DELETE"],
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             )
         )

@@ -284,6 +284,12 @@ class Hub:
         for feed in self._feeds.values():
             feed.close()
 
+    def drop(self, session_id: str) -> None:
+        """The session is gone: end its subscribers' streams and forget its feed."""
+        feed = self._feeds.pop(session_id, None)
+        if feed is not None:
+            feed.close()
+
     def forget_idle(self, session_id: str) -> None:
         """Drop a feed nobody listens to (its turn ended: the log has everything)."""
         feed = self._feeds.get(session_id)

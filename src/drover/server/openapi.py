@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from drover import __name__ as _package
+from drover.store.base import MAX_TITLE_CHARS
 
 _ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
 
@@ -101,6 +102,7 @@ _TURN = {
         "status": {"enum": ["running", "completed", "incomplete", "failed", "interrupted"]},
         "reason": _NULLABLE_STRING,
         "error": _NULLABLE_STRING,
+        "discarded": {"type": "boolean"},
         "created_at": {"type": "number"},
         "ended_at": _NULLABLE_NUMBER,
         "usage": {"type": ["object", "null"]},
@@ -259,7 +261,38 @@ def schema() -> dict[str, Any]:
                 "The durable transcript",
                 {"200": _json(_ref("Snapshot"), "the snapshot"), "404": _NOT_FOUND},
                 params=[_SESSION_ID],
-            )
+            ),
+            "patch": _op(
+                "Give the session a title (later turns keep it)",
+                {
+                    "200": _json(_ref("SessionSummary"), "the renamed session"),
+                    "404": _NOT_FOUND,
+                    **_BAD_BODY,
+                },
+                params=[_SESSION_ID],
+                body=_object(
+                    {"title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS}},
+                    ["title"],
+                ),
+            ),
+            "delete": _op(
+                "Delete the session and everything it holds",
+                {
+                    "200": _json(
+                        _object(
+                            {"id": {"type": "string"}, "deleted": {"const": True}},
+                            [
+                                "id",
+                                "deleted",
+                            ],
+                        ),
+                        "deleted",
+                    ),
+                    "404": _NOT_FOUND,
+                    "409": _error("a turn is running on the session (turn_id says which)"),
+                },
+                params=[_SESSION_ID],
+            ),
         },
         f"{sid}/messages": {
             "post": _op(

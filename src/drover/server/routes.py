@@ -22,6 +22,7 @@ from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 from drover.server.snapshot import session_summary
 from drover.server.sse import event_stream
+from drover.store.base import user_title
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _DECISIONS: tuple[str, ...] = get_args(Decision)
@@ -65,7 +66,7 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
         chunks.append(chunk)
     raw = b"".join(chunks)
-    if not raw.strip():
+    if not raw:  # only a body of no bytes: one of white space is not JSON
         data: Any = {}
     else:
         try:
@@ -136,9 +137,39 @@ async def list_sessions(request: Request) -> Response:
     return JSONResponse({"sessions": [session_summary(r, running.get(r.id)) for r in records]})
 
 
-async def get_session(request: Request) -> Response:
+async def session(request: Request) -> Response:
+    """The transcript (GET), a new title (PATCH ``{"title"}``), or the session deleted
+    (DELETE; refused while a turn of it runs, in any process)."""
+    if request.method == "PATCH":
+        return await rename_session(request)
+    if request.method == "DELETE":
+        return await delete_session(request)
     record = await _session(request)
     return JSONResponse(await _service(request).snapshot(record))
+
+
+async def rename_session(request: Request) -> Response:
+    record = await _session(request)
+    data = await json_body(request, {"title": str})
+    if "title" not in data:
+        raise ApiError(422, "invalid_request", "title is required")
+    try:
+        title = user_title(data["title"])
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    service = _service(request)
+    renamed = await service.rename(record, title)
+    return JSONResponse(session_summary(renamed, await service.any_running_turn_id(record.id)))
+
+
+async def delete_session(request: Request) -> Response:
+    record = await _session(request)
+    try:
+        await _service(request).delete(record)
+    except SessionBusyError as exc:
+        message = f"turn {exc.turn_id} is running on this session: interrupt it first"
+        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+    return JSONResponse({"id": record.id, "deleted": True})
 
 
 async def post_message(request: Request) -> Response:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from drover.agent import Agent
-from drover.errors import DroverError
+from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
     Event,
@@ -104,6 +104,20 @@ class Service:
         if record is None or (owner is not None and record.owner != owner):
             raise NotFoundError(f"no session {session_id}")
         return record
+
+    async def rename(self, record: SessionRecord, title: str) -> SessionRecord:
+        await self.store.rename_session(record.id, title)
+        return await self.store.get_session(record.id) or record
+
+    async def delete(self, record: SessionRecord) -> None:
+        """Delete the session (:meth:`drover.agent.Agent.delete_session`), refused with
+        :class:`~drover.errors.SessionBusyError` while a turn of it runs in any process; its
+        followers' streams here end (they reconnect to a 404)."""
+        running = await self.any_running_turn_id(record.id)
+        if running is not None:
+            raise SessionBusyError(record.id, running)
+        await self.agent.delete_session(record.id)
+        self.hub.drop(record.id)
 
     async def list_sessions(self, owner: str | None, limit: int) -> list[SessionRecord]:
         return await self.store.list_sessions(limit, owner=owner)

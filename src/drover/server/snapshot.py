@@ -1,7 +1,8 @@
 """The durable transcript of a session as JSON (``GET /v1/sessions/{id}`` and ``reset``).
 
 It is read from the store, so it shows what survives a crash: turns with their status, their
-messages (partial text included), and each tool call in its latest state. ``last_event_id`` is
+messages (partial text included), each tool call in its latest state, and a running turn's
+usage so far (``partial``), from its last ``usage`` event. ``last_event_id`` is
 the number the snapshot is current to; it is read before and after the transcript and the read
 repeated when a write slipped in between, so the two agree.
 """
@@ -59,6 +60,7 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "status": turn.status,
                 "reason": turn.reason,
                 "error": turn.error,
+                "discarded": turn.discarded,
                 "created_at": turn.created_at,
                 "ended_at": turn.ended_at,
                 "usage": None if turn.usage is None else turn.usage.to_dict(),
@@ -86,6 +88,11 @@ async def snapshot(
         if now == last:
             break
         last = now
+    for turn in turns:
+        if turn["status"] == "running" and turn["usage"] is None:
+            # What it used so far (a page reloaded mid-turn keeps showing it).
+            so_far = await store.running_usage(record.id, turn["id"])
+            turn["usage"] = None if so_far is None else so_far.to_dict()
     fresh = await store.get_session(record.id) or record
     return {
         **session_summary(fresh, running_turn_id),

@@ -182,6 +182,31 @@ class SessionStore(Protocol):
         """The calls of one turn, or of a whole session, in turn, step and call order."""
         ...
 
+    async def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        """The sessions whose id starts with ``prefix``, in id order, at most ``limit`` (an
+        index serves it): how a front door finds the session of an id the user shortened."""
+        ...
+
+    async def rename_session(self, session_id: str, title: str) -> None:
+        """Set the session's title (kept: later turns do not replace it); ``StoreError``
+        when there is no such session."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session and everything it holds — turns, messages, tool calls, streamed
+        text, events, grants — in one transaction; False when there was no such session.
+
+        Raises :class:`~drover.errors.SessionBusyError` while a turn of the session is
+        ``running`` (checked in the same transaction; a turn a dead process left running is
+        recovered first, :meth:`TurnLeases.recover_orphans`)."""
+        ...
+
+    async def running_usage(self, session_id: str, turn_id: str) -> Usage | None:
+        """What a running turn has used so far, as its last ``usage`` event says (None: no
+        model call of it has reported yet). Read from the end of the log back to the turn's
+        first row only."""
+        ...
+
 
 class TurnLeases(Protocol):
     """Who runs which turn: starting one, holding it, and taking back the abandoned."""
@@ -444,6 +469,21 @@ def session_title(user_message: Message | None) -> str | None:
     if not text:
         return None
     return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+
+
+#: The longest title a user may give a session.
+MAX_TITLE_CHARS = 200
+
+
+def user_title(text: str) -> str:
+    """A title the user gave, on one line; ``ValueError`` (its message says why) when it is
+    empty or longer than :data:`MAX_TITLE_CHARS`."""
+    title = " ".join(text.split())
+    if not title:
+        raise ValueError("a title cannot be empty")
+    if len(title) > MAX_TITLE_CHARS:
+        raise ValueError(f"a title is at most {MAX_TITLE_CHARS} characters ({len(title)} given)")
+    return title
 
 
 def flushed_text_event(text: str, index: int, step: int) -> dict[str, Any]:

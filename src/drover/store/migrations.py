@@ -244,6 +244,17 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ){no_rowid}""",
         ),
     ),
+    (
+        "0007_session_id_prefix",
+        (
+            # Finding a session by the start of its id compares ids in byte order: SQLite's
+            # primary key already is; PostgreSQL's follows the database's locale.
+            PerBackend(
+                sqlite=(),
+                postgres=('CREATE INDEX sessions_by_id_bytes ON sessions ((id COLLATE "C"))',),
+            ),
+        ),
+    ),
 )
 
 

@@ -47,11 +47,15 @@ from drover.store.base import (
 )
 from drover.store.batch import EndTurn
 from drover.store.dialect import Plan, Row, atomic, execute, rows
-from drover.store.rows import session_from_row, turn_from_row
+from drover.store.rows import json_value, session_from_row, turn_from_row
 from drover.store.sql_log import Held, first_value
-from drover.store.sql_work import TERMINAL_SQL, SqlWork
+from drover.store.sql_work import RECLAIM_CHECK_BYTES, TERMINAL_SQL, SqlWork
 
 _TERMINAL = TERMINAL_SQL
+#: How a comparison of ids says "in byte order" (UTF-8 bytes sort as code points).
+_BYTE_ORDER = {"sqlite": "", "postgres": ' COLLATE "C"'}
+#: Sorts after every character an id may continue with: the end of a prefix's range.
+_LAST_CHAR = "\U0010ffff"
 
 
 class SqlStore(SqlWork):
@@ -192,6 +196,72 @@ class SqlStore(SqlWork):
                 raise StoreError(f"no session {session_id}")
 
         await self._perform(update(), "write")
+
+    async def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        # A range on the id in byte order (an index on it: the primary key on SQLite, the
+        # "C"-collated one of 0007 on PostgreSQL), then the exact test: a locale's order
+        # could put a longer id outside the range.
+        order = _BYTE_ORDER[self.dialect.name]
+        found = await self._select(
+            f"SELECT * FROM sessions WHERE id{order} >= ?::text AND id{order} < ?::text "
+            f"AND substr(id, 1, ?) = ?::text ORDER BY id{order} LIMIT ?",
+            prefix,
+            prefix + _LAST_CHAR,
+            len(prefix),
+            prefix,
+            limit,
+        )
+        return [session_from_row(r) for r in found]
+
+    async def rename_session(self, session_id: str, title: str) -> None:
+        def update() -> Plan[None]:
+            count = yield from execute(
+                "UPDATE sessions SET title = ? WHERE id = ?",
+                self.dialect.clean(title),
+                session_id,
+            )
+            if count == 0:
+                raise StoreError(f"no session {session_id}")
+
+        await self._perform(update(), "write")
+
+    async def delete_session(self, session_id: str) -> bool:
+        def delete() -> Plan[bool]:
+            if not (yield from self._lock_session(session_id)):
+                return False
+            running = yield from rows(
+                "SELECT id FROM turns WHERE session_id = ? AND status = 'running' LIMIT 1",
+                session_id,
+            )
+            if running:
+                raise SessionBusyError(session_id, str(first_value(running, "id")))
+            # Everything else goes with the row: every table that holds a session's content
+            # references it, or one of its turns, ON DELETE CASCADE.
+            yield from execute("DELETE FROM sessions WHERE id = ?", session_id)
+            self._freed = max(self._freed, RECLAIM_CHECK_BYTES)
+            yield from self._reclaim()
+            return True
+
+        return await self._perform(delete(), "write")
+
+    async def running_usage(self, session_id: str, turn_id: str) -> Usage | None:
+        # Newest first, stopping at the turn's usage row or at the first row of another turn
+        # (its rows are the log's tail): never more than the turn's own rows are read.
+        found = await self._select(
+            "SELECT type, turn_id, payload FROM events WHERE session_id = ? "
+            f"AND (type = 'usage' OR NOT (turn_id {self.dialect.same} ?::text)) "
+            "ORDER BY seq DESC, part DESC LIMIT 1",
+            session_id,
+            turn_id,
+        )
+        if not found or found[0]["type"] != "usage" or found[0]["turn_id"] != turn_id:
+            return None
+        payload = json_value(found[0]["payload"])
+        return Usage(
+            input_tokens=int(payload.get("total_input", 0)),
+            output_tokens=int(payload.get("total_output", 0)),
+            partial=True,
+        )
 
     # -- permission grants ---------------------------------------------------------------------
 

@@ -11,8 +11,11 @@ from .harness import DroverServe
 
 
 def new_session(page: Page, server: DroverServe) -> str:
-    """Open the page, press "New session", and return the new session's id."""
+    """Open the page, press "New session" (in the drawer on a narrow screen), and return the
+    new session's id."""
     page.goto(server.url + "/")
+    if page.locator("#sidebar-toggle").is_visible():  # a narrow screen: the sessions' drawer
+        page.click("#sidebar-toggle")
     page.click("#new-session")
     expect(page.locator("#composer")).to_be_visible()
     match = re.fullmatch(r"#/sessions/(.+)", page.evaluate("location.hash"))

@@ -23,8 +23,19 @@ RENDER = """async (source) => {
 }"""
 ALLOWED_TAGS = {
     "p", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "ul", "ol",
-    "li", "blockquote", "hr", "a",
+    "li", "blockquote", "hr", "a", "div", "table", "thead", "tbody", "tr", "th", "td",
 }  # fmt: skip
+#: Attributes the renderer writes, with the values they may take (None: checked below).
+ALLOWED_ATTRS = {
+    "a.href": None,
+    "a.target": {"_blank"},
+    "a.rel": {"noopener noreferrer"},
+    "code.class": None,
+    "ol.start": None,
+    "div.class": {"table-wrap"},
+    "th.class": {"align-center", "align-right"},
+    "td.class": {"align-center", "align-right"},
+}
 
 
 @pytest.fixture
@@ -57,6 +68,9 @@ HOSTILE = [
     "- <svg/onload=alert(1)>\n- item",
     "# <h1 onclick=alert(1)>",
     "\u0000 0 \u0000<script>x</script>",
+    "| <script>alert(1)</script> | <img src=x onerror=alert(1)> |\n|---|---|\n"
+    "| [x](javascript:a) | b |",
+    '| a" onclick="x | b |\n|:--:|--:|\n| `</td><td>` | \\| |',
 ]
 
 
@@ -68,7 +82,8 @@ def test_no_markup_from_the_source_survives(
         assert set(result["tags"]) <= ALLOWED_TAGS, (source, result)
         for attr in result["attrs"]:
             name, _, value = str(attr).partition("=")
-            assert name in {"a.href", "a.target", "a.rel", "code.class", "ol.start"}, result
+            assert name in ALLOWED_ATTRS, result
+            assert ALLOWED_ATTRS[name] is None or value in ALLOWED_ATTRS[name], result
             if name == "a.href":
                 assert value.startswith(("https://", "http://", "mailto:")), (source, result)
                 assert not set(value) & set("\"'<> "), (source, result)
@@ -94,3 +109,47 @@ def test_an_unclosed_fence_still_streaming_renders_as_code(
     result = render("Here:\n\n```python\ndef f():\n    return '<x>'")
     assert result["tags"] == ["p", "pre", "code"]
     assert result["text"] == "Here:def f():\n    return '<x>'"
+
+
+TABLE_SCRIPT = """async (source) => {
+  const { renderMarkdown } = await import('/static/md.js');
+  const box = document.createElement('div');
+  box.innerHTML = renderMarkdown(source);
+  return [...box.querySelectorAll('tr')].map((tr) =>
+    [...tr.children].map((c) => [c.tagName.toLowerCase(), c.className, c.innerHTML]));
+}"""
+
+
+def test_tables_are_rendered_as_tables(
+    page: Page, render: Callable[[str], dict[str, list[str] | str]]
+) -> None:
+    source = (
+        "Results:\n"
+        "| name | **count** | note |\n"
+        "|:-----|------:|:----:|\n"
+        "| `a|b` | 12 | x \\| y |\n"
+        "| c | 3 |\n"
+        "\n"
+        "After the table."
+    )
+    result = render(source)
+    assert result["tags"] == [
+        "p", "div", "table", "thead", "tr", "th", "th", "strong", "th", "tbody", "tr", "td",
+        "code", "td", "td", "tr", "td", "td", "td", "p",
+    ], result  # fmt: skip
+    rows = page.evaluate(TABLE_SCRIPT, source)
+    assert rows == [
+        [["th", "", "name"], ["th", "align-right", "<strong>count</strong>"],
+         ["th", "align-center", "note"]],
+        [["td", "", "<code>a|b</code>"], ["td", "align-right", "12"],
+         ["td", "align-center", "x | y"]],
+        [["td", "", "c"], ["td", "align-right", "3"], ["td", "align-center", ""]],
+    ]  # fmt: skip
+    # Still streaming: a header row alone is a paragraph; with its rule row, an empty table.
+    assert render("| a | b |")["tags"] == ["p"]
+    assert render("| a | b |\n|---|---|")["tags"] == [
+        "div", "table", "thead", "tr", "th", "th",
+    ]  # fmt: skip
+    # A rule row of another width is no table; nor is a lone rule.
+    assert "table" not in render("| a | b |\n|---|")["tags"]
+    assert render("---")["tags"] == ["hr"]

@@ -34,6 +34,7 @@ from drover.cli.repl.complete import ReplCompleter
 from drover.cli.repl.keys import TurnKeys
 from drover.cli.repl.status import TokenAccount, load_prices, prices_path, status_text
 from drover.cli.repl.transcript import print_transcript
+from drover.cli.session_ids import resolve_session
 from drover.cli.tui import TurnView, describe_kept
 from drover.errors import DroverError
 from drover.events import Done, Error, Incomplete, ToolState
@@ -229,6 +230,16 @@ class Repl:
             self._ctrl_c_armed = False
             return line
 
+    async def confirm(self, question: str) -> bool:
+        """A yes/no question at the prompt (kept out of the prompt's history); Ctrl-C or
+        Ctrl-D is no."""
+        asker: PromptSession[str] = PromptSession(input=self.keyboard, output=self.screen)
+        try:
+            answer = await asker.prompt_async(question)
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
     # -- one turn -------------------------------------------------------------------------------
 
     async def turn(self, prompt: str | None, *, echo: bool = False) -> bool:
@@ -317,10 +328,11 @@ def make_console() -> Console:
 
 
 async def run_interactive(args: argparse.Namespace, agent: Agent) -> int:
+    named = args.resume or args.session
+    if named is not None:
+        named = await resolve_session(agent.store, named, may_create=args.resume is None)
     session = await agent.session(
-        args.resume or args.session,
-        continue_latest=args.continue_,
-        must_exist=args.resume is not None,
+        named, continue_latest=args.continue_, must_exist=args.resume is not None
     )
     repl = Repl(agent, session, make_console())
     await repl.show_session(transcript=not session.created)

@@ -5,7 +5,12 @@
 /tokens                  context estimate, calibration ratio, divisor; tokens used and cost
 /compact                 summarise older history now to free context
 /sessions                stored sessions, latest first
-/resume [ID]             finish the unfinished turn, or open another stored session
+/resume [ID]             finish the unfinished turn, or open another stored session (any
+                         unique start of its id)
+/rename TITLE            give the open session a title
+/rm ID                   delete another stored session, after a yes (also /delete ID)
+/export [FILE]           write the open session to FILE: Markdown, or JSON Lines for .jsonl
+                         (default drover-ID.md here; never over an existing file)
 /clear                   start a new session (this one stays stored)
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
@@ -23,7 +28,9 @@ from rich.console import Console
 from rich.text import Text
 
 from drover.agent import Agent
+from drover.cli.repl.manage import export_command, remove_command, rename_command
 from drover.cli.repl.status import TokenAccount
+from drover.cli.session_ids import resolve_session
 from drover.compact import compact_history
 from drover.errors import DroverError
 from drover.events import Compacted, Event
@@ -46,6 +53,8 @@ class Repl(Protocol):
     async def show_session(self, *, transcript: bool) -> None: ...
 
     async def turn(self, prompt: str | None, *, echo: bool = False) -> bool: ...
+
+    async def confirm(self, question: str) -> bool: ...
 
 
 class _CompactionNote:
@@ -81,6 +90,12 @@ async def run_command(repl: Repl, line: str) -> bool:
         await _sessions(repl)
     elif name == "/resume":
         return await _resume(repl, arg)
+    elif name == "/rename":
+        _say_lines(repl, await rename_command(repl.agent, repl.session, arg))
+    elif name in ("/rm", "/delete"):
+        _say_lines(repl, await remove_command(repl.agent, repl.session, arg, repl.confirm))
+    elif name == "/export":
+        _say_lines(repl, await export_command(repl.agent, repl.session, arg))
     elif name == "/clear":
         repl.session = await repl.agent.session()
         repl.reset_account()
@@ -94,11 +109,15 @@ async def run_command(repl: Repl, line: str) -> bool:
             "(the journal keeps them, marked discarded)"
         )
     elif name == "/permissions":
-        for line in await permissions_command(repl.session, arg):
-            say(Text(line))
+        _say_lines(repl, await permissions_command(repl.session, arg))
     else:
         say(f"unknown command {name}; /help lists them")
     return False
+
+
+def _say_lines(repl: Repl, lines: list[str]) -> None:
+    for line in lines:
+        repl.console.print(Text(line))
 
 
 async def permissions_command(session: Session, arg: str) -> list[str]:
@@ -185,7 +204,8 @@ async def _sessions(repl: Repl) -> None:
         )
 
 
-async def _resume(repl: Repl, session_id: str) -> bool:
+async def _resume(repl: Repl, typed: str) -> bool:
+    session_id = await resolve_session(repl.agent.store, typed) if typed else ""
     if session_id and session_id != repl.session.id:
         repl.session = await repl.agent.session(session_id, must_exist=True)
         repl.reset_account()

@@ -6,7 +6,8 @@ line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. Slash commands:
 /help, /tokens (estimate and calibration), /pending (the unfinished work), /resume (finish it
 without a new instruction), /discard (drop it), /model PROVIDER:MODEL (switch; pending work is
 converted), /permissions [revoke TOOL|all] (the session's "always" answers), /session (its id),
-/exit.
+/rename TITLE (give it a title), /rm ID or /delete ID (delete another stored session, after a
+yes), /export [FILE] (write it out: Markdown, or JSON Lines for .jsonl), /exit.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import asyncio
 import signal
 import sys
 
+from drover.agent import Agent
 from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note
+from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
 from drover.errors import DroverError
 from drover.events import Error, Incomplete, turn_status
@@ -48,10 +51,11 @@ async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
     async with agent_from_args(args) as agent:
+        named = args.resume or args.session
+        if named is not None:
+            named = await resolve_session(agent.store, named, may_create=args.resume is None)
         session = await agent.session(
-            args.resume or args.session,
-            continue_latest=args.continue_,
-            must_exist=args.resume is not None,
+            named, continue_latest=args.continue_, must_exist=args.resume is not None
         )
         print(f"drover — session {session.id} in {agent.workdir} ({session.model})")
         if agent.sandbox is not None:
@@ -71,7 +75,9 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                 continue
             try:
                 if line.startswith("/"):
-                    if await _command(line, session, lines):
+                    if not await _manage(line, agent, session, lines) and await _command(
+                        line, session, lines
+                    ):
                         return 0
                     continue
                 note = pending_note(len(session.pending), "/discard", "message")
@@ -117,6 +123,30 @@ async def _turn(
         )
     elif status != "completed":
         print(f"[{status}: the work is kept; /resume or type a new message to continue]")
+
+
+async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:
+    """Run ``line`` when it is a session command (:mod:`drover.cli.repl.manage`); whether it
+    was one."""
+    from drover.cli.repl import manage
+
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+
+    async def confirm(question: str) -> bool:
+        answer = await _read_line(lines, question)
+        return answer is not None and answer.strip().lower() in ("y", "yes")
+
+    if name == "/rename":
+        said = await manage.rename_command(agent, session, arg)
+    elif name in ("/rm", "/delete"):
+        said = await manage.remove_command(agent, session, arg, confirm)
+    elif name == "/export":
+        said = await manage.export_command(agent, session, arg)
+    else:
+        return False
+    print("\n".join(said))
+    return True
 
 
 async def _command(line: str, session: Session, lines: StdinLines) -> bool:

@@ -1,6 +1,7 @@
 // The HTTP API as the page uses it: JSON requests with the bearer token when the server asks
 // for one, and the events URL for the browser's EventSource (which cannot send headers, so the
-// token rides as ?token=). The token is asked for once and kept in sessionStorage.
+// token rides as ?token=). The token is asked for once and kept in sessionStorage. Every
+// request with a body says Content-Type: application/json (the server refuses any other).
 
 const TOKEN_KEY = "drover-token";
 
@@ -65,6 +66,14 @@ export class Api {
 
   createSession() {
     return this.request("POST", "/v1/sessions", {});
+  }
+
+  rename(id, title) {
+    return this.request("PATCH", `/v1/sessions/${encodeURIComponent(id)}`, { title });
+  }
+
+  deleteSession(id) {
+    return this.request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
   }
 
   snapshot(id) {

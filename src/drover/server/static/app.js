@@ -9,6 +9,7 @@
 
 import { Api, ApiError } from "./api.js";
 import { Transcript } from "./model.js";
+import { Sidebar } from "./sidebar.js";
 import { TranscriptView, formatUsage } from "./view.js";
 
 const EVENT_TYPES = [
@@ -40,11 +41,12 @@ class App {
   constructor() {
     this.api = new Api((wasWrong) => this.askToken(wasWrong));
     this.model = new Transcript();
-    this.view = new TranscriptView($("transcript"), (turnId, callId, requestId, decision) =>
+    this.view = new TranscriptView($("transcript"), this.model, (turnId, callId, requestId, decision) =>
       this.decide(turnId, callId, requestId, decision),
     );
+    this.sidebar = new Sidebar(this);
     this.sessionId = null;
-    this.summary = null;
+    this.loaded = false; // the open session's snapshot is in the model
     this.source = null;
     this.dirty = new Set();
     this.renderTimer = null;
@@ -65,6 +67,7 @@ class App {
       }
     });
     $("interrupt").addEventListener("click", () => this.interrupt());
+    this.sidebar.start();
     window.addEventListener("hashchange", () => this.route());
     this.route();
   }
@@ -75,38 +78,6 @@ class App {
     const match = /^#\/sessions\/([^/]+)$/.exec(location.hash);
     const id = match ? decodeURIComponent(match[1]) : null;
     if (id !== this.sessionId || !id) this.open(id);
-  }
-
-  async refreshSessions() {
-    let data;
-    try {
-      data = await this.api.sessions();
-    } catch (err) {
-      this.flash(`could not list sessions: ${err.message}`);
-      return;
-    }
-    const list = $("sessions");
-    this.summary = data.sessions.find((s) => s.id === this.sessionId) || null;
-    this.updateHeader();
-    list.replaceChildren(
-      ...data.sessions.map((s) => {
-        const item = document.createElement("li");
-        const current = s.id === this.sessionId;
-        // The open session's own stream knows best whether its turn still runs.
-        const running = current ? Boolean(this.model.runningTurnId) : Boolean(s.running_turn_id);
-        item.dataset.sessionId = s.id;
-        item.classList.toggle("current", current);
-        item.classList.toggle("running", running);
-        const link = document.createElement("a");
-        link.href = `#/sessions/${encodeURIComponent(s.id)}`;
-        link.textContent = s.title || "(untitled session)";
-        const meta = document.createElement("span");
-        meta.className = "session-meta";
-        meta.textContent = `${running ? "running · " : ""}${new Date(s.updated_at * 1000).toLocaleString()}`;
-        item.append(link, meta);
-        return item;
-      }),
-    );
   }
 
   async newSession() {
@@ -122,13 +93,29 @@ class App {
     this.generation += 1;
     this.disconnect();
     this.sessionId = id;
-    this.summary = null;
+    this.loaded = false;
+    this.sidebar.setOpen(false); // on a narrow screen the drawer makes way for the session
     this.model.load(null);
     this.view.clear();
     $("main").dataset.session = id || "";
     this.updateHeader();
-    this.refreshSessions();
+    this.sidebar.refresh();
     if (id) await this.loadSnapshot(this.generation);
+  }
+
+  // -- what the sidebar asks of the page -----------------------------------------------------
+
+  /** Whether the open session's turn runs, once its snapshot is loaded (else null). */
+  runningHere() {
+    return this.loaded ? Boolean(this.model.runningTurnId) : null;
+  }
+
+  sessionsChanged() {
+    this.updateHeader();
+  }
+
+  deleted(id) {
+    if (id === this.sessionId) location.hash = "#/";
   }
 
   async loadSnapshot(generation) {
@@ -152,8 +139,9 @@ class App {
 
   applySnapshot(snapshot) {
     this.model.load(snapshot);
+    this.loaded = true;
     this.dirty.clear();
-    this.view.renderAll(this.model);
+    this.view.renderAll();
     this.updateHeader();
     this.scrollToEnd();
   }
@@ -220,11 +208,13 @@ class App {
     if (seq) this.model.lastId = seq;
     const turnId = this.model.applyEvent({ ...data, type });
     if (turnId) this.dirty.add(turnId);
+    // A turn starting or ending changes which earlier turns still hold pending work.
+    if (type === "turn_started" || TERMINAL.has(type)) for (const id of this.model.order) this.dirty.add(id);
     this.scheduleRender();
     if (type === "turn_started" || TERMINAL.has(type)) {
       if (TERMINAL.has(type)) this.flash("");
       this.updateHeader();
-      this.refreshSessions();
+      this.sidebar.refresh();
     }
   }
 
@@ -302,11 +292,14 @@ class App {
 
   updateHeader() {
     const s = this.model.session;
-    const title = (s && s.title) || (this.summary && this.summary.title);
+    const summary = this.sidebar.summary(this.sessionId);
+    // A rename shows in the list's summary first (the snapshot is the older one then).
+    const title = (summary && summary.title) || (s && s.title);
     $("session-title").textContent = this.sessionId ? title || "(untitled session)" : "drover";
     $("session-model").textContent = s ? s.model || "" : "";
     const running = Boolean(this.model.runningTurnId);
     $("session-state").textContent = this.sessionId ? (running ? "turn running" : "idle") : "";
+    this.sidebar.markRunning();
     $("main").dataset.running = String(running);
     $("interrupt").disabled = !running;
     $("composer").hidden = !this.sessionId;

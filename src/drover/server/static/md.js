@@ -3,9 +3,10 @@
 // Safety first: every piece of source text is HTML-escaped before any markup is added, so raw
 // HTML from the model is shown as text, never parsed. Links keep only http(s) and mailto URLs.
 // It covers what models write: fenced code (an unclosed fence renders as code, so a block still
-// streaming looks right), headings, rules, quotes, lists, tables-free paragraphs, and inline
-// code, bold, italic, strikethrough and links. It is re-run on the whole text of a block as
-// the text grows; unknown syntax degrades to plain text.
+// streaming looks right), headings, rules, quotes, lists, GitHub-style tables (a header row,
+// a `---` row with optional `:` for alignment, body rows), paragraphs, and inline code, bold,
+// italic, strikethrough and links. It is re-run on the whole text of a block as the text
+// grows; unknown syntax degrades to plain text.
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
@@ -52,6 +53,8 @@ const QUOTE = /^ {0,3}>\s?(.*)$/;
 const BULLET = /^( {0,3})([-*+])\s+(.*)$/;
 const ORDERED = /^( {0,3})(\d{1,9})[.)]\s+(.*)$/;
 
+const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
 function isBlockStart(line) {
   return (
     FENCE.test(line) ||
@@ -61,6 +64,72 @@ function isBlockStart(line) {
     BULLET.test(line) ||
     ORDERED.test(line)
   );
+}
+
+/** The cells of a table row: split at each `|` that is not escaped or inside a code span;
+ * one leading and one trailing `|` are the row's edges. */
+function cells(line) {
+  const out = [];
+  let cell = "";
+  let ticks = 0; // the length of the backtick run opening the code span we are in (0: none)
+  for (let i = 0; i < line.length; i += 1) {
+    const c = line[i];
+    if (c === "\\" && line[i + 1] === "|") {
+      cell += "|";
+      i += 1;
+    } else if (c === "`") {
+      let run = 1;
+      while (line[i + run] === "`") run += 1;
+      if (ticks === 0) ticks = run;
+      else if (run === ticks) ticks = 0;
+      cell += "`".repeat(run);
+      i += run - 1;
+    } else if (c === "|" && ticks === 0) {
+      out.push(cell);
+      cell = "";
+    } else {
+      cell += c;
+    }
+  }
+  out.push(cell);
+  if (out.length > 1 && out[0].trim() === "") out.shift();
+  if (out.length > 1 && out[out.length - 1].trim() === "") out.pop();
+  return out.map((c) => c.trim());
+}
+
+/** Whether a table starts at `lines[i]`: a row with a `|`, then a rule row of as many cells. */
+function tableAt(lines, i) {
+  return (
+    i + 1 < lines.length &&
+    lines[i].includes("|") &&
+    TABLE_RULE.test(lines[i + 1]) &&
+    lines[i + 1].includes("-") &&
+    cells(lines[i]).length === cells(lines[i + 1]).length
+  );
+}
+
+const ALIGN = { left: "", center: ' class="align-center"', right: ' class="align-right"' };
+
+function alignment(rule) {
+  const left = rule.startsWith(":");
+  const right = rule.endsWith(":");
+  return left && right ? "center" : right ? "right" : "left";
+}
+
+/** The table at `lines[i]` (see `tableAt`); returns [html, the index after it]. */
+function renderTable(lines, i) {
+  const head = cells(lines[i]);
+  const aligns = cells(lines[i + 1]).map(alignment);
+  const row = (values, tag) =>
+    `<tr>${aligns.map((a, k) => `<${tag}${ALIGN[a]}>${inline(values[k] || "")}</${tag}>`).join("")}</tr>`;
+  const body = [];
+  let j = i + 2;
+  while (j < lines.length && lines[j].trim() !== "" && lines[j].includes("|") && !isBlockStart(lines[j])) {
+    body.push(row(cells(lines[j]), "td"));
+    j += 1;
+  }
+  const tbody = body.length ? `<tbody>${body.join("")}</tbody>` : "";
+  return [`<div class="table-wrap"><table><thead>${row(head, "th")}</thead>${tbody}</table></div>`, j];
 }
 
 function renderLines(lines) {
@@ -84,6 +153,12 @@ function renderLines(lines) {
       i += 1; // the closing fence (or the end of a block still streaming)
       const lang = fence[2] ? ` class="language-${escapeHtml(fence[2])}"` : "";
       out.push(`<pre><code${lang}>${escapeHtml(body.join("\n"))}</code></pre>`);
+      continue;
+    }
+    if (tableAt(lines, i)) {
+      const [html, next] = renderTable(lines, i);
+      out.push(html);
+      i = next;
       continue;
     }
     const heading = HEADING.exec(line);
@@ -138,7 +213,11 @@ function renderLines(lines) {
       continue;
     }
     const para = [];
-    while (i < lines.length && lines[i].trim() !== "" && !(para.length && isBlockStart(lines[i]))) {
+    while (
+      i < lines.length &&
+      lines[i].trim() !== "" &&
+      !(para.length && (isBlockStart(lines[i]) || tableAt(lines, i)))
+    ) {
       para.push(lines[i]);
       i += 1;
     }

@@ -103,7 +103,8 @@ export class Transcript {
         }
         break;
       case "usage":
-        turn.usage = { input: ev.total_input, output: ev.total_output, partial: false };
+        // The turn's totals so far: the terminal event brings the final figures.
+        turn.usage = { input: ev.total_input, output: ev.total_output, partial: true };
         break;
       case "worker":
         applyWorkerEvent(turn, ev);
@@ -127,6 +128,18 @@ export class Transcript {
         return null; // tool_start, tool_done and unknown types change nothing shown
     }
     return turn.id;
+  }
+
+  /** Whether the next message resumes this turn's work: it ended unfinished, its work was
+   * not dropped, and no turn after it has started since (a later turn that ran took the work
+   * along; one that ended unfinished too keeps it pending with its own). */
+  isPending(turn) {
+    if (!["incomplete", "interrupted"].includes(turn.status) || turn.discarded) return false;
+    for (let i = this.order.indexOf(turn.id) + 1; i < this.order.length; i += 1) {
+      const later = this.turns.get(this.order[i]);
+      if (later.status === "running" || later.status === "completed") return false;
+    }
+    return true;
   }
 
   /** What an unfinished turn keeps for the next message, as words ("" when nothing). */
@@ -160,6 +173,7 @@ function newTurn({ id, status }) {
     usage: null,
     notices: [],
     createdAt: null,
+    discarded: false,
   };
 }
 
@@ -364,6 +378,7 @@ function turnFromSnapshot(raw) {
   turn.reason = raw.reason || null;
   turn.error = raw.error || null;
   turn.createdAt = raw.created_at || null;
+  turn.discarded = Boolean(raw.discarded);
   turn.userText = raw.user_message ? messageText(raw.user_message) : null;
   if (raw.usage) turn.usage = usageOf(raw.usage);
   for (const c of raw.tool_calls || []) {

@@ -1,11 +1,13 @@
 // The transcript's DOM: one <section class="turn"> per turn, one <div class="step"> per model
-// call, text blocks rendered as Markdown, tool calls as cards showing their live state.
+// call, text blocks rendered as Markdown, tool calls as cards showing their live state (file
+// edits as diffs, diff.js).
 //
 // Rendering is keyed: a turn, step, text block or card keeps its element across updates, and
 // only what changed is rewritten, so a block that streams is re-rendered alone and a button
 // being clicked is never replaced under the pointer. Data attributes (data-turn-id,
 // data-status, data-call-id, data-state) describe the state for styling and for tests.
 
+import { fileChange, renderChange } from "./diff.js";
 import { renderMarkdown } from "./md.js";
 import { Transcript, TERMINAL_STATES } from "./model.js";
 
@@ -38,9 +40,11 @@ export function formatUsage(usage) {
 }
 
 export class TranscriptView {
-  /** `onDecision(turnId, callId, requestId, decision)` answers a permission prompt. */
-  constructor(root, onDecision) {
+  /** Draws `model` (a Transcript) into `root`; `onDecision(turnId, callId, requestId,
+   * decision)` answers a permission prompt. */
+  constructor(root, model, onDecision) {
     this.root = root;
+    this.model = model;
     this.onDecision = onDecision;
     this.clear();
   }
@@ -55,9 +59,9 @@ export class TranscriptView {
   }
 
   /** Draw every turn of the model (after a snapshot). */
-  renderAll(model) {
+  renderAll() {
     this.clear();
-    for (const id of model.order) this.renderTurn(model.turns.get(id));
+    for (const id of this.model.order) this.renderTurn(this.model.turns.get(id));
   }
 
   renderTurn(turn) {
@@ -137,13 +141,21 @@ export class TranscriptView {
         state: el("span", "tool-state"),
         unknown: el("span", "outcome-unknown", "outcome unknown"),
         input: el("pre", "tool-input"),
+        diff: el("div", "tool-change"),
         permission: el("div", "permission"),
         output: el("pre", "tool-output"),
         workers: el("div", "workers"),
       };
       const head = el("div", "tool-head");
       head.append(card.parts.name, card.parts.state, card.parts.unknown);
-      card.append(head, card.parts.input, card.parts.permission, card.parts.output, card.parts.workers);
+      card.append(
+        head,
+        card.parts.input,
+        card.parts.diff,
+        card.parts.permission,
+        card.parts.output,
+        card.parts.workers,
+      );
       this.cards.set(callId, card);
     }
     const p = card.parts;
@@ -157,7 +169,14 @@ export class TranscriptView {
     card.dataset.outcomeUnknown = String(call.outcomeUnknown);
     const input = call.input === null ? "" : JSON.stringify(call.input, null, 2);
     if (p.input.textContent !== input) p.input.textContent = input;
-    p.input.hidden = input === "";
+    // A file edit shows as a diff (as the REPL asks with one), its raw input hidden.
+    if (p.diff.renderedSource !== input) {
+      p.diff.renderedSource = input;
+      const change = fileChange(call.name, call.input);
+      p.diff.replaceChildren(...(change ? [renderChange(change)] : []));
+    }
+    p.diff.hidden = p.diff.children.length === 0;
+    p.input.hidden = input === "" || !p.diff.hidden;
     const output = call.output === null ? "" : call.output;
     if (p.output.textContent !== output) p.output.textContent = output;
     p.output.hidden = call.output === null;
@@ -244,7 +263,7 @@ export class TranscriptView {
       const why = turn.error || turn.reason;
       if (why) items.push(el("span", "turn-error", why));
       const pending = Transcript.pendingSummary(turn);
-      if (turn.status !== "failed" && pending) {
+      if (pending && this.model.isPending(turn)) {
         items.push(el("span", "turn-pending", `pending: ${pending} — the next message resumes it`));
       }
     }
