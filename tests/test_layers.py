@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     # the library's entry point, over the runner: the agent, its session handles and streams
     "handle": 4,
     "stream": 4,
+    "resources": 4,
     "agent": 4,
     # front doors, and the test kit
     "cli": 5,

@@ -24,41 +24,33 @@ one-call form for scripts: it opens, runs and closes inside its own event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Self, overload
 
 from pydantic import BaseModel
 
-from drover.config import Config, load_config
+from drover.config import Config
 from drover.conversation import ConversationManager
-from drover.errors import ConfigError, DroverError, SessionBusyError
+from drover.errors import DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
-from drover.mcp.config import load_servers, redact_patterns
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
+from drover.resources import (
+    Resources,
+    Wanted,
+    close_resources,
+    default_system_prompt,
+    open_resources,
+)
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
-from drover.store import open_store
 from drover.store.base import Store
-from drover.store.redact import Redactor
 from drover.stream import TurnStream
 from drover.tools.base import Tool
-from drover.tools.registry import ToolRegistry, default_registry
-from drover.tools.sandbox import (
-    SandboxSettings,
-    SandboxStatus,
-    probe_sandbox,
-    require_sandbox,
-    settings_from_config,
-)
-from drover.workers import Coordinator, add_task_tool
+from drover.tools.sandbox import SandboxStatus
 
 if TYPE_CHECKING:
     from drover.mcp.servers import McpServers
@@ -70,82 +62,6 @@ PermissionCallback = PermissionHandler
 
 #: Session handles an agent keeps between turns (the least recently used idle ones go).
 MAX_SESSIONS = 256
-
-
-def resolve_workdir(path: Path | str | None) -> Path:
-    """The working directory (default: the current one), checked and made absolute."""
-    workdir = (Path(path) if path is not None else Path.cwd()).expanduser()
-    if not workdir.is_dir():
-        raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
-    try:
-        str(workdir).encode("utf-8")
-    except UnicodeEncodeError:
-        # The journal and the model see the path as text: it must be valid UTF-8.
-        raise ConfigError(f"working directory path is not valid UTF-8: {workdir}") from None
-    return workdir.resolve()
-
-
-def default_system_prompt(workdir: Path) -> str:
-    """The coding agent's system prompt (the command line's, and an agent's without one)."""
-    return (
-        "You are drover, a coding agent working in the directory "
-        f"{workdir}. Use the tools to read, search, edit files and run commands there; paths "
-        "are relative to that directory. Be concise. When a tool result says a call was "
-        "interrupted, check the current state before repeating anything with side effects."
-    )
-
-
-def journal_files(db: str | None) -> list[str]:
-    """The files of a SQLite journal given as a path (none for a URL or ``:memory:``): the
-    sandbox hides them from ``bash``. The default journal lies in drover's data directory,
-    which the sandbox hides anyway."""
-    if not db or "://" in db or db.strip() == ":memory:":
-        return []
-    path = Path(db).expanduser().resolve()
-    return [str(path)] + [f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal")]
-
-
-def sandbox_settings_for(
-    config: Config,
-    workdir: Path,
-    *,
-    db: str | None = None,
-    mode: str | None = None,
-    network: bool = False,
-) -> SandboxSettings:
-    """The sandbox of an agent: ``mode``/``network`` (the flags) over the config file's
-    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too; relative paths in the
-    config file are taken from the workdir."""
-    return settings_from_config(
-        config, mode=mode, network=network, hidden=journal_files(db), base=workdir
-    )
-
-
-@dataclass(slots=True)
-class _Open:
-    """What an open agent holds."""
-
-    store: Store
-    owns_store: bool
-    provider: Provider
-    owns_provider: bool
-    runner: Runner
-    tools: ToolRegistry
-    coordinator: Coordinator | None
-    config: Config
-    workdir: Path
-    sandbox: SandboxStatus | None
-    #: The MCP servers whose tools are offered (None: none configured).
-    mcp: McpServers | None
-    #: The model spec of new sessions.
-    model: str
-    loop: asyncio.AbstractEventLoop
-    #: Handles kept between turns, least recently used first.
-    sessions: OrderedDict[str, Session[Any]] = field(default_factory=OrderedDict)
-    #: Providers a session switched to (``/model``), closed with the agent.
-    providers: list[Provider] = field(default_factory=list)
-    #: The model spec each session uses, when not the agent's.
-    models: dict[str, str] = field(default_factory=dict)
 
 
 class Agent(Generic[OutputT]):
@@ -197,26 +113,29 @@ class Agent(Generic[OutputT]):
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
-        self._config = config
         self._model = model
-        self._tools = None if tools is None else list(tools)
         self._system_prompt = system_prompt
-        self._store = store
-        self._workdir_arg = workdir
         PermissionPolicy(permission_mode)  # checks the mode now
         self.permission_mode: PermissionMode = permission_mode
         self.on_permission = on_permission
         self._max_turns = max_turns
-        self._base_url = base_url
-        self._sandbox_mode = sandbox
-        self._sandbox_network = sandbox_network
-        self._require_sandbox = require_sandbox
-        self._lease_seconds = lease_seconds
         self._output = output_schema(output_type)  # a type without a schema fails here
-        self._mcp_config = list(mcp_config)
-        self._mcp_servers = mcp_servers
-        self._mcp_log_dir = None if mcp_log_dir is None else Path(mcp_log_dir)
-        self._open: _Open | None = None
+        self._wanted = Wanted(
+            config=config,
+            model=model,
+            tools=None if tools is None else list(tools),
+            store=store,
+            workdir=workdir,
+            base_url=base_url,
+            sandbox_mode=sandbox,
+            sandbox_network=sandbox_network,
+            require_sandbox=require_sandbox,
+            lease_seconds=lease_seconds,
+            mcp_config=list(mcp_config),
+            mcp_servers=mcp_servers,
+            mcp_log_dir=None if mcp_log_dir is None else Path(mcp_log_dir),
+        )
+        self._open: Resources | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -238,24 +157,10 @@ class Agent(Generic[OutputT]):
         """Interrupt the turns still running (their work is recorded), then close the store
         and the providers the agent opened (not those it was given)."""
         opened, self._open = self._open, None
-        if opened is None:
-            return
-        try:
-            await opened.runner.shutdown()
-        finally:
-            try:
-                if opened.mcp is not None:
-                    await opened.mcp.aclose()
-                for provider in opened.providers:
-                    with contextlib.suppress(Exception):
-                        await provider.aclose()
-                if opened.owns_provider:
-                    await opened.provider.aclose()
-            finally:
-                if opened.owns_store:
-                    await opened.store.close()
+        if opened is not None:
+            await close_resources(opened)
 
-    def _opened(self) -> _Open:
+    def _opened(self) -> Resources:
         if self._open is None:
             raise DroverError("the agent is not open: use `async with agent` or run it first")
         return self._open
@@ -298,7 +203,7 @@ class Agent(Generic[OutputT]):
         opened = self._opened()
         return opened.models.get(session.id, self.model)
 
-    async def _resources(self) -> _Open:
+    async def _resources(self) -> Resources:
         loop = asyncio.get_running_loop()
         if self._opening is None or self._opening[0] is not loop:
             self._opening = (loop, asyncio.Lock())
@@ -307,79 +212,8 @@ class Agent(Generic[OutputT]):
                 if self._open.loop is not loop:
                     raise DroverError("an agent is used from one event loop at a time")
                 return self._open
-            self._open = await self._build()
+            self._open = await open_resources(self._wanted)
             return self._open
-
-    async def _build(self) -> _Open:
-        config = self._config or load_config()
-        workdir = resolve_workdir(self._workdir_arg)
-        # A broken MCP file fails here, before anything is opened.
-        mcp_configs = load_servers(self._mcp_config, self._mcp_servers)
-        sandbox: SandboxStatus | None = None
-        if self._tools is None:
-            db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
-            check = require_sandbox if self._require_sandbox else probe_sandbox
-            settings = sandbox_settings_for(
-                config, workdir, db=db, mode=self._sandbox_mode, network=self._sandbox_network
-            )
-            sandbox = await asyncio.to_thread(check, settings)
-        if self._model is None or isinstance(self._model, str):
-            # A misspelt model or a missing key fails before anything is opened.
-            spec = self._model or config.default_model
-            provider: Provider = create_provider(spec, config, base_url=self._base_url)
-            owns_provider = True
-        else:
-            provider, owns_provider = self._model, False
-            spec = provider.model
-        async with contextlib.AsyncExitStack() as stack:
-            if owns_provider:
-                stack.push_async_callback(provider.aclose)
-            if isinstance(self._store, str | None):
-                store = open_store(self._store or os.environ.get("DROVER_DB"))
-                stack.push_async_callback(store.close)
-                await store.open()
-                owns_store = True
-            else:
-                store, owns_store = self._store, False
-            runner = Runner(
-                store,
-                # The MCP servers' secrets too: what a server echoes back is redacted.
-                redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
-                lease_seconds=self._lease_seconds,
-            )
-            coordinator = None
-            if self._tools is None:
-                assert sandbox is not None
-                # The built-in set includes the task tool; a caller's own set is taken as given.
-                tools = default_registry(sandbox=sandbox)
-                coordinator = Coordinator(store)
-                add_task_tool(tools, coordinator)
-            else:
-                tools = ToolRegistry(self._tools)
-            mcp = None
-            if mcp_configs:
-                from drover.mcp.servers import McpServers
-
-                mcp = McpServers(mcp_configs, workdir=workdir, log_dir=self._mcp_log_dir)
-                stack.push_async_callback(mcp.aclose)
-                await mcp.start()
-                mcp.register(tools)
-            stack.pop_all()
-        return _Open(
-            store=store,
-            owns_store=owns_store,
-            provider=provider,
-            owns_provider=owns_provider,
-            runner=runner,
-            tools=tools,
-            coordinator=coordinator,
-            config=config,
-            workdir=workdir,
-            sandbox=sandbox,
-            mcp=mcp,
-            model=spec,
-            loop=asyncio.get_running_loop(),
-        )
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -472,7 +306,7 @@ class Agent(Generic[OutputT]):
         opened.models.pop(session_id, None)
         return deleted
 
-    def _forget_idle(self, opened: _Open) -> None:
+    def _forget_idle(self, opened: Resources) -> None:
         """Keep at most :data:`MAX_SESSIONS` handles; a session with a turn running stays."""
         excess = len(opened.sessions) - MAX_SESSIONS
         for session_id in list(opened.sessions):
@@ -488,7 +322,7 @@ class Agent(Generic[OutputT]):
         its pending work is converted. When the new provider cannot be built the old one
         stays in use."""
         opened = self._opened()
-        provider = create_provider(model, opened.config, base_url=self._base_url)
+        provider = create_provider(model, opened.config, base_url=self._wanted.base_url)
         try:
             session.engine.switch_provider(provider)
         except BaseException:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import drover.agent as agent_module
+import drover.resources as resources_module
 from drover.agent import Agent
 from drover.config import load_config
 from drover.errors import DroverError
@@ -25,14 +26,15 @@ from drover.testing.server import FakeLLMServer
 def made(monkeypatch: pytest.MonkeyPatch) -> list[Provider]:
     """Every provider the agent builds."""
     built: list[Provider] = []
-    real = agent_module.create_provider
+    real = resources_module.create_provider
 
     def spy(*args: object, **kwargs: object) -> Provider:
         provider = real(*args, **kwargs)  # type: ignore[arg-type]
         built.append(provider)
         return provider
 
-    monkeypatch.setattr(agent_module, "create_provider", spy)
+    monkeypatch.setattr(resources_module, "create_provider", spy)  # the agent's own
+    monkeypatch.setattr(agent_module, "create_provider", spy)  # a session's /model
     return built
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from drover.agent import Agent, resolve_workdir
+from drover.agent import Agent
 from drover.config import Config
 from drover.mcp.config import default_config_files
 from drover.providers.base import Provider
+from drover.resources import resolve_workdir
 from drover.runner import LEASE_SECONDS
 from drover.tools.base import Tool
 

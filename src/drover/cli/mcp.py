@@ -14,10 +14,10 @@ import logging
 import sys
 from typing import Any
 
-from drover.agent import resolve_workdir
 from drover.cli.build import mcp_files
 from drover.mcp.config import PROJECT_FILE, load_servers, user_config_file
 from drover.mcp.servers import McpServers, ServerState
+from drover.resources import resolve_workdir
 
 #: Characters of a tool's description shown in the text listing.
 DESCRIPTION_CHARS = 80
