@@ -9,7 +9,7 @@ pending work too. Then, timed, as the next turn would do it:
 * **load** — :func:`drover.runner.load_history` (turns, their messages, the session's tool
   calls) from a freshly opened store;
 * **repair** — included in ``load`` (``build_history`` repairs as it builds); shown separately
-  by re-running :func:`drover.store.history.repair_history` over the loaded messages;
+  by re-running :func:`drover.journal.history.repair_history` over the loaded messages;
 * **request** — the next request for each provider: drover's converter alone
   (``to_chat_messages``, ``plan_input``, ``to_anthropic_messages``), then the whole request
   as :mod:`request_build` times it — the provider's ``stream()`` until the HTTP request,
@@ -41,10 +41,10 @@ from typing import Any
 
 from common import forbid_network, median, print_environment, table, words
 
+from drover.journal.history import repair_history
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.runner import load_history
 from drover.store import SqliteStore
-from drover.store.history import repair_history
 
 
 async def build(path: Path, steps: int, turns: int) -> str:

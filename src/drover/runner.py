@@ -45,16 +45,18 @@ from drover.events import (
     is_terminal,
     turn_status,
 )
+from drover.journal.history import CallsConsulted, build_history
+from drover.journal.journal import Journal
+from drover.journal.owners import owner_id
+from drover.journal.protocol import SessionStore, Store
+from drover.journal.records import SessionRecord, TurnRecord
+from drover.journal.redact import Redactor
 from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
 from drover.sinks import EventSink, Fanout
-from drover.store.base import SessionRecord, SessionStore, Store, TurnRecord, owner_id
-from drover.store.history import CallsConsulted, build_history
-from drover.store.journal import Journal
-from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry
 
 LEASE_SECONDS = 30.0

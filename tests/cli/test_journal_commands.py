@@ -97,8 +97,8 @@ print("loaded:", *[name for name in NAMES if name in sys.modules], file=sys.stde
 #: SDKs and their HTTP stacks, the configuration (TOML, platformdirs), and any event-loop or
 #: thread-pool machinery (asyncio alone, with ssl, socket and logging, is ~30 ms of start-up).
 READERS_DO_NOT_LOAD = (
-    "drover.store.journal",
-    "drover.store.history",
+    "drover.journal.journal",
+    "drover.journal.history",
     "drover.agent",
     "drover.config",
     "anthropic",

@@ -18,11 +18,11 @@ from drover.events import (
     TextDelta,
     TurnStarted,
 )
+from drover.journal.journal import Journal
+from drover.journal.numbering import RESERVE_BLOCK
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.hub import Frame, SessionFeed, make_frame
 from drover.server.replay import backlog, continuable, expand
-from drover.store.journal import Journal
-from drover.store.numbering import RESERVE_BLOCK
 from drover.store.sqlite import SqliteStore
 
 Published = list[tuple[int, str | None, dict[str, Any]]]

@@ -9,9 +9,8 @@ from typing import Any
 
 from drover.errors import StoreError
 from drover.events import ToolState, TurnStatus
-from drover.messages import Message, Usage
-from drover.store.base import EventRecord
-from drover.store.batch import (
+from drover.journal.records import EventRecord
+from drover.journal.writes import (
     AppendEvent,
     AppendMessage,
     AppendPartialText,
@@ -20,6 +19,7 @@ from drover.store.batch import (
     UpsertToolCall,
     with_message,
 )
+from drover.messages import Message, Usage
 from drover.store.sqlite import SqliteStore
 
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from drover.errors import LeaseLostError
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.base import Store
-from drover.store.batch import (
+from drover.journal.protocol import Store
+from drover.journal.writes import (
     TEXT_OF,
     AppendEvent,
     AppendMessage,
@@ -20,6 +19,7 @@ from drover.store.batch import (
     UpsertToolCall,
     apply,
 )
+from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.store.sqlite import SqliteStore
 
 from .helpers import traced

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from drover.events import MAY_HAVE_RUN_TEXT
 from drover.messages import user_message
-from drover.store.base import MAY_HAVE_RUN_TEXT
 from drover.store.migrations import SQLITE_MIGRATIONS
 from drover.store.sqlite import SqliteStore
 

@@ -17,9 +17,9 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from drover.events import AssistantMessage, UsageReport, event_to_dict
+from drover.journal.writes import AppendEvent, AppendMessage, referring
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.store import sqlite_conn
-from drover.store.batch import AppendEvent, AppendMessage, referring
 from drover.store.dialect import Plan
 from drover.store.sql_log import Mode
 from drover.store.sqlite import SqliteStore

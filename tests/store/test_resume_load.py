@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from drover.events import MAY_HAVE_RUN_TEXT
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -13,7 +14,6 @@ from drover.messages import (
     user_message,
 )
 from drover.runner import load_history
-from drover.store.base import MAY_HAVE_RUN_TEXT
 from drover.store.sqlite import SqliteStore
 
 

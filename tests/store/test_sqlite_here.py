@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from drover.journal.writes import AppendMessage
 from drover.messages import TextBlock, assistant_message, user_message
-from drover.store.batch import AppendMessage
 from drover.store.sql_work import BULK_CHARS
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn

@@ -8,6 +8,10 @@ import contextlib
 import pytest
 
 from drover.errors import LeaseLostError, SessionBusyError, StoreError
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT
+from drover.journal.protocol import Store
+from drover.journal.records import TurnRecord
+from drover.journal.rules import TITLE_CHARS
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -17,7 +21,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.base import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, TITLE_CHARS, Store, TurnRecord
 
 from .conftest import StoreFactory
 

@@ -11,16 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT
+from drover.journal.history import build_history
+from drover.journal.owners import owner_alive
+from drover.journal.protocol import Store
+from drover.journal.rules import ORPHAN_ERROR
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.base import (
-    MAY_HAVE_RUN_TEXT,
-    NOT_RUN_TEXT,
-    ORPHAN_ERROR,
-    READ_ONLY_CUT_TEXT,
-    Store,
-    owner_alive,
-)
-from drover.store.history import build_history
 
 from .conftest import StoreFactory
 from .helpers import FakeClock

@@ -17,12 +17,13 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.errors import DroverError
+from drover.journal.protocol import Store
+from drover.journal.records import ToolCallRecord
+from drover.journal.worker_log import worker_call_prefix
 from drover.messages import message_to_dict
-from drover.store import Store, open_store
-from drover.store.base import ToolCallRecord
+from drover.store import open_store
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import Conn
-from drover.store.worker_log import worker_call_prefix
 
 if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to read a journal
     from drover.workers import WorkerLogReader
@@ -153,7 +154,7 @@ def _call_dict(call: ToolCallRecord) -> dict[str, Any]:
 
 async def _workers(store: WorkerLogReader, session_id: str) -> dict[str, list[dict[str, Any]]]:
     """The workers of each ``task`` call (by call id), from the event log: prompt, how each
-    last ended, and its tool calls (stored under scoped ids, see ``drover.store.worker_log``)."""
+    last ended, and its tool calls (stored under scoped ids, see ``drover.journal.worker_log``)."""
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for record in await store.events_after(session_id):
         payload = record.payload

@@ -39,8 +39,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drover.journal.protocol import Store
 from drover.server.hub import Frame, Hub
-from drover.store.base import Store
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,12 @@ from drover.agent import Agent
 from drover.errors import DroverError
 from drover.events import Decision, PermissionRequest, event_to_dict
 from drover.handle import Session
+from drover.journal.protocol import Store
+from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
 from drover.server.relay import Relay
 from drover.server.snapshot import snapshot
-from drover.store.base import GrantRecord, SessionRecord, Store
 
 log = logging.getLogger(__name__)
 

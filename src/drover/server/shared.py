@@ -15,11 +15,11 @@ import functools
 from dataclasses import dataclass, field
 
 from drover.errors import ConfigError
+from drover.journal.protocol import Store
 from drover.server.hub import Hub
 from drover.server.relay import Relay
 from drover.server.service import Service
 from drover.store import pg_claims
-from drover.store.base import Store
 from drover.store.pg_conn import redact
 from drover.store.postgres import PostgresStore
 

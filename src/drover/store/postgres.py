@@ -1,4 +1,4 @@
-"""The PostgreSQL journal: a :class:`~drover.store.base.Store` several processes or machines share.
+"""The PostgreSQL journal: a :class:`~drover.journal.protocol.Store` several processes share.
 
 The logic is :class:`~drover.store.sql_store.SqlStore`'s (the same records, ordering, recovery
 and folding rules as SQLite; the conformance suite runs on both); this module drives its plans

@@ -9,7 +9,7 @@ consistent read), the session lock every write takes first, and the event log.
 A session's log numbers its events 1, 2, 3… without gaps; a coalesced text row covers the
 numbers of the live deltas it holds. A number the journal handed out is kept; a row the store
 logs on its own (settling, recovery) is numbered after every number used *or reserved*, so it
-never takes a number a client may already hold (see :mod:`drover.store.numbering`).
+never takes a number a client may already hold (see :mod:`drover.journal.numbering`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 from drover.errors import StoreError
+from drover.journal.fold import TEXT_AT, resolved
+from drover.journal.records import EventRecord
+from drover.journal.writes import MESSAGE_OF, TEXT_OF, AppendEvent
 from drover.messages import Message, message_from_dict, message_to_dict
-from drover.store.base import EventRecord
-from drover.store.batch import MESSAGE_OF, TEXT_OF, AppendEvent
 from drover.store.dialect import Dialect, Exec, Plan, Row, rows
-from drover.store.fold import TEXT_AT, resolved
 from drover.store.rows import event_from_row, json_value, partial_text_record
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """The SQL journal's logic, written once for every SQL backend.
 
-:class:`SqlStore` implements :class:`~drover.store.base.Store` as plans over a
+:class:`SqlStore` implements :class:`~drover.journal.protocol.Store` as plans over a
 :class:`~drover.store.dialect.Dialect` (see that module), on the plumbing and event log of
 :class:`~drover.store.sql_log.SqlLog`: sessions, numbering, the running-turn and lease rules,
 settling a turn that ends (open tool calls closed, left-over text folded into partial messages,
@@ -31,21 +31,23 @@ from drover.events import (
     TurnStatus,
     event_to_dict,
 )
-from drover.messages import Message, Usage, message_to_dict
-from drover.store.base import (
-    ORPHAN_ERROR,
+from drover.journal.owners import owner_alive
+from drover.journal.records import (
     EventRecord,
     GrantRecord,
     SessionRecord,
     StoredMessage,
     TurnRecord,
+)
+from drover.journal.rules import (
+    ORPHAN_ERROR,
     interrupted_call,
     logged_event,
-    owner_alive,
     partial_messages,
     session_title,
 )
-from drover.store.batch import EndTurn
+from drover.journal.writes import EndTurn
+from drover.messages import Message, Usage, message_to_dict
 from drover.store.dialect import Plan, Row, atomic, execute, rows
 from drover.store.rows import session_from_row, turn_from_row
 from drover.store.sql_log import Held, first_value

@@ -1,9 +1,9 @@
 """The turn's work in the SQL journal: messages, streamed text, tool calls, group commit.
 
 :class:`SqlWork` holds the plans every write of a running turn builds on (lock the turn's
-session, number a row) and the writes a :class:`~drover.store.journal.Journal` makes while the
+session, number a row) and the writes a :class:`~drover.journal.journal.Journal` makes while the
 turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, see
-:mod:`drover.store.batch`). Sessions, the turn's start and end, settling and recovery are in
+:mod:`drover.journal.writes`). Sessions, the turn's start and end, settling and recovery are in
 :class:`~drover.store.sql_store.SqlStore`, which builds on this class.
 """
 
@@ -15,15 +15,10 @@ from typing import Any, TypeAlias, cast
 
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES, ToolState
-from drover.messages import Message, TextBlock, ToolResultBlock, message_to_dict
-from drover.store.base import (
-    EventRecord,
-    StoredMessage,
-    ToolCallRecord,
-    check_writable,
-    partial_messages,
-)
-from drover.store.batch import (
+from drover.journal.fold import by_block, fold_block
+from drover.journal.records import EventRecord, StoredMessage, ToolCallRecord
+from drover.journal.rules import check_writable, partial_messages
+from drover.journal.writes import (
     MESSAGE_OF,
     AppendEvent,
     AppendMessage,
@@ -34,8 +29,8 @@ from drover.store.batch import (
     ReplaceMessage,
     UpsertToolCall,
 )
+from drover.messages import Message, TextBlock, ToolResultBlock, message_to_dict
 from drover.store.dialect import Exec, Plan, Row, execute, rows
-from drover.store.fold import by_block, fold_block
 from drover.store.rows import (
     encode_marks,
     partial_text_record,
@@ -309,7 +304,7 @@ class SqlWork(SqlLog):
     ) -> Plan[None]:
         """Move the turn's streamed text rows (of ``step``, or all of them) from
         ``partial_text`` into the log: folded into the step's message when ``fold`` names it
-        (the message and its seq) and that is exact (see :mod:`~drover.store.fold`), as they
+        (the message and its seq) and that is exact (see :mod:`~drover.journal.fold`), as they
         are otherwise. A row from before the rows had numbers is only dropped."""
         where = "turn_id = ?" if step is None else "turn_id = ? AND step = ?"
         key = (turn_id,) if step is None else (turn_id, step)
@@ -517,7 +512,7 @@ class SqlWork(SqlLog):
     # -- group commit --------------------------------------------------------------------------
 
     async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
-        """See :class:`~drover.store.batch.BatchWriter`: one hop, one transaction."""
+        """See :class:`~drover.journal.writes.BatchWriter`: one hop, one transaction."""
         now = self._clock()
 
         merged, runs, chars = _together(writes)

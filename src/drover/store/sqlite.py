@@ -1,4 +1,4 @@
-"""The SQLite journal: the embedded default :class:`~drover.store.base.Store`.
+"""The SQLite journal: the embedded default :class:`~drover.journal.protocol.Store`.
 
 The logic is :class:`~drover.store.sql_store.SqlStore`'s; this module drives its plans on the
 connections of :mod:`drover.store.sqlite_conn`: reads on its worker thread (serialised and

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from drover.events import ToolState, TurnStatus
+from drover.journal.records import EventRecord
 from drover.messages import Message, Usage, message_to_dict
-from drover.store.base import EventRecord
 
 #: In a stored terminal event, the seq (in its turn) of the message whose text is the event's
 #: ``text``: the journal stores an answer once, in its message, and a store puts it back in
-#: place when it reads the log (:meth:`~drover.store.base.EventLog.events_after`).
+#: place when it reads the log (:meth:`~drover.journal.protocol.EventLog.events_after`).
 TEXT_OF = "text_of"
 #: In a stored ``assistant_message``/``tool_results`` event, the seq (in its turn) of the
 #: message the event carries: the message is stored once, in ``messages``, and put back in
@@ -38,14 +38,14 @@ class AppendMessage:
     #: :data:`MESSAGE_OF` set to the message's seq (its payload holds the key, value None).
     logged: AppendEvent | None = None
     #: The first number of the step's coalesced text rows, when they are to be folded into the
-    #: message (:mod:`drover.store.fold`) in the same write; None moves them as they are.
+    #: message (:mod:`drover.journal.fold`) in the same write; None moves them as they are.
     fold_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ReplaceMessage:
     """Put ``message`` in place of the turn's message ``seq`` — its latest message when
-    ``seq`` is None — (a results message written ahead, see :mod:`drover.store.step_results`,
+    ``seq`` is None — (a results message written ahead, see :mod:`drover.journal.step_results`,
     that the loop's differs from)."""
 
     turn_id: str

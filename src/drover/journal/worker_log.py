@@ -1,7 +1,7 @@
 """Where a worker's journal writes: the parent turn's event log and tool calls.
 
 A worker (a sub-agent the ``task`` tool runs, see :mod:`drover.workers`) is recorded by a
-:class:`~drover.store.journal.Journal` of its own — same gates, same redaction, same retries —
+:class:`~drover.journal.journal.Journal` of its own — same gates, same redaction, same retries —
 whose store is a :class:`WorkerLog`. It keeps the worker under the parent's turn without a
 table of its own:
 
@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.events import ToolState, TurnStatus
+from drover.journal.protocol import TurnJournal
+from drover.journal.records import EventRecord
+from drover.journal.rules import flushed_text_event
 from drover.messages import Message, Usage
-from drover.store.base import EventRecord, TurnJournal, flushed_text_event
 
 
 def scoped_call_id(parent_call_id: str, worker: int, call_id: str) -> str:
@@ -39,7 +41,7 @@ def worker_call_prefix(parent_call_id: str, worker: int) -> str:
 
 
 class WorkerLog(TurnJournal):
-    """The :class:`~drover.store.base.TurnJournal` a worker's journal writes through, over its
+    """The :class:`~drover.journal.protocol.TurnJournal` a worker's journal writes through, over its
     parent's (see the module docstring)."""
 
     def __init__(self, store: TurnJournal, session_id: str, call_id: str, worker: int) -> None:

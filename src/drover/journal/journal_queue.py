@@ -1,9 +1,9 @@
 """The journal's write queue: writes in order, ready ones committed together, failures retried.
 
-A :class:`~drover.store.journal.Journal` pushes each write it decides on (a value of
-:mod:`drover.store.batch`) and drains the queue when a guarantee needs the writes durable. A
+A :class:`~drover.journal.journal.Journal` pushes each write it decides on (a value of
+:mod:`drover.journal.writes`) and drains the queue when a guarantee needs the writes durable. A
 drain makes everything queued so far: with a store that is a
-:class:`~drover.store.batch.BatchWriter`, in one executor hop and one transaction (group
+:class:`~drover.journal.writes.BatchWriter`, in one executor hop and one transaction (group
 commit); otherwise one write at a time.
 
 Failures keep the queue's order. A write that fails is retried at once, with a short backoff,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover.errors import LeaseLostError
-from drover.store.batch import BatchWriter, JournalWrite, apply
+from drover.journal.writes import BatchWriter, JournalWrite, apply
 
 log = logging.getLogger(__name__)
 

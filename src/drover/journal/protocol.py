@@ -1,16 +1,14 @@
-"""The journal's seams: the narrow store protocols, their records, and rules every backend shares.
+"""The journal's seams: the narrow store protocols a backend implements.
 
 Each user takes the protocol of what it uses — :class:`SessionStore` (sessions and what they
-hold), :class:`TurnLeases` (starting, holding and recovering turns), :class:`TurnJournal` (the
-writes that record a running turn) and :class:`EventLog` (reading and numbering the log) —
-and :class:`Store`, all four with a lifecycle, is what a backend implements.
+hold), :class:`TurnLeases` (starting, holding and recovering turns), :class:`PermissionGrants`
+(what a session's user allowed "always"), :class:`TurnJournal` (the writes that record a
+running turn) and :class:`EventLog` (reading and numbering the log) — and :class:`Store`, all
+of them with a lifecycle, is what a backend implements. The records they give back are in
+:mod:`drover.journal.records`; the writes, as values, in :mod:`drover.journal.writes`.
 
-A session holds turns in order; a turn holds the messages it produced (assistant messages and
-tool results, a ``partial`` flag on cut-off ones) and its tool calls with their latest state;
-a session also holds an append-only event log whose sequence numbers run 1, 2, 3… without
-gaps, which is what a client replays a stream from. Text still streaming is kept as appended
-deltas (``partial_text``) and folded into one message row when its message ends, so an n-byte
-answer costs O(n) bytes written.
+Text still streaming is kept as appended deltas (``partial_text``) and folded into one message
+row when its message ends, so an n-byte answer costs O(n) bytes written.
 
 Every backend (SQLite, PostgreSQL) implements :class:`Store` and passes the same conformance
 suite (``tests/store/``). The store persists what it is given: the journal and the
@@ -19,118 +17,20 @@ runner redact before they write.
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import groupby
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from drover.errors import LeaseLostError
-from drover.events import MAY_HAVE_RUN_TEXT as MAY_HAVE_RUN_TEXT
-from drover.events import NOT_RUN_TEXT as NOT_RUN_TEXT
-from drover.events import READ_ONLY_CUT_TEXT as READ_ONLY_CUT_TEXT
-from drover.events import TextDelta, ToolState, TurnStatus, event_to_dict, interrupted_outcome
-from drover.messages import Message, TextBlock, Usage
-
-#: Why a recovered turn ended.
-ORPHAN_ERROR = "the process running this turn stopped before it finished"
-
-
-TITLE_CHARS = 80
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionRecord:
-    id: str
-    created_at: float
-    updated_at: float
-    workdir: str
-    model: str
-    #: The first user prompt, cut to :data:`TITLE_CHARS` characters.
-    title: str | None
-    #: Who the session belongs to (the server's hash of a client token), or None.
-    owner: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnRecord:
-    id: str
-    session_id: str
-    #: Position in the session, from 1.
-    seq: int
-    status: TurnStatus
-    #: None for a turn that resumed unfinished work without a new message.
-    user_message: Message | None
-    reason: str | None
-    error: str | None
-    usage: Usage | None
-    #: ``host:pid:start`` of the process running (or last running) the turn.
-    owner: str | None
-    #: Wall-clock time after which a ``running`` turn counts as abandoned.
-    lease_expires_at: float | None
-    #: The user dropped this turn's pending work; history skips it.
-    discarded: bool
-    created_at: float
-    updated_at: float
-    ended_at: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredMessage:
-    turn_id: str
-    #: Position within the turn, from 1 (a message synthesized from deltas comes last).
-    seq: int
-    message: Message
-    #: Cut off before it finished (salvaged, or rebuilt from text deltas).
-    partial: bool
-    created_at: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallRecord:
-    turn_id: str
-    call_id: str
-    #: The model call (step) of the turn that made the call, from 1.
-    step: int
-    call_index: int
-    name: str
-    state: ToolState
-    input: Mapping[str, Any] | None
-    output: str | None
-    is_error: bool
-    outcome_unknown: bool
-    read_only: bool
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EventRecord:
-    session_id: str
-    #: The first sequence number the row covers (its key).
-    seq: int
-    turn_id: str | None
-    type: str
-    payload: Mapping[str, Any]
-    created_at: float
-    #: The last sequence number the row covers: a coalesced ``text_delta`` row covers the
-    #: numbers of the live deltas it holds; any other row covers only its own (``seq``).
-    last_seq: int = 0
-    #: For a coalesced text row: ``(seq, end)`` of each live delta that ends inside it, ``end``
-    #: an offset into the row's text; text after the last mark belongs to ``last_seq``. None
-    #: when the row cannot be split (redaction changed its length) or is not a text row.
-    marks: tuple[tuple[int, int], ...] | None = None
-
-    #: For an event a store logged on its own and returned (:meth:`TurnJournal.end_turn`):
-    #: the number of the event before it in the log. None when not known (a replay derives it
-    #: from the order of the log).
-    prev: int | None = None
-
-    @property
-    def end_seq(self) -> int:
-        return max(self.seq, self.last_seq)
+from drover.events import ToolState, TurnStatus
+from drover.journal.records import (
+    EventRecord,
+    GrantRecord,
+    SessionRecord,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+)
+from drover.messages import Message, Usage
 
 
 class SessionStore(Protocol):
@@ -215,19 +115,9 @@ class TurnLeases(Protocol):
         call was running), their text deltas a partial message, and the event log gets the
         matching ``tool_state``/``assistant_message`` events and a terminal event. A turn whose
         lease holds and whose owner lives is never touched. ``is_alive`` defaults to
-        :func:`owner_alive`. Returns the recovered turn ids.
+        :func:`~drover.journal.owners.owner_alive`. Returns the recovered turn ids.
         """
         ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GrantRecord:
-    """A permission the user granted "always" in one session."""
-
-    session_id: str
-    #: What it allows: a tool's name (every call of that tool).
-    rule: str
-    created_at: float
 
 
 class PermissionGrants(Protocol):
@@ -249,7 +139,7 @@ class PermissionGrants(Protocol):
 
 class TurnJournal(Protocol):
     """The writes that record a running turn as it happens (what a
-    :class:`~drover.store.journal.Journal` writes through). Only a ``running`` turn takes
+    :class:`~drover.journal.journal.Journal` writes through). Only a ``running`` turn takes
     more work (:class:`~drover.errors.LeaseLostError` otherwise)."""
 
     async def append_message(
@@ -398,130 +288,3 @@ class Store(SessionStore, PermissionGrants, TurnLeases, TurnJournal, EventLog, P
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None: ...
-
-
-# -- rules every backend shares ---------------------------------------------------------------
-
-
-def interrupted_call(state: ToolState, read_only: bool) -> tuple[str, bool]:
-    """What an open tool call becomes when its turn is cut off: (result text, outcome unknown).
-    One stored as ``running`` had its tool entered (:func:`~drover.events.interrupted_outcome`)."""
-    return interrupted_outcome(state == "running", read_only)
-
-
-def check_writable(turn_id: str, status: str, holder: str | None, owner: str | None) -> None:
-    """Refuse a write to a turn that ended (or, with ``owner``, that another process holds)."""
-    if status != "running":
-        raise LeaseLostError(
-            f"turn {turn_id} has already ended ({status}); another process may have recovered it"
-        )
-    if owner is not None and holder != owner:
-        raise LeaseLostError(f"turn {turn_id} is held by another process ({holder})")
-
-
-def partial_messages(deltas: Iterable[tuple[int, int, str]]) -> list[Message]:
-    """The assistant messages rebuilt from text deltas ``(step, block_index, text)`` in
-    order: one per step that holds text, its blocks marked partial."""
-    out: list[Message] = []
-    for _, rows in groupby(deltas, key=lambda d: d[0]):
-        joined: dict[int, list[str]] = {}
-        for _, index, text in rows:
-            joined.setdefault(index, []).append(text)
-        content = tuple(
-            TextBlock(text=text, partial=True)
-            for _, parts in sorted(joined.items())
-            if (text := "".join(parts))
-        )
-        if content:
-            out.append(Message(role="assistant", content=content))
-    return out
-
-
-def session_title(user_message: Message | None) -> str | None:
-    if user_message is None:
-        return None
-    text = " ".join(user_message.text.split())
-    if not text:
-        return None
-    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
-
-
-def flushed_text_event(text: str, index: int, step: int) -> dict[str, Any]:
-    """The coalesced ``text_delta`` event a flush of streamed text logs: the live delta's form
-    and the step it belongs to (a replay drops a step's text on a discarding retry)."""
-    return {**event_to_dict(TextDelta(text=text, index=index)), "step": step}
-
-
-def logged_event(
-    session_id: str, seq: int, turn_id: str | None, event: Mapping[str, Any], now: float
-) -> EventRecord:
-    """The record of an event a store just logged on its own (one number)."""
-    payload = dict(event)
-    return EventRecord(
-        session_id=session_id,
-        seq=seq,
-        turn_id=turn_id,
-        type=str(payload["type"]),
-        payload=payload,
-        created_at=now,
-        last_seq=seq,
-    )
-
-
-# -- who runs a turn: ``host:pid:start`` -------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
-    parentheses): ``[0]`` the state, ``[19]`` the start time in clock ticks since boot."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
-def owner_id() -> str:
-    """Identifies this process: host, pid and start time (so a reused pid is not mistaken)."""
-    try:
-        start = _stat_fields(os.getpid())[19]
-    except (OSError, IndexError):
-        start = str(int(time.time()))
-    import socket  # here: the journal's readers (drover sessions, drover show) never need it
-
-    return f"{socket.gethostname()}:{os.getpid()}:{start}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the process an owner id (:func:`owner_id`) names may still be running.
-
-    A local owner is dead when its pid is gone, a zombie, or reused by a process that started
-    at another time. Owners on other hosts count as alive: their lease decides.
-    """
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3:
-        return True
-    host, pid_text, start = parts
-    import socket
-
-    if host != socket.gethostname():
-        return True
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return True
-    if pid <= 0:
-        return False
-    if os.path.isdir("/proc/self"):
-        try:
-            fields = _stat_fields(pid)
-        except FileNotFoundError:
-            return False
-        except (OSError, IndexError):
-            pass
-        else:
-            return len(fields) > 19 and fields[0] not in ("Z", "X") and fields[19] == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
