@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.writes import append_event
 
 from drover.journal.writes import AppendMessage
 from drover.messages import TextBlock, assistant_message, user_message
@@ -74,7 +75,7 @@ async def test_a_write_is_made_on_the_calling_thread_when_nothing_waits(tmp_path
     async with SqliteStore(tmp_path / "j.db") as store:
         session_id, turn_id = await _turn(store)
         async with traced(store, by_connection=True) as seen:
-            task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+            task = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
             await asyncio.sleep(0)  # the task's first step: nothing is left to wait for
             assert task.done() and task.result() == 1
     assert seen[0] == "here: BEGIN" and seen[-1] == "here: COMMIT"
@@ -88,7 +89,7 @@ async def test_a_locked_file_sends_the_write_to_the_worker_and_the_loop_runs_on(
     async with SqliteStore(path) as store:
         session_id, turn_id = await _turn(store)
         with _lock_held_by_another_process(path) as holder:
-            write = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+            write = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
             started = time.monotonic()
             await asyncio.sleep(0)  # the write's first step: it finds the lock taken
             # A write that waited for the lock here would hold the loop for the store's busy
@@ -123,7 +124,7 @@ async def test_a_write_never_overtakes_a_call_queued_before_it(tmp_path: Path) -
         await asyncio.sleep(0)  # the call is on the worker, held at the gate
         assert store._here is not None
         _trace(store._here, order, "here")
-        write = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+        write = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
         await asyncio.sleep(0)
         assert not write.done() and order == []
         gate.set()
@@ -143,7 +144,7 @@ async def test_the_wal_stays_bounded_when_every_write_is_made_here(tmp_path: Pat
         session_id, turn_id = await _turn(store)
         largest = 0
         for _ in range(writes):
-            await store.append_event(session_id, turn_id, payload)
+            await append_event(store, session_id, turn_id, payload)
             largest = max(largest, os.stat(wal).st_size)
         await store._call(lambda conn: None)  # behind any checkpoint asked for
         count = await store._call(

@@ -183,8 +183,14 @@ class Journal(JournalLog):
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        # A worker's log stores no messages (its events carry them): its writes are made one
+        # at a time and none refers to a message by its number.
         self._writes = WriteQueue(
-            store, max_attempts=max_attempts, retry_delay=retry_delay, on_failure=self._fail
+            store,
+            together=not isinstance(store, WorkerLog),
+            max_attempts=max_attempts,
+            retry_delay=retry_delay,
+            on_failure=self._fail,
         )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.

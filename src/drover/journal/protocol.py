@@ -17,11 +17,10 @@ runner redact before they write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from drover.events import ToolState, TurnStatus
 from drover.journal.records import (
     EventRecord,
     GrantRecord,
@@ -30,7 +29,8 @@ from drover.journal.records import (
     ToolCallRecord,
     TurnRecord,
 )
-from drover.messages import Message, Usage
+from drover.journal.writes import JournalWrite
+from drover.messages import Message
 
 
 class SessionStore(Protocol):
@@ -139,94 +139,13 @@ class PermissionGrants(Protocol):
 
 class TurnJournal(Protocol):
     """The writes that record a running turn as it happens (what a
-    :class:`~drover.journal.journal.Journal` writes through). Only a ``running`` turn takes
-    more work (:class:`~drover.errors.LeaseLostError` otherwise)."""
+    :class:`~drover.journal.journal.Journal` writes through): one entry point, taking the
+    writes as values (:mod:`drover.journal.writes`)."""
 
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int:
-        """Append a message; with ``step``, drop that step's text deltas in the same write
-        (the message supersedes them). Returns the message's seq in the turn."""
-        ...
-
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int:
-        """Append streamed text; the session's log shows it from this write on as a coalesced
-        ``text_delta`` event (``{"type", "text", "index", "step"}``); returns its seq. With
-        ``seq`` the row covers the numbers ``seq..last_seq`` and keeps the live deltas'
-        ``marks`` (see :class:`EventRecord`)."""
-        ...
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        """Drop a step's text deltas from what recovery would keep (its stream is being
-        retried); the log keeps showing them, before the retry's row."""
-        ...
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None:
-        """Create or move a tool call; a None ``input``/``output`` keeps the stored one."""
-        ...
-
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int:
-        """Append ``event`` (``events.event_to_dict`` form) and return its seq: ``seq`` when
-        given (a number the journal handed out; the row covers ``seq..last_seq``), else the
-        next after every number used or reserved."""
-        ...
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]:
-        """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
-        text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
-        turn's terminal event) is logged in the same transaction, so a turn never ends without
-        it or logs it without ending. Returns the events this logged (the terminal one last),
-        numbered from ``first_seq`` (the journal, the log's only writer while it holds the
-        lease, passes its next number) or else after every number used or reserved; each
-        record's ``prev`` is the number before it in the log. With ``first_seq`` the
-        session's reservation (:meth:`EventLog.reserve_seqs`) shrinks to the last number
-        logged, in the same transaction: the journal hands out no number after its turn's end.
-
-        Only a ``running`` turn can end, and with ``owner`` only while ``owner`` holds it:
-        otherwise :class:`~drover.errors.LeaseLostError` (another process recovered it)."""
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """Make ``writes`` in order in one transaction (all or none); what each one gives
+        back, in order (see each write's class). A write that fails rolls the whole batch
+        back; one that has started completes even if the awaiting task is cancelled."""
         ...
 
 
@@ -262,7 +181,8 @@ class EventLog(Protocol):
         """Record durably that numbers up to ``upto`` may have been handed out: after a crash,
         new events are numbered above it, so a client holding a number that did not survive
         is told to reset instead of skipping events. A reservation only grows (the end of the
-        turn that made it shrinks it to the numbers used, see :meth:`TurnJournal.end_turn`).
+        turn that made it shrinks it to the numbers used, see
+        :class:`~drover.journal.writes.EndTurn`).
 
         With ``turn_id``, only while that turn is running — and, with ``owner``, held by
         ``owner`` — as any other write of a turn: :class:`~drover.errors.LeaseLostError`

@@ -100,9 +100,9 @@ class EventRecord:
     #: when the row cannot be split (redaction changed its length) or is not a text row.
     marks: tuple[tuple[int, int], ...] | None = None
 
-    #: For an event a store logged on its own and returned (:meth:`TurnJournal.end_turn`):
-    #: the number of the event before it in the log. None when not known (a replay derives it
-    #: from the order of the log).
+    #: For an event a store logged on its own and gave back
+    #: (:class:`~drover.journal.writes.EndTurn`): the number of the event before it in the
+    #: log. None when not known (a replay derives it from the order of the log).
     prev: int | None = None
 
     @property

@@ -12,8 +12,8 @@ table of its own:
 * everything else — its prompt, flushed text, messages, retries, its end — is an event of the
   session's log, in the form of :class:`~drover.events.WorkerEvent`: type ``worker``, with
   ``worker``, ``parent_call_id`` and the worker's own event under ``event``. The messages are
-  recorded by their ``assistant_message``/``tool_results`` events, so ``append_message``
-  writes nothing more; flushed text is a ``text_delta`` event with its ``step``; the
+  recorded by their ``assistant_message``/``tool_results`` events, so a message's own write
+  stores nothing more; flushed text is a ``text_delta`` event with its ``step``; the
   worker's terminal event is logged as is (the parent turn's row is not touched).
 
 :func:`drover.workers.worker_states` rebuilds each worker's work from these events.
@@ -22,13 +22,22 @@ table of its own:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from drover.events import ToolState, TurnStatus
 from drover.journal.protocol import TurnJournal
-from drover.journal.records import EventRecord
 from drover.journal.rules import flushed_text_event
-from drover.messages import Message, Usage
+from drover.journal.writes import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    DiscardPartialText,
+    EndTurn,
+    JournalWrite,
+    ReplaceMessage,
+    UpsertToolCall,
+    with_message,
+)
 
 
 def scoped_call_id(parent_call_id: str, worker: int, call_id: str) -> str:
@@ -41,8 +50,8 @@ def worker_call_prefix(parent_call_id: str, worker: int) -> str:
 
 
 class WorkerLog(TurnJournal):
-    """The :class:`~drover.journal.protocol.TurnJournal` a worker's journal writes through, over its
-    parent's (see the module docstring)."""
+    """The :class:`~drover.journal.protocol.TurnJournal` a worker's journal writes through,
+    over its parent's (see the module docstring)."""
 
     def __init__(self, store: TurnJournal, session_id: str, call_id: str, worker: int) -> None:
         self.store = store
@@ -50,91 +59,61 @@ class WorkerLog(TurnJournal):
         self.call_id = call_id
         self.worker = worker
 
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """The worker's writes as the parent's, made in one batch of the parent's store; what
+        each gives back as the parent's would (a message's seq: 0, it is not stored)."""
+        made: list[JournalWrite] = []
+        # Per write: the index of the parent's write whose result is its own (None: a value).
+        results: list[int | None] = []
+        values: list[Any] = []
+        for write in writes:
+            mine = self._as_parents(write)
+            if isinstance(mine, tuple):
+                results.append(None)
+                value, rows = mine
+                values.append(value)
+                made += rows
+            else:
+                results.append(len(made))
+                values.append(None)
+                made.append(mine)
+        done = await self.store.write_batch(made) if made else []
+        return [v if i is None else done[i] for i, v in zip(results, values, strict=True)]
+
+    def _as_parents(self, write: JournalWrite) -> JournalWrite | tuple[Any, list[JournalWrite]]:
+        """The parent's write that stands for ``write`` (its result is ``write``'s), or what
+        ``write`` gives back and the parent's writes it makes."""
+        match write:
+            case AppendEvent():
+                return replace(write, event=self._tagged(write.event))
+            case UpsertToolCall():
+                scoped = scoped_call_id(self.call_id, self.worker, write.call_id)
+                return replace(write, call_id=scoped)
+            case AppendPartialText():
+                # One row for the flush, covering the numbers of its live deltas (no marks: a
+                # replay that starts inside it is reset rather than cut).
+                event = flushed_text_event(write.text, write.block_index, write.step)
+                return AppendEvent(
+                    self.session_id, write.turn_id, self._tagged(event), write.seq, write.last_seq
+                )
+            case AppendMessage():
+                # Recorded by the assistant_message / tool_results event the journal logs with
+                # it (the row carrying it, when there is one, with the message in place).
+                row = write.logged
+                if row is None:
+                    return 0, []
+                event = self._tagged(with_message(row.event, write.message))
+                return 0, [AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)]
+            case ReplaceMessage() | DiscardPartialText():
+                # No message is stored to replace; a retry's event tells a reader to drop the
+                # step's text.
+                return None, []
+            case EndTurn():
+                # A worker's journal logs its end as an event (the parent's turn goes on).
+                raise TypeError("a worker does not end its parent's turn")
+
     def _tagged(self, event: Mapping[str, Any]) -> dict[str, Any]:
         return worker_event(self.call_id, self.worker, event)
-
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int:
-        return await self.store.append_event(
-            session_id, turn_id, self._tagged(event), seq=seq, last_seq=last_seq
-        )
-
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int:
-        # Recorded by the assistant_message / tool_results event the journal logs next.
-        return 0
-
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int:
-        # One row for the flush, covering the numbers of its live deltas (no marks: a replay
-        # that starts inside it is reset rather than cut).
-        event = flushed_text_event(text, block_index, step)
-        return await self.append_event(self.session_id, turn_id, event, seq=seq, last_seq=last_seq)
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        # The retry event logged with it tells a reader to drop the step's text.
-        return None
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None:
-        await self.store.upsert_tool_call(
-            turn_id,
-            scoped_call_id(self.call_id, self.worker, call_id),
-            call_index=call_index,
-            name=name,
-            state=state,
-            input=input,
-            output=output,
-            is_error=is_error,
-            outcome_unknown=outcome_unknown,
-            read_only=read_only,
-            step=step,
-        )
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]:
-        # Never called: a worker's journal logs its end as an event (the parent's turn goes on).
-        raise TypeError("a worker does not end its parent's turn")
 
 
 def worker_event(parent_call_id: str, worker: int, event: Mapping[str, Any]) -> dict[str, Any]:

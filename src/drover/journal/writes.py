@@ -1,21 +1,23 @@
-"""Journal writes as values, so that writes ready at the same moment commit together.
+"""The journal's writes, as values: the one way a running turn is written to a store.
 
-Each class below describes one call of the journal's part of the store (the same arguments as
-the method of the same name). A store that implements :class:`BatchWriter` makes a list of them
-in one executor hop and one transaction — all or nothing, in order — which is how the journal
-commits a tool call's state with its event-log row, or a step's assistant message with its log
-row (the message's write drops the step's text deltas in the same transaction). A store without
-it (a worker's log, a test double) gets them one by one through :func:`apply`.
+A store makes a list of them with
+:meth:`TurnJournal.write_batch <drover.journal.protocol.TurnJournal.write_batch>`: in order,
+in one transaction — all or nothing — which is how the journal commits a tool call's state with
+its event-log row, or a step's assistant message with its log row (the message's write drops
+the step's text deltas in the same transaction). A single write is a batch of one. Each value
+says what its write does and what it gives back in the batch's results.
+
+Only a ``running`` turn takes more work: a write to a turn that ended, or (``EndTurn`` with an
+``owner``) that another process holds, fails with :class:`~drover.errors.LeaseLostError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, TypeAlias
 
 from drover.events import ToolState, TurnStatus
-from drover.journal.records import EventRecord
 from drover.messages import Message, Usage, message_to_dict
 
 #: In a stored terminal event, the seq (in its turn) of the message whose text is the event's
@@ -30,6 +32,9 @@ MESSAGE_OF = "message_of"
 
 @dataclass(frozen=True, slots=True)
 class AppendMessage:
+    """Append a message to the turn; with ``step``, that step's text deltas are dropped in the
+    same write (the message supersedes them). Gives back the message's seq in the turn."""
+
     turn_id: str
     message: Message
     partial: bool = False
@@ -46,7 +51,7 @@ class AppendMessage:
 class ReplaceMessage:
     """Put ``message`` in place of the turn's message ``seq`` — its latest message when
     ``seq`` is None — (a results message written ahead, see :mod:`drover.journal.step_results`,
-    that the loop's differs from)."""
+    that the loop's differs from). Gives back None."""
 
     turn_id: str
     seq: int | None
@@ -55,6 +60,11 @@ class ReplaceMessage:
 
 @dataclass(frozen=True, slots=True)
 class AppendPartialText:
+    """Append streamed text; the session's log shows it from this write on as a coalesced
+    ``text_delta`` event (``{"type", "text", "index", "step"}``). With ``seq`` the row covers
+    the numbers ``seq..last_seq`` and keeps the live deltas' ``marks`` (see
+    :class:`~drover.journal.records.EventRecord`). Gives back its seq."""
+
     turn_id: str
     step: int
     block_index: int
@@ -66,12 +76,20 @@ class AppendPartialText:
 
 @dataclass(frozen=True, slots=True)
 class DiscardPartialText:
+    """Drop a step's text deltas from what recovery would keep (its stream is being retried);
+    the log keeps showing them, before the retry's row. Gives back None."""
+
     turn_id: str
     step: int
 
 
 @dataclass(frozen=True, slots=True)
 class AppendEvent:
+    """Append ``event`` (``events.event_to_dict`` form, with a ``type``) to the session's log.
+    Its number is ``seq`` when given (a number the journal handed out; the row covers
+    ``seq..last_seq``), else the next after every number used or reserved. Gives back its
+    seq."""
+
     session_id: str
     turn_id: str | None
     event: Mapping[str, Any]
@@ -81,6 +99,9 @@ class AppendEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpsertToolCall:
+    """Create or move a tool call; a None ``input``/``output`` keeps the stored one, and a
+    call in a terminal state keeps it (a late write cannot reopen it). Gives back None."""
+
     turn_id: str
     call_id: str
     call_index: int
@@ -91,11 +112,26 @@ class UpsertToolCall:
     is_error: bool = False
     outcome_unknown: bool = False
     read_only: bool = False
+    #: The model call (step) of the turn that made the call; 0 keeps the stored one.
     step: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndTurn:
+    """Record how the turn ended. Tool calls still open become ``interrupted`` and left-over
+    text deltas become a partial message, so nothing stays "in progress"; ``event`` (the
+    turn's terminal event) is logged in the same transaction, so a turn never ends without it
+    or logs it without ending. Gives back the events this logged (a list of
+    :class:`~drover.journal.records.EventRecord`, the terminal one last), numbered from
+    ``first_seq`` (the journal, the log's only writer while it holds the lease, passes its
+    next number) or else after every number used or reserved; each record's ``prev`` is the
+    number before it in the log. With ``first_seq`` the session's reservation
+    (:meth:`~drover.journal.protocol.EventLog.reserve_seqs`) shrinks to the last number
+    logged, in the same transaction: the journal hands out no number after its turn's end.
+
+    Only a ``running`` turn can end (``status`` is never ``running``), and with ``owner`` only
+    while ``owner`` holds it."""
+
     turn_id: str
     status: TurnStatus
     reason: str | None = None
@@ -115,14 +151,6 @@ JournalWrite: TypeAlias = (
     | UpsertToolCall
     | EndTurn
 )
-
-
-@runtime_checkable
-class BatchWriter(Protocol):
-    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
-        """Make ``writes`` in order in one transaction (all or none); each one's result, as
-        its method returns it. A write that fails rolls the whole batch back."""
-        ...
 
 
 def with_message(event: Mapping[str, Any], message: Message) -> dict[str, Any]:
@@ -148,56 +176,3 @@ def referring(
         for k, v in row.event.items()
     }
     return AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)
-
-
-async def apply(store: Any, write: JournalWrite) -> Any:
-    """Make one write through the store's method of the same name (a message with its log
-    row or its folding: in one transaction of its own when the store makes batches)."""
-    whole = isinstance(write, AppendMessage) and (write.logged, write.fold_from) != (None, None)
-    if whole and isinstance(store, BatchWriter):
-        return (await store.write_batch([write]))[0]
-    match write:
-        case AppendMessage(turn_id, message, partial, step, row):
-            seq = await store.append_message(turn_id, message, partial=partial, step=step)
-            if row is not None:
-                event = with_message(row.event, message)
-                await store.append_event(
-                    row.session_id, row.turn_id, event, seq=row.seq, last_seq=row.last_seq
-                )
-            return seq
-        case ReplaceMessage(turn_id, seq, message):
-            return await store.replace_message(turn_id, seq, message)
-        case AppendPartialText(turn_id, step, index, text, seq, last_seq, marks):
-            return await store.append_partial_text(
-                turn_id, step, index, text, seq=seq, last_seq=last_seq, marks=marks
-            )
-        case DiscardPartialText(turn_id, step):
-            return await store.discard_partial_text(turn_id, step)
-        case AppendEvent(session_id, turn_id, event, seq, last_seq):
-            return await store.append_event(session_id, turn_id, event, seq=seq, last_seq=last_seq)
-        case UpsertToolCall():
-            return await store.upsert_tool_call(
-                write.turn_id,
-                write.call_id,
-                call_index=write.call_index,
-                name=write.name,
-                state=write.state,
-                input=write.input,
-                output=write.output,
-                is_error=write.is_error,
-                outcome_unknown=write.outcome_unknown,
-                read_only=write.read_only,
-                step=write.step,
-            )
-        case EndTurn():
-            logged: list[EventRecord] = await store.end_turn(
-                write.turn_id,
-                write.status,
-                reason=write.reason,
-                error=write.error,
-                usage=write.usage,
-                owner=write.owner,
-                event=write.event,
-                first_seq=write.first_seq,
-            )
-            return logged

@@ -193,20 +193,6 @@ class SqlLog:
 
     # -- the event log -------------------------------------------------------------------------
 
-    async def append_event(
-        self,
-        session_id: str,
-        turn_id: str | None,
-        event: Mapping[str, Any],
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-    ) -> int:
-        if "type" not in event:
-            raise ValueError("an event needs a type")
-        write = AppendEvent(session_id, turn_id, event, seq, last_seq)
-        return await self._perform(self._append_event(write, self._clock()), "write")
-
     def _append_event(self, w: AppendEvent, now: float, held: Held | None = None) -> Plan[int]:
         if "type" not in w.event:
             raise ValueError("an event needs a type")

@@ -18,7 +18,7 @@ a renewal in flight): processes recovering at once recover each orphan exactly o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +28,6 @@ from drover.events import (
     Error,
     Incomplete,
     ToolStateChanged,
-    TurnStatus,
     event_to_dict,
 )
 from drover.journal.owners import owner_alive
@@ -298,30 +297,6 @@ class SqlStore(SqlWork):
             )
             > 0
         )
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]:
-        write = EndTurn(
-            turn_id=turn_id,
-            status=status,
-            reason=reason,
-            error=error,
-            usage=usage,
-            owner=owner,
-            event=event,
-            first_seq=first_seq,
-        )
-        return await self._perform(self._end_turn(write, self._clock()), "write")
 
     def _end_turn(
         self, w: EndTurn, now: float, held: Held | None = None

@@ -10,11 +10,11 @@ turn runs, alone or together in one transaction (:meth:`SqlWork.write_batch`, se
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeAlias, cast
 
 from drover.errors import StoreError
-from drover.events import TERMINAL_TOOL_STATES, ToolState
+from drover.events import TERMINAL_TOOL_STATES
 from drover.journal.fold import by_block, fold_block
 from drover.journal.records import EventRecord, StoredMessage, ToolCallRecord
 from drover.journal.rules import check_writable, partial_messages
@@ -37,7 +37,7 @@ from drover.store.rows import (
     stored_message_from_row,
     tool_call_from_row,
 )
-from drover.store.sql_log import Held, SqlLog, first_value
+from drover.store.sql_log import Held, Mode, SqlLog, first_value
 
 #: Bytes of free pages a finished step's text leaves before they go back to the file system.
 RECLAIM_BYTES = 128 * 1024
@@ -276,12 +276,6 @@ class SqlWork(SqlLog):
 
         await self._perform(reserve(), "write")
 
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int:
-        write = AppendMessage(turn_id, message, partial, step)
-        return await self._perform(self._append_message(write, self._clock()), "write")
-
     def _append_message(self, w: AppendMessage, now: float, held: Held | None = None) -> Plan[int]:
         session_id = yield from self._turn_session(w.turn_id, held=held)
         seq = yield from self._add_message(w.turn_id, w.message, w.partial, now)
@@ -376,10 +370,6 @@ class SqlWork(SqlLog):
             for _ in range(free):
                 yield from execute(self.dialect.reclaim)
 
-    async def replace_message(self, turn_id: str, seq: int | None, message: Message) -> None:
-        write = ReplaceMessage(turn_id, seq, message)
-        await self._perform(self._replace_message(write), "write")
-
     def _replace_message(self, w: ReplaceMessage, held: Held | None = None) -> Plan[None]:
         yield from self._turn_session(w.turn_id, held=held)
         body = self.dialect.json(message_to_dict(w.message))
@@ -401,20 +391,6 @@ class SqlWork(SqlLog):
         if count == 0:
             raise StoreError(f"no message {w.seq} in turn {w.turn_id}")
 
-    async def append_partial_text(
-        self,
-        turn_id: str,
-        step: int,
-        block_index: int,
-        text: str,
-        *,
-        seq: int | None = None,
-        last_seq: int | None = None,
-        marks: Sequence[tuple[int, int]] | None = None,
-    ) -> int:
-        write = AppendPartialText(turn_id, step, block_index, text, seq, last_seq, marks)
-        return await self._perform(self._append_partial_text(write, self._clock()), "write")
-
     def _append_partial_text(
         self, w: AppendPartialText, now: float, held: Held | None = None
     ) -> Plan[int]:
@@ -432,10 +408,6 @@ class SqlWork(SqlLog):
             *(encoded, self.dialect.text(w.text), now),
         )
         return seq
-
-    async def discard_partial_text(self, turn_id: str, step: int) -> None:
-        write = DiscardPartialText(turn_id, step)
-        await self._perform(self._discard(write, self._clock()), "write")
 
     def _discard(self, w: DiscardPartialText, now: float, held: Held | None = None) -> Plan[None]:
         """The step's text stays in the log (readers saw it, the retry event tells them to drop
@@ -466,36 +438,6 @@ class SqlWork(SqlLog):
             )
         return out
 
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None:
-        write = UpsertToolCall(
-            turn_id=turn_id,
-            call_id=call_id,
-            call_index=call_index,
-            name=name,
-            state=state,
-            input=input,
-            output=output,
-            is_error=is_error,
-            outcome_unknown=outcome_unknown,
-            read_only=read_only,
-            step=step,
-        )
-        await self._perform(self._upsert_call(write, self._clock()), "write")
-
     def _upsert_call(self, w: UpsertToolCall, now: float, held: Held | None = None) -> Plan[None]:
         d = self.dialect
         input_json = None if w.input is None else d.json(dict(w.input))
@@ -512,10 +454,14 @@ class SqlWork(SqlLog):
     # -- group commit --------------------------------------------------------------------------
 
     async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
-        """See :class:`~drover.journal.writes.BatchWriter`: one hop, one transaction."""
+        """See :meth:`~drover.journal.protocol.TurnJournal.write_batch`: one hop, one
+        transaction."""
         now = self._clock()
 
         merged, runs, chars = _together(writes)
+        mode: Mode = "bulk" if chars > BULK_CHARS else "write"
+        if len(writes) == 1:  # (most writes: made as they are, checking their own turn)
+            return [await self._perform(self._write_plan(writes[0], now), mode)]
 
         def batch() -> Plan[list[Any]]:
             held = Held()
@@ -537,7 +483,7 @@ class SqlWork(SqlLog):
                 i += 1
             return out
 
-        return await self._perform(batch(), "bulk" if chars > BULK_CHARS else "write")
+        return await self._perform(batch(), mode)
 
     def _check_first_turn(self, writes: Sequence[JournalWrite], held: Held) -> Plan[None]:
         """Check (and lock) the turn of the batch's first write of a running turn before the
