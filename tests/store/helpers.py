@@ -147,12 +147,12 @@ async def traced(store: SqliteStore, *, by_connection: bool = False) -> AsyncIte
 
         return lambda conn: conn.set_trace_callback(None if name is None else record)
 
-    await store._call(trace("worker"))
-    if store._here is not None:
-        trace("here")(store._here)
+    await store.connection._call(trace("worker"))
+    if store.connection._here is not None:
+        trace("here")(store.connection._here)
     try:
         yield statements
     finally:
-        await store._call(trace(None))
-        if store._here is not None:
-            trace(None)(store._here)
+        await store.connection._call(trace(None))
+        if store.connection._here is not None:
+            trace(None)(store.connection._here)

@@ -107,7 +107,7 @@ async def test_two_processes_share_a_file(tmp_path: Path) -> None:
 
 async def test_pragmas(tmp_path: Path) -> None:
     async with SqliteStore(tmp_path / "j.db") as store:
-        values = await store._call(  # the connection's own settings
+        values = await store.connection._call(  # the connection's own settings
             lambda c: [
                 c.execute(f"PRAGMA {name}").fetchone()[0]
                 for name in ("journal_mode", "busy_timeout", "synchronous", "foreign_keys")

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from drover.store.dialect import rows
+from drover.store.plan import Row, rows
 from drover.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
@@ -31,19 +31,22 @@ CHANNEL = "drover_control"
 MAX_PAYLOAD = 7900
 
 
+async def _read(store: PostgresStore, sql: str, *params: Any) -> list[Row]:
+    return await store.connection.perform(rows(sql, *params), "read")
+
+
 async def turn_sessions(store: PostgresStore, turn_ids: list[str]) -> dict[str, str]:
     """``{turn_id: session_id}`` of the turns that exist."""
     if not turn_ids:
         return {}
-    found = await store._select(
-        "SELECT id, session_id FROM turns WHERE id = ANY(?)", list(turn_ids)
-    )
+    found = await _read(store, "SELECT id, session_id FROM turns WHERE id = ANY(?)", list(turn_ids))
     return {str(r["id"]): str(r["session_id"]) for r in found}
 
 
 async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str | None] | None:
     """``(turn_id, owner)`` of the session's running turn, or None."""
-    found = await store._select(
+    found = await _read(
+        store,
         "SELECT id, owner FROM turns WHERE session_id = ? AND status = 'running' "
         "ORDER BY seq DESC LIMIT 1",
         session_id,
@@ -58,7 +61,8 @@ async def running_turns(store: PostgresStore, session_ids: list[str]) -> dict[st
     """``{session_id: turn_id}`` of the sessions among these with a running turn."""
     if not session_ids:
         return {}
-    found = await store._select(
+    found = await _read(
+        store,
         "SELECT session_id, id FROM turns WHERE status = 'running' AND session_id = ANY(?)",
         list(session_ids),
     )
@@ -69,7 +73,9 @@ async def notify(store: PostgresStore, message: dict[str, Any]) -> None:
     payload = json.dumps(message, separators=(",", ":"))
     if len(payload.encode()) > MAX_PAYLOAD:
         raise ValueError("control message too large for NOTIFY")
-    await store._perform(rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload), "write")
+    await store.connection.perform(
+        rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload), "write"
+    )
 
 
 async def listen(

@@ -21,7 +21,7 @@ from drover.journal.records import (
 )
 from drover.journal.rules import flushed_text_event
 from drover.messages import Usage, message_from_dict
-from drover.store.dialect import Row
+from drover.store.plan import Row
 
 #: The decoder's C scanner: ``json.loads`` less its wrapper (two regex matches and a few calls,
 #: ~1.5 µs a value, most of the cost of a small one), for the text the store itself wrote.
