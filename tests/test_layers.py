@@ -44,13 +44,20 @@ LAYERS: dict[str, int] = {
     "handle": 5,
     "stream": 5,
     "agent": 5,
-    # front doors, and the test kit
+    # front doors, what several server processes share, and the test kit
     "cli": 6,
     "server": 6,
+    "cluster": 6,
     "testing": 6,
 }
-#: Peers that may import each other (a turn's parts; the front doors share the runtime).
-PEERS = {frozenset({"cli", "server"}), frozenset({"cli", "testing"})}
+#: Peers that may import each other (the front doors share the runtime; the server and the
+#: cluster it runs in serve each other: the relay feeds the server's hub, the server follows it).
+PEERS = {
+    frozenset({"cli", "server"}),
+    frozenset({"cli", "testing"}),
+    frozenset({"cli", "cluster"}),
+    frozenset({"server", "cluster"}),
+}
 
 
 def _module_imports(path: Path) -> set[str]:

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from drover.agent import Agent
+from drover.cluster.relay import Relay
 from drover.errors import DroverError
 from drover.events import Decision, PermissionRequest, event_to_dict
 from drover.handle import Session
@@ -33,7 +34,6 @@ from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
-from drover.server.relay import Relay
 from drover.server.snapshot import snapshot
 
 log = logging.getLogger(__name__)

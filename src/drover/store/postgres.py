@@ -6,13 +6,19 @@ SQLite; the conformance suite runs on both) on the pooled connections of
 :mod:`drover.store.pg_conn`, which make a started write finish even when its caller is
 cancelled. Every write is one short transaction; the session row lock (``SELECT … FOR UPDATE``)
 is what SQLite's file lock is there.
+
+It is also what processes sharing it ask of it beyond the store protocol (a
+:class:`~drover.cluster.claims.ClusterJournal`): who runs a session's turn, and control
+messages between them over ``NOTIFY`` (:mod:`drover.store.pg_cluster`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from drover.store import pg_cluster
 from drover.store.pg_conn import PgConnection, redact
 from drover.store.pg_dialect import POSTGRES
 from drover.store.sql_store import SqlStore
@@ -36,3 +42,22 @@ class PostgresStore(SqlStore):
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url, self.url)!r})"
+
+    # -- what the processes of a cluster share -------------------------------------------------
+
+    async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:
+        return await self.connection.perform(pg_cluster.running_turn(session_id), "read")
+
+    async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
+        if not session_ids:
+            return {}
+        return await self.connection.perform(pg_cluster.running_turns(session_ids), "read")
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        payload = pg_cluster.notify_payload(message)
+        await self.connection.perform(pg_cluster.notify(payload), "write")
+
+    async def listen(
+        self, handler: Callable[[dict[str, Any]], Awaitable[None]], *, retry: float = 1.0
+    ) -> None:
+        await pg_cluster.listen(self.url, handler, retry=retry)
