@@ -477,8 +477,7 @@ class Journal(JournalLog):
                 for worker in self._workers.values():
                     # Text a worker cut short still holds: numbered and written before the
                     # turn's end (its events are the turn's).
-                    if await worker._take_text(final=True):
-                        await worker._drain()
+                    await worker._write_held_text()
                 await self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
@@ -547,6 +546,12 @@ class Journal(JournalLog):
         """Tell the observer of a live delta numbered ``seq`` (as it would read it back)."""
         body = {"type": "text_delta", "text": delta.text, "index": delta.index, "step": self._step}
         self._publish(seq, self._turn_id, body)
+
+    async def _write_held_text(self) -> None:
+        """Number and write all the text still buffered, now (a worker's, before its parent's
+        turn ends)."""
+        if await self._take_text(final=True):
+            await self._drain()
 
     async def _take_text(self, *, final: bool) -> bool:
         """Queue the buffered text that is safe to write (all of it when ``final``); whether
