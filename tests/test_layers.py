@@ -100,3 +100,27 @@ def test_imports_point_down(path: Path) -> None:
         if above or sideways:
             wrong.append(target)
     assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)} (layer {level})"
+
+
+#: What the journal's domain never imports: it is independent of SQL and of its backends.
+NOT_IN_THE_JOURNAL = ("sqlite3", "psycopg", "psycopg_pool", "drover.store")
+
+
+@pytest.mark.parametrize(
+    "path", sorted((SRC / "journal").glob("*.py")), ids=lambda p: str(p.relative_to(SRC))
+)
+def test_the_journal_imports_no_sql(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    wrong = sorted(
+        name
+        for name in names
+        for banned in NOT_IN_THE_JOURNAL
+        if name == banned or name.startswith(banned + ".")
+    )
+    assert not wrong, f"{path.relative_to(SRC)} imports {wrong}"
