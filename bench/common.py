@@ -397,13 +397,18 @@ async def run_drover(
     The timed part is the turn itself (``Runner.run`` / ``AgentSession.run``, journal close
     included); opening the store and creating the session are set-up and are not timed.
     """
-    from drover.conversation import ConversationManager
     from drover.loop import LoopSettings
     from drover.permissions import PermissionPolicy
     from drover.runner import Runner
     from drover.session import AgentSession
-    from drover.sinks import EventRecorder
     from drover.store import SqliteStore
+
+    try:
+        from drover.conversation import ConversationManager
+        from drover.sinks import EventRecorder
+    except ImportError:  # a --before source from before these modules were renamed
+        from drover.channel import EventRecorder  # type: ignore[no-redef]
+        from drover.convo import ConversationManager  # type: ignore[no-redef]
 
     settings = LoopSettings(max_turns=max_turns, compaction=False, stream_retries=0)
     policy = PermissionPolicy("allow")

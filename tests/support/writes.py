@@ -1,9 +1,8 @@
 """The journal's writes one at a time, for tests that set a store up by hand.
 
-The store's only write entry point is ``write_batch`` (a list of write values, one
-transaction); each function here makes one write through it, with the arguments of the value it
-builds (``tests/store`` spells them as the journal's writes read), and gives back what the write
-gives back.
+A store's only write entry point is ``write_batch`` (a list of write values, one transaction).
+Each function here makes one write through it — the value built from the arguments it is
+given, by the name of the write — and gives back what that write gives back.
 """
 
 from __future__ import annotations
