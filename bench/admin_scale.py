@@ -46,6 +46,14 @@ from common import (
 )
 
 from drover.events import event_to_dict
+from drover.journal.writes import (
+    AppendEvent,
+    AppendMessage,
+    AppendPartialText,
+    EndTurn,
+    JournalWrite,
+    UpsertToolCall,
+)
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.store import SqliteStore
 
@@ -60,15 +68,15 @@ async def record_one(path: Path) -> str:
             call = f"call_{step}"
             text = words(300, seed=step)
             for i in range(0, len(text), 100):
-                await store.append_partial_text(turn.id, step, 0, text[i : i + 100])
+                await write(store, AppendPartialText(turn.id, step, 0, text[i : i + 100]))
             use = ToolUseBlock(id=call, name="lookup", input={"n": step})
             message = Message(role="assistant", content=(TextBlock(text=text), use))
-            await store.append_message(turn.id, message, step=step)
-            await store.append_event(session.id, turn.id, event_to_dict_message(message))
+            await write(store, AppendMessage(turn.id, message, step=step))
+            await write(store, AppendEvent(session.id, turn.id, event_to_dict_message(message)))
             for state in ("input-available", "running", "output-available"):
-                await store.upsert_tool_call(
-                    turn.id,
-                    call,
+                upsert = UpsertToolCall(
+                    turn_id=turn.id,
+                    call_id=call,
                     call_index=0,
                     name="lookup",
                     state=state,
@@ -76,17 +84,21 @@ async def record_one(path: Path) -> str:
                     output="x" * 500 if state == "output-available" else None,
                     step=step,
                 )
-                await store.append_event(
-                    session.id,
-                    turn.id,
-                    {"type": "tool_state", "call_id": call, "name": "lookup", "state": state},
-                )
+                await write(store, upsert)
+                event = {"type": "tool_state", "call_id": call, "name": "lookup", "state": state}
+                await write(store, AppendEvent(session.id, turn.id, event))
             result = Message(role="user", content=(ToolResultBlock(tool_use_id=call, content="x"),))
-            await store.append_message(turn.id, result)
+            await write(store, AppendMessage(turn.id, result))
         answer = Message(role="assistant", content=(TextBlock(text=words(500)),))
-        await store.append_message(turn.id, answer, step=4)
-        await store.end_turn(turn.id, "completed", event={"type": "done", "text": words(500)})
+        await write(store, AppendMessage(turn.id, answer, step=4))
+        done = {"type": "done", "text": words(500)}
+        await write(store, EndTurn(turn_id=turn.id, status="completed", event=done))
         return session.id
+
+
+async def write(store: SqliteStore, value: JournalWrite) -> None:
+    """One write (a batch of one: the store's only write entry point)."""
+    await store.write_batch([value])
 
 
 def event_to_dict_message(message: Message) -> dict[str, object]:

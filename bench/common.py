@@ -397,13 +397,18 @@ async def run_drover(
     The timed part is the turn itself (``Runner.run`` / ``AgentSession.run``, journal close
     included); opening the store and creating the session are set-up and are not timed.
     """
-    from drover.conversation import ConversationManager
     from drover.loop import LoopSettings
     from drover.permissions import PermissionPolicy
     from drover.runner import Runner
     from drover.session import AgentSession
-    from drover.sinks import EventRecorder
     from drover.store import SqliteStore
+
+    try:
+        from drover.conversation import ConversationManager
+        from drover.sinks import EventRecorder
+    except ImportError:  # a --before source from before these modules were renamed
+        from drover.channel import EventRecorder  # type: ignore[no-redef]
+        from drover.convo import ConversationManager  # type: ignore[no-redef]
 
     settings = LoopSettings(max_turns=max_turns, compaction=False, stream_retries=0)
     policy = PermissionPolicy("allow")
@@ -494,7 +499,10 @@ def count_instructions(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int
 def stretch_flush_interval(factor: float) -> None:
     """Make every journal's flush interval ``factor`` times its default (the child runs that
     much slower under valgrind; the gate counts wall time)."""
-    from drover.store.journal import Journal
+    try:
+        from drover.journal.journal import Journal
+    except ImportError:  # a --before source from before the journal had a package of its own
+        from drover.store.journal import Journal  # type: ignore[no-redef]
 
     original = Journal.__init__
 

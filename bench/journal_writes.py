@@ -1,7 +1,7 @@
 """What the journal costs while an answer streams: writes, bytes and time (issue #5, figure 1).
 
 An answer of 10 KiB, 100 KiB or 1 MiB is streamed as text deltas through the real
-:class:`drover.store.Journal` into a real :class:`drover.store.SqliteStore` (a fresh file in a
+:class:`drover.journal.Journal` into a real :class:`drover.store.SqliteStore` (a fresh file in a
 temp directory), with the real gates (250 ms / 1024 B), then ended as a real turn would be: the
 authoritative ``assistant_message``, ``done``, ``aclose``.
 
@@ -47,9 +47,10 @@ from common import (
 )
 
 from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted
+from drover.journal import Journal
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.runner import owner_id
-from drover.store import Journal, SqliteStore
+from drover.store import SqliteStore
 
 KIB = 1024
 SIZES = (10 * KIB, 100 * KIB, 1024 * KIB)

@@ -6,7 +6,7 @@ cheap read-only tool (``ping``), then a final ~400-character answer — runs thr
 LLM server (in its own process, over 127.0.0.1), in two ways:
 
 * **on**: :class:`drover.runner.Runner` with a :class:`drover.store.SqliteStore` (a fresh file
-  per run): every event goes through the :class:`drover.store.Journal`;
+  per run): every event goes through the :class:`drover.journal.Journal`;
 * **off**: a plain :class:`drover.session.AgentSession` whose only sink records the events in
   memory.
 

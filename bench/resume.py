@@ -9,7 +9,7 @@ pending work too. Then, timed, as the next turn would do it:
 * **load** — :func:`drover.runner.load_history` (turns, their messages, the session's tool
   calls) from a freshly opened store;
 * **repair** — included in ``load`` (``build_history`` repairs as it builds); shown separately
-  by re-running :func:`drover.store.history.repair_history` over the loaded messages;
+  by re-running :func:`drover.journal.history.repair_history` over the loaded messages;
 * **request** — the next request for each provider: drover's converter alone
   (``to_chat_messages``, ``plan_input``, ``to_anthropic_messages``), then the whole request
   as :mod:`request_build` times it — the provider's ``stream()`` until the HTTP request,
@@ -41,10 +41,11 @@ from typing import Any
 
 from common import forbid_network, median, print_environment, table, words
 
+from drover.journal.history import repair_history
+from drover.journal.writes import AppendMessage, EndTurn, UpsertToolCall
 from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.runner import load_history
 from drover.store import SqliteStore
-from drover.store.history import repair_history
 
 
 async def build(path: Path, steps: int, turns: int) -> str:
@@ -58,13 +59,11 @@ async def build(path: Path, steps: int, turns: int) -> str:
                 call_id = f"call_{step}"
                 text = words(200, seed=step)
                 use = ToolUseBlock(id=call_id, name="lookup", input={"n": step})
-                await store.append_message(
-                    turn.id, Message(role="assistant", content=(TextBlock(text=text), use)), step=s
-                )
+                asked = Message(role="assistant", content=(TextBlock(text=text), use))
                 output = words(2048, seed=step + 1)
-                await store.upsert_tool_call(
-                    turn.id,
-                    call_id,
+                ended = UpsertToolCall(
+                    turn_id=turn.id,
+                    call_id=call_id,
                     call_index=0,
                     name="lookup",
                     state="output-available",
@@ -74,13 +73,16 @@ async def build(path: Path, steps: int, turns: int) -> str:
                     step=s,
                 )
                 result = ToolResultBlock(tool_use_id=call_id, content=output)
-                await store.append_message(turn.id, Message(role="user", content=(result,)))
+                # One write at a time, as the store's only write entry point takes them.
+                await store.write_batch([AppendMessage(turn.id, asked, step=s)])
+                await store.write_batch([ended])
+                results = Message(role="user", content=(result,))
+                await store.write_batch([AppendMessage(turn.id, results)])
                 step += 1
             if t < turns - 1:
-                await store.append_message(
-                    turn.id, Message(role="assistant", content=(TextBlock(text="done"),))
-                )
-                await store.end_turn(turn.id, "completed")
+                done = Message(role="assistant", content=(TextBlock(text="done"),))
+                await store.write_batch([AppendMessage(turn.id, done)])
+                await store.write_batch([EndTurn(turn_id=turn.id, status="completed")])
         # The last turn's owner is gone: recovery makes its work pending.
         await store.recover_orphans(lambda owner: False)
         return session.id

@@ -25,33 +25,42 @@ LAYERS: dict[str, int] = {
     "summaries": 0,
     "config": 0,
     "output": 0,
-    # adapters, side by side: none imports another
+    # adapters and the journal's domain, side by side: none imports another
     "providers": 1,
     "tools": 1,
-    "store": 1,
+    "journal": 1,
+    # the journal's SQL backends, over its protocol
+    "store": 2,
     # one turn
-    "permissions": 2,
-    "compact": 2,
-    "toolrun": 2,
-    "loop": 2,
-    "session": 2,
-    "workers": 2,
+    "permissions": 3,
+    "compact": 3,
+    "toolrun": 3,
+    "loop": 3,
+    "session": 3,
+    "workers": 3,
     # MCP servers' tools (over the tool seam and the config)
-    "mcp": 2,
+    "mcp": 3,
     # turns over the journal
-    "runner": 3,
+    "runner": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams
-    "handle": 4,
-    "stream": 4,
-    "resources": 4,
-    "agent": 4,
-    # front doors, and the test kit
-    "cli": 5,
-    "server": 5,
-    "testing": 5,
+    "handle": 5,
+    "stream": 5,
+    "resources": 5,
+    "agent": 5,
+    # front doors, what several server processes share, and the test kit
+    "cli": 6,
+    "server": 6,
+    "cluster": 6,
+    "testing": 6,
 }
-#: Peers that may import each other (a turn's parts; the front doors share the runtime).
-PEERS = {frozenset({"cli", "server"}), frozenset({"cli", "testing"})}
+#: Peers that may import each other (the front doors share the runtime; the server and the
+#: cluster it runs in serve each other: the relay feeds the server's hub, the server follows it).
+PEERS = {
+    frozenset({"cli", "server"}),
+    frozenset({"cli", "testing"}),
+    frozenset({"cli", "cluster"}),
+    frozenset({"server", "cluster"}),
+}
 
 
 def _module_imports(path: Path) -> set[str]:
@@ -90,7 +99,31 @@ def test_imports_point_down(path: Path) -> None:
         if frozenset({unit, target}) in PEERS:
             continue
         above = LAYERS[target] > level
-        sideways = LAYERS[target] == level and level in (1, 5)
+        sideways = LAYERS[target] == level and level in (1, 6)
         if above or sideways:
             wrong.append(target)
     assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)} (layer {level})"
+
+
+#: What the journal's domain never imports: it is independent of SQL and of its backends.
+NOT_IN_THE_JOURNAL = ("sqlite3", "psycopg", "psycopg_pool", "drover.store")
+
+
+@pytest.mark.parametrize(
+    "path", sorted((SRC / "journal").glob("*.py")), ids=lambda p: str(p.relative_to(SRC))
+)
+def test_the_journal_imports_no_sql(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    wrong = sorted(
+        name
+        for name in names
+        for banned in NOT_IN_THE_JOURNAL
+        if name == banned or name.startswith(banned + ".")
+    )
+    assert not wrong, f"{path.relative_to(SRC)} imports {wrong}"

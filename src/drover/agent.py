@@ -35,6 +35,7 @@ from drover.config import Config
 from drover.conversation import ConversationManager
 from drover.errors import DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
+from drover.journal.protocol import Store
 from drover.loop import LoopSettings
 from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
@@ -47,7 +48,6 @@ from drover.resources import (
     open_resources,
 )
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
-from drover.store.base import Store
 from drover.stream import TurnStream
 from drover.tools.base import Tool
 from drover.tools.sandbox import SandboxStatus
@@ -74,7 +74,7 @@ class Agent(Generic[OutputT]):
     the built-in coding tools and the ``task`` tool, as on the command line; their ``bash``
     runs in the sandbox ``sandbox`` names — ``workdir``, ``read-only`` or ``off``, None: the
     config's — with network when ``sandbox_network``). ``store`` is a path, ``":memory:"``, a
-    ``postgresql://`` URL or an open :class:`~drover.store.base.Store` (None: ``DROVER_DB``,
+    ``postgresql://`` URL or an open :class:`~drover.journal.protocol.Store` (None: ``DROVER_DB``,
     else the SQLite journal in the user data directory). Side-effecting tools ask
     ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
     without one, ``run`` denies them and a stream's reader answers them. ``output_type`` (a

@@ -36,13 +36,14 @@ from drover.events import (
     TurnStatus,
     turn_status,
 )
+from drover.journal.protocol import Store
+from drover.journal.records import GrantRecord, SessionRecord
 from drover.loop import TurnOptions
 from drover.messages import Message, Usage
 from drover.output import OutputSchema
 from drover.runner import PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
-from drover.store.base import GrantRecord, SessionRecord, Store
 
 if TYPE_CHECKING:
     from drover.stream import TurnStream

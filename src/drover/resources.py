@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from drover.config import Config, load_config
 from drover.errors import ConfigError
 from drover.handle import Session
+from drover.journal.protocol import Store
+from drover.journal.redact import Redactor
 from drover.mcp.config import load_servers, redact_patterns
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.runner import Runner
 from drover.store import open_store
-from drover.store.base import Store
-from drover.store.redact import Redactor
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
 from drover.tools.sandbox import (

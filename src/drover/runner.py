@@ -45,16 +45,19 @@ from drover.events import (
     is_terminal,
     turn_status,
 )
+from drover.journal.history import CallsConsulted, build_history
+from drover.journal.journal import Journal
+from drover.journal.owners import owner_id
+from drover.journal.protocol import SessionStore, Store
+from drover.journal.records import EventRecord, SessionRecord, TurnRecord
+from drover.journal.redact import Redactor
+from drover.journal.writes import EndTurn
 from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
 from drover.sinks import EventSink, Fanout
-from drover.store.base import SessionRecord, SessionStore, Store, TurnRecord, owner_id
-from drover.store.history import CallsConsulted, build_history
-from drover.store.journal import Journal
-from drover.store.redact import Redactor
 from drover.tools.registry import ToolRegistry
 
 LEASE_SECONDS = 30.0
@@ -486,14 +489,15 @@ class Runner:
             worked = bool(await self.store.turn_messages(turn_id))
             kind = Incomplete if worked else Error
             end = kind(reason="interrupted", error=error, usage=Usage(partial=True))
-            logged = await self.store.end_turn(
-                turn_id,
-                "interrupted",
+            ending = EndTurn(
+                turn_id=turn_id,
+                status="interrupted",
                 reason="interrupted",
                 error=error,
                 owner=self.owner,
                 event=event_to_dict(end),
             )
+            logged: list[EventRecord] = (await self.store.write_batch([ending]))[0]
         except DroverError as exc:
             log.error("could not end turn %s: %s (recovery will)", turn_id, exc)
             return

@@ -17,13 +17,13 @@ requests go out unwrapped, one at a time across the workers of a turn, through t
 round-trip; cancelling the turn abandons a pending one.
 
 Durability. The parent's journal records each worker through a journal of its own under the
-parent's turn (see :mod:`drover.store.worker_log`). As each worker finishes its answer joins
+parent's turn (see :mod:`drover.journal.worker_log`). As each worker finishes its answer joins
 the call's streamed output, so an interruption keeps every finished answer in the call's
 result. The next turn's prelude (:meth:`Coordinator.resume`) finds ``task`` calls of the
 pending work that were cut off, rebuilds each worker from the log (:func:`worker_states`),
 runs the unfinished ones on from their own pending state, and records the call's complete
 result as a late result (``LATE_RESULTS`` message meta), which
-:func:`~drover.store.history.build_history` puts in place of the interrupted one.
+:func:`~drover.journal.history.build_history` puts in place of the interrupted one.
 """
 
 from __future__ import annotations
@@ -50,13 +50,15 @@ from drover.events import (
     TurnStarted,
     WorkerEvent,
 )
+from drover.journal.history import LATE_RESULTS, repair_history
+from drover.journal.protocol import EventLog, SessionStore
+from drover.journal.records import ToolCallRecord
+from drover.journal.rules import partial_messages
+from drover.journal.worker_log import scoped_call_id, worker_call_prefix
 from drover.loop import AgentLoop, TurnControl, TurnOptions, TurnScope, TurnWork
 from drover.messages import Message, ToolResultBlock, message_from_dict, user_message
 from drover.session import resume_message
 from drover.sinks import EventSink
-from drover.store.base import EventLog, SessionStore, ToolCallRecord, partial_messages
-from drover.store.history import LATE_RESULTS, repair_history
-from drover.store.worker_log import scoped_call_id, worker_call_prefix
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support import pg
+from support.writes import append_message, end_turn
 
 from drover.messages import Message, TextBlock, user_message
 from drover.store.postgres import PostgresStore
@@ -97,8 +98,8 @@ print("loaded:", *[name for name in NAMES if name in sys.modules], file=sys.stde
 #: SDKs and their HTTP stacks, the configuration (TOML, platformdirs), and any event-loop or
 #: thread-pool machinery (asyncio alone, with ssl, socket and logging, is ~30 ms of start-up).
 READERS_DO_NOT_LOAD = (
-    "drover.store.journal",
-    "drover.store.history",
+    "drover.journal.journal",
+    "drover.journal.history",
     "drover.agent",
     "drover.config",
     "anthropic",
@@ -122,8 +123,8 @@ async def _record(db: Path) -> None:
         await store.create_session(session_id="s1", workdir="/w", model="openai:m")
         turn = await store.begin_turn("s1", user_message("hello"), "test:1:1", 30.0)
         answer = Message(role="assistant", content=(TextBlock(text="Hi there."),))
-        await store.append_message(turn.id, answer, step=1)
-        await store.end_turn(turn.id, "completed", event={"type": "done", "text": "Hi there."})
+        await append_message(store, turn.id, answer, step=1)
+        await end_turn(store, turn.id, "completed", event={"type": "done", "text": "Hi there."})
 
 
 def test_the_reading_commands_load_neither_the_journal_writer_nor_an_sdk(tmp_path: Path) -> None:

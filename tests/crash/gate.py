@@ -30,7 +30,7 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from drover.store.base import EventRecord
+from drover.journal.records import EventRecord
 
 from .watch import Line
 

@@ -42,8 +42,8 @@ from typing import Any
 import pytest
 
 from drover.events import TERMINAL_TOOL_STATES
+from drover.journal.redact import HOLD_MAX
 from drover.messages import TextBlock, ToolResultBlock
-from drover.store.redact import HOLD_MAX
 from drover.testing import FakeLLMServer, RecordedRequest, Scenario
 
 from .gate import CREDENTIAL_CHARS, flush_delays, flushes_by_step
@@ -457,7 +457,7 @@ def releasable(text: str) -> str:
     """``text`` without the tail the journal may rightly keep back while the stream runs.
 
     A flush writes the redacted text up to where a secret could still be arriving (see
-    :mod:`drover.store.redact`): the trailing run of characters a credential can consist of,
+    :mod:`drover.journal.redact`): the trailing run of characters a credential can consist of,
     at most ``HOLD_MAX`` of them. Only that much may be missing beyond the time window; text
     that cannot be part of a credential (spaces, punctuation, Chinese…) has no reason to wait.
     """

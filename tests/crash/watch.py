@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drover.journal.records import EventRecord, StoredMessage, ToolCallRecord, TurnRecord
 from drover.runner import SplitHistory, load_history
 from drover.store import open_store
-from drover.store.base import EventRecord, StoredMessage, ToolCallRecord, TurnRecord
 
 from .launch import DEADLINE, POLL_INTERVAL, STDERR_TAIL, Launcher
 from .sched import Waits, waits

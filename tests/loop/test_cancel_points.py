@@ -26,7 +26,9 @@ from drover.errors import StoreError
 from drover.events import Event
 from drover.loop import TurnControl
 from drover.runner import Runner
-from drover.store.sqlite import SqliteStore
+from drover.store.dialect import SQLITE
+from drover.store.sql_store import SqlStore
+from drover.store.sqlite_conn import SqliteConnection
 from drover.testing.scripted import Reply, ScriptedProvider, request_problems
 
 from .turn_rig import Recorder, Rig, check_record, durable_history, terminal
@@ -34,12 +36,30 @@ from .turn_rig import Recorder, Rig, check_record, durable_history, terminal
 T = TypeVar("T")
 
 
-class ProbeStore(SqliteStore):
+class ProbeConnection(SqliteConnection):
+    """A SQLite connection that tells ``probe`` of each call before making it."""
+
+    def __init__(self, path: Any, probe: Callable[[], None]) -> None:
+        super().__init__(path)
+        self.probe = probe
+
+    async def _call(self, fn: Callable[[Any], T]) -> T:
+        self.probe()
+        return await super()._call(fn)
+
+    async def _write(self, fn: Callable[[Any], T]) -> T:
+        # A write made on the calling thread has no await a cancellation could land at: it
+        # lands at the turn's next one, after the commit, as after a shielded call.
+        self.probe()
+        return await super()._write(fn)
+
+
+class ProbeStore(SqlStore):
     """A SQLite store that, once armed, counts its calls and cancels the turn or fails a call
     at a chosen one."""
 
     def __init__(self, path: Any) -> None:
-        super().__init__(path)
+        super().__init__(SQLITE, ProbeConnection(path, self._probe))
         self.armed = False
         self.calls = 0
         self.at = -1
@@ -63,16 +83,6 @@ class ProbeStore(SqliteStore):
             ):
                 self.fired = True
                 raise StoreError(f"injected failure of store call #{n}")
-
-    async def _call(self, fn: Callable[[Any], T]) -> T:
-        self._probe()
-        return await super()._call(fn)
-
-    async def _write(self, fn: Callable[[Any], T]) -> T:
-        # A write made on the calling thread has no await a cancellation could land at: it
-        # lands at the turn's next one, after the commit, as after a shielded call.
-        self._probe()
-        return await super()._write(fn)
 
 
 class CancelAt:

@@ -22,10 +22,10 @@ import pytest
 from drover import runner as runner_module
 from drover.conversation import ConversationManager
 from drover.events import AssistantMessage, Event, ToolStateChanged
+from drover.journal.journal import Journal
 from drover.loop import LoopSettings
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner
-from drover.store.journal import Journal
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import ToolContext

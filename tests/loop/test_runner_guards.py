@@ -12,10 +12,10 @@ import pytest
 from drover.conversation import ConversationManager
 from drover.errors import SessionBusyError
 from drover.events import Event, TextDelta
+from drover.journal.records import TurnRecord
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner
 from drover.session import AgentSession
-from drover.store.base import TurnRecord
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider
 from drover.tools.registry import ToolRegistry

@@ -26,13 +26,13 @@ from drover.events import (
     PermissionRequest,
     TerminalEvent,
 )
+from drover.journal.protocol import Store
 from drover.loop import LoopSettings
 from drover.messages import Message, ToolResultBlock, user_message
 from drover.permissions import PermissionPolicy
 from drover.runner import Runner, load_history
 from drover.session import AgentSession, TurnOutcome
 from drover.sinks import EventSink
-from drover.store.base import Store
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 from drover.tools.base import ToolContext

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from drover.errors import ConfigError
+from drover.journal.redact import Redactor
 from drover.mcp.config import (
     McpServerConfig,
     default_config_files,
@@ -17,7 +18,6 @@ from drover.mcp.config import (
     redact_patterns,
     user_config_file,
 )
-from drover.store.redact import Redactor
 
 ENV = {"TOKEN": "tok-0123456789abcdef", "HOME": "/home/u", "EMPTY": ""}
 

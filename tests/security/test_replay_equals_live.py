@@ -34,9 +34,9 @@ from server.support import (
 )
 
 from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted, WorkerEvent
+from drover.journal.journal import Journal
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.replay import expand
-from drover.store.journal import Journal
 from drover.store.sqlite import SqliteStore
 from drover.testing.server import FakeLLMServer
 

@@ -34,11 +34,11 @@ from drover.events import (
     TurnStarted,
     WorkerEvent,
 )
+from drover.journal.journal import Journal
+from drover.journal.numbering import RESERVE_BLOCK
+from drover.journal.protocol import Store
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.hub import Hub
-from drover.store.base import Store
-from drover.store.journal import Journal
-from drover.store.numbering import RESERVE_BLOCK
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 

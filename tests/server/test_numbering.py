@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.writes import end_turn
 
 from drover.events import (
     AssistantMessage,
@@ -18,11 +19,11 @@ from drover.events import (
     TextDelta,
     TurnStarted,
 )
+from drover.journal.journal import Journal
+from drover.journal.numbering import RESERVE_BLOCK
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.hub import Frame, SessionFeed, make_frame
 from drover.server.replay import backlog, continuable, expand
-from drover.store.journal import Journal
-from drover.store.numbering import RESERVE_BLOCK
 from drover.store.sqlite import SqliteStore
 
 Published = list[tuple[int, str | None, dict[str, Any]]]
@@ -207,8 +208,8 @@ async def test_a_turn_after_a_hole_names_the_last_event_the_log_holds(rig: Rig) 
     assert after.prevs[second] == first
     # Events a store numbers on its own (a turn ended without its journal) say it too: the
     # last the log holds (turn_started; step_started was never written).
-    logged = await rig.store.end_turn(
-        turn.id, "interrupted", event={"type": "error", "reason": "interrupted"}
+    logged = await end_turn(
+        rig.store, turn.id, "interrupted", event={"type": "error", "reason": "interrupted"}
     )
     assert [r.prev for r in logged] == [first]
     assert logged[0].seq > second

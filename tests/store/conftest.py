@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import pg
 
-from drover.store.base import Store
+from drover.journal.protocol import Store
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from drover.errors import StoreError
-from drover.events import ToolState, TurnStatus
-from drover.messages import Message, Usage
-from drover.store.base import EventRecord
-from drover.store.batch import (
+from drover.journal.writes import (
     AppendEvent,
     AppendMessage,
     AppendPartialText,
@@ -89,7 +86,7 @@ class RecordingStore(SqliteStore):
         self._changed.set()
 
     async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
-        """A group commit, recorded as the calls it stands for (failing before any is made)."""
+        """The writes, recorded as the calls they stand for (failing before any is made)."""
         recorded = [call for write in writes for call in _as_calls(write)]
         for name, args in recorded:
             self._before(name, args)
@@ -98,95 +95,9 @@ class RecordingStore(SqliteStore):
             self._after(name, args)
         return results
 
-    async def append_partial_text(
-        self, turn_id: str, step: int, block_index: int, text: str, **numbers: Any
-    ) -> int:
-        args = (turn_id, step, block_index, text)
-        self._before("append_partial_text", args)
-        seq = await super().append_partial_text(turn_id, step, block_index, text, **numbers)
-        self._after("append_partial_text", args)
-        return seq
-
-    async def append_message(
-        self, turn_id: str, message: Message, *, partial: bool = False, step: int | None = None
-    ) -> int:
-        args = (turn_id, message, partial, step)
-        self._before("append_message", args)
-        seq = await super().append_message(turn_id, message, partial=partial, step=step)
-        self._after("append_message", args)
-        return seq
-
-    async def append_event(
-        self, session_id: str, turn_id: str | None, event: Mapping[str, Any], **numbers: Any
-    ) -> int:
-        args = (session_id, turn_id, dict(event))
-        self._before("append_event", args)
-        seq = await super().append_event(session_id, turn_id, event, **numbers)
-        self._after("append_event", args)
-        return seq
-
-    async def upsert_tool_call(
-        self,
-        turn_id: str,
-        call_id: str,
-        *,
-        call_index: int,
-        name: str,
-        state: ToolState,
-        input: Mapping[str, Any] | None = None,
-        output: str | None = None,
-        is_error: bool = False,
-        outcome_unknown: bool = False,
-        read_only: bool = False,
-        step: int = 0,
-    ) -> None:
-        args = (turn_id, call_id, state, input, output, read_only, step)
-        self._before("upsert_tool_call", args)
-        await super().upsert_tool_call(
-            turn_id,
-            call_id,
-            call_index=call_index,
-            name=name,
-            state=state,
-            input=input,
-            output=output,
-            is_error=is_error,
-            outcome_unknown=outcome_unknown,
-            read_only=read_only,
-            step=step,
-        )
-        self._after("upsert_tool_call", args)
-
-    async def end_turn(
-        self,
-        turn_id: str,
-        status: TurnStatus,
-        *,
-        reason: str | None = None,
-        error: str | None = None,
-        usage: Usage | None = None,
-        owner: str | None = None,
-        event: Mapping[str, Any] | None = None,
-        first_seq: int | None = None,
-    ) -> list[EventRecord]:
-        args = (turn_id, status, reason, error)
-        self._before("end_turn", args)
-        logged = await super().end_turn(
-            turn_id,
-            status,
-            reason=reason,
-            error=error,
-            usage=usage,
-            owner=owner,
-            event=event,
-            first_seq=first_seq,
-        )
-        self._after("end_turn", args)
-        return logged
-
 
 def _as_calls(write: JournalWrite) -> list[tuple[str, tuple[Any, ...]]]:
-    """The recorded names and arguments of the store methods a batched write stands for (a
+    """The recorded names and arguments of the calls a write stands for (a
     message with the log row that refers to it: both, the row with the message in place)."""
     call = _as_call(write)
     out = [] if call is None else [call]
@@ -199,7 +110,7 @@ def _as_calls(write: JournalWrite) -> list[tuple[str, tuple[Any, ...]]]:
 
 
 def _as_call(write: JournalWrite) -> tuple[str, tuple[Any, ...]] | None:
-    """The recorded name and arguments of the store method a batched write stands for."""
+    """The recorded name and arguments of the call a write stands for."""
     match write:
         case AppendPartialText():
             return "append_partial_text", (write.turn_id, write.step, write.block_index, write.text)
@@ -236,12 +147,12 @@ async def traced(store: SqliteStore, *, by_connection: bool = False) -> AsyncIte
 
         return lambda conn: conn.set_trace_callback(None if name is None else record)
 
-    await store._call(trace("worker"))
-    if store._here is not None:
-        trace("here")(store._here)
+    await store.connection._call(trace("worker"))
+    if store.connection._here is not None:
+        trace("here")(store.connection._here)
     try:
         yield statements
     finally:
-        await store._call(trace(None))
-        if store._here is not None:
-            trace(None)(store._here)
+        await store.connection._call(trace(None))
+        if store.connection._here is not None:
+            trace(None)(store.connection._here)

@@ -8,18 +8,16 @@ from pathlib import Path
 import pytest
 
 from drover.errors import LeaseLostError
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.base import Store
-from drover.store.batch import (
+from drover.journal.protocol import Store
+from drover.journal.writes import (
     TEXT_OF,
     AppendEvent,
     AppendMessage,
     AppendPartialText,
-    BatchWriter,
     EndTurn,
     UpsertToolCall,
-    apply,
 )
+from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.store.sqlite import SqliteStore
 
 from .helpers import traced
@@ -28,7 +26,6 @@ OWNER = "test-host:1:1"
 
 
 async def test_a_batch_makes_its_writes_in_order_and_returns_their_results(store: Store) -> None:
-    assert isinstance(store, BatchWriter)
     session = await store.create_session(workdir="/w", model="m")
     turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
     use = ToolUseBlock(id="c1", name="bash", input={"command": "ls"})
@@ -78,10 +75,10 @@ async def test_a_batch_is_all_or_nothing(store: Store) -> None:
     assert (await store.turns(session.id))[0].status == "running"
 
 
-async def test_apply_makes_one_write_through_the_stores_method(store: Store) -> None:
+async def test_one_write_is_a_batch_of_one(store: Store) -> None:
     session = await store.create_session(workdir="/w", model="m")
     turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
-    seq = await apply(store, AppendEvent(session.id, turn.id, {"type": "step_started"}))
+    (seq,) = await store.write_batch([AppendEvent(session.id, turn.id, {"type": "step_started"})])
     assert [e.seq for e in await store.events_after(session.id)] == [seq]
 
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from drover.errors import LeaseLostError
+from drover.journal.protocol import Store
+from drover.journal.records import ToolCallRecord
+from drover.journal.writes import AppendEvent, EndTurn, JournalWrite, UpsertToolCall
 from drover.messages import user_message
-from drover.store.base import Store, ToolCallRecord
-from drover.store.batch import AppendEvent, EndTurn, JournalWrite, UpsertToolCall
 from drover.store.sql_log import ROWS_PER_INSERT
 
 OWNER = "test-host:1:1"

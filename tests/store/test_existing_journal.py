@@ -7,8 +7,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from support.writes import end_turn
+
+from drover.events import MAY_HAVE_RUN_TEXT
 from drover.messages import user_message
-from drover.store.base import MAY_HAVE_RUN_TEXT
 from drover.store.migrations import SQLITE_MIGRATIONS
 from drover.store.sqlite import SqliteStore
 
@@ -41,7 +43,7 @@ async def test_a_journal_from_before_the_shared_schema_opens_recovers_and_contin
         recovered = await store.events_after(session.id, after_seq=1)
         assert [e.type for e in recovered] == ["tool_state", "assistant_message", "incomplete"]
         again = await store.begin_turn(session.id, user_message("go on"), "host:2:2", 30.0)
-        await store.end_turn(again.id, "completed")
+        await end_turn(store, again.id, "completed")
     with sqlite3.connect(path) as conn:
         ledger = conn.execute("SELECT name, applied_at FROM schema_migrations ORDER BY name")
         found = ledger.fetchall()

@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pytest
+from support.writes import append_event, append_partial_text
 
 from drover.events import AssistantMessage, UsageReport, event_to_dict
+from drover.journal.writes import AppendEvent, AppendMessage, referring
 from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.store import sqlite_conn
-from drover.store.batch import AppendEvent, AppendMessage, referring
-from drover.store.dialect import Plan
-from drover.store.sql_log import Mode
+from drover.store.dialect import SQLITE
+from drover.store.plan import Mode, Plan
+from drover.store.sql_store import SqlStore
 from drover.store.sqlite import SqliteStore
+from drover.store.sqlite_conn import SqliteConnection
 
 T = TypeVar("T")
 
@@ -59,12 +62,12 @@ async def test_a_flush_costs_about_one_small_page(
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-        await store._call(quiet)
+        await store.connection._call(quiet)
         for i in range(FLUSHES):
             first = 10 * i + 2
             marks = [(first + k, 8 * (k + 1)) for k in range(10)]
-            await store.append_partial_text(
-                turn.id, 1, 0, TEXT, seq=first, last_seq=first + 9, marks=marks
+            await append_partial_text(
+                store, turn.id, 1, 0, TEXT, seq=first, last_seq=first + 9, marks=marks
             )
         frames, commits, page = _wal_frames(Path(f"{path}-wal"))
         with sqlite3.connect(path) as conn:
@@ -85,10 +88,10 @@ async def test_streaming_rows_read_in_number_order_then_fold_into_the_message(
     async with SqliteStore(tmp_path / "journal.db") as store:
         session = await store.create_session(workdir=str(tmp_path), model="m")
         turn = await store.begin_turn(session.id, user_message("go"), "h:1:1", 60.0)
-        await store.append_partial_text(turn.id, 1, 0, "Hel", seq=2, last_seq=3, marks=[(2, 1)])
+        await append_partial_text(store, turn.id, 1, 0, "Hel", seq=2, last_seq=3, marks=[(2, 1)])
         usage = event_to_dict(UsageReport(usage=Usage(), total_input=1, total_output=2))
-        await store.append_event(session.id, turn.id, usage, seq=4)
-        await store.append_partial_text(turn.id, 1, 0, "lo", seq=5, last_seq=5, marks=[(5, 2)])
+        await append_event(store, session.id, turn.id, usage, seq=4)
+        await append_partial_text(store, turn.id, 1, 0, "lo", seq=5, last_seq=5, marks=[(5, 2)])
         live = await store.events_after(session.id, 1)
         assert [(r.seq, r.type, r.payload.get("text")) for r in live] == [
             (2, "text_delta", "Hel"),
@@ -123,9 +126,9 @@ async def test_a_step_ending_while_the_log_is_read_shows_its_text_once(tmp_path:
     from one to the other in between must not hide them (or show them twice)."""
     path = tmp_path / "journal.db"
 
-    class Interleaved(SqliteStore):
-        async def _perform(self, plan: Plan[T], mode: Mode) -> T:
-            return await super()._perform(after_first_query(plan, move_rows), mode)
+    class Interleaved(SqliteConnection):
+        async def perform(self, plan: Plan[T], mode: Mode) -> T:
+            return await super().perform(after_first_query(plan, move_rows), mode)
 
     def move_rows() -> None:  # another process ends the step: the row goes into the log
         with sqlite3.connect(path) as other:
@@ -141,8 +144,8 @@ async def test_a_step_ending_while_the_log_is_read_shows_its_text_once(tmp_path:
     async with SqliteStore(path) as store:
         session = await store.create_session(workdir=str(tmp_path), model="m")
         turn = await store.begin_turn(session.id, user_message("go"), "h:1:1", 60.0)
-        await store.append_partial_text(turn.id, 1, 0, "Hello", seq=1, last_seq=1)
-    async with Interleaved(path) as reader:
+        await append_partial_text(store, turn.id, 1, 0, "Hello", seq=1, last_seq=1)
+    async with SqlStore(SQLITE, Interleaved(path)) as reader:
         read = await reader.events_after(session.id)
     assert [(r.seq, r.payload.get("text")) for r in read] == [(1, "Hello")]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from drover.store.flush_timer import FlushTimer
+from drover.journal.flush_timer import FlushTimer
 
 
 class Flushes:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from drover.events import AssistantMessage, StepStarted, TextDelta, ToolStateChanged
+from drover.journal.journal import Journal
+from drover.journal.protocol import Store
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.server.replay import backlog
-from drover.store.base import Store
-from drover.store.journal import Journal
 
 from .helpers import FakeClock
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drover.errors import StoreError
-from drover.store.base import Store
+from drover.journal.protocol import Store
 
 from .conftest import StoreFactory
 

@@ -7,7 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drover.events import ToolState, TurnStatus
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT, ToolState, TurnStatus
+from drover.journal.history import CallsConsulted, build_history, repair_history
+from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
 from drover.messages import (
     ContentBlock,
     Message,
@@ -19,15 +21,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.base import (
-    MAY_HAVE_RUN_TEXT,
-    NOT_RUN_TEXT,
-    READ_ONLY_CUT_TEXT,
-    StoredMessage,
-    ToolCallRecord,
-    TurnRecord,
-)
-from drover.store.history import CallsConsulted, build_history, repair_history
 
 
 def turn(seq: int, status: TurnStatus, prompt: str | None, **kw: Any) -> TurnRecord:

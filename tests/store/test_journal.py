@@ -30,6 +30,7 @@ from drover.events import (
     TurnStarted,
     UsageReport,
 )
+from drover.journal.journal import Journal
 from drover.messages import (
     Message,
     TextBlock,
@@ -40,7 +41,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.journal import Journal
 
 from .helpers import FakeClock, RecordingStore
 

@@ -18,6 +18,10 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
 )
+from drover.journal.journal import Journal
+from drover.journal.numbering import Numbering
+from drover.journal.redact import REDACTED, Redactor
+from drover.journal.writes import MESSAGE_OF
 from drover.messages import (
     TextBlock,
     ThinkingBlock,
@@ -27,10 +31,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.batch import MESSAGE_OF
-from drover.store.journal import Journal
-from drover.store.numbering import Numbering
-from drover.store.redact import REDACTED, Redactor
 from drover.store.sqlite import SqliteStore
 
 from .helpers import RecordingStore

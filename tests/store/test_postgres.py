@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 from support import pg
+from support.writes import append_event, append_partial_text, end_turn, upsert_tool_call
 
 from drover.errors import StoreError
 from drover.messages import TextBlock, user_message
@@ -29,6 +30,7 @@ N = 40
 # A worker process: opens its own store, says "ready", waits for "go", then does its part.
 _CHILD = """
 import asyncio, json, sys
+from drover.journal.writes import AppendEvent, AppendPartialText
 from drover.store.postgres import PostgresStore
 
 async def main():
@@ -39,8 +41,9 @@ async def main():
         sys.stdin.readline()
         if job == "append":
             for i in range(int(sys.argv[6])):
-                await store.append_event(session_id, turn_id, {"type": "tick", "who": who, "i": i})
-                await store.append_partial_text(turn_id, 1, 0, f"{who}{i} ")
+                tick = {"type": "tick", "who": who, "i": i}
+                await store.write_batch([AppendEvent(session_id, turn_id, tick)])
+                await store.write_batch([AppendPartialText(turn_id, 1, 0, f"{who}{i} ")])
             print(json.dumps([]), flush=True)
         else:
             print(json.dumps(await store.recover_orphans()), flush=True)
@@ -125,8 +128,8 @@ async def test_processes_appending_to_one_session_lose_nothing(
     for worker in workers:
         worker.go()
     for i in range(N):  # meanwhile this process writes too
-        await store.append_event(session.id, turn.id, {"type": "tick", "who": "p0", "i": i})
-        await store.append_partial_text(turn.id, 1, 0, f"p0{i} ")
+        await append_event(store, session.id, turn.id, {"type": "tick", "who": "p0", "i": i})
+        await append_partial_text(store, turn.id, 1, 0, f"p0{i} ")
     for worker in workers:
         await worker.result()
 
@@ -149,8 +152,8 @@ async def test_concurrent_recovery_recovers_each_orphan_once(
     dead = dead_process()
     for _ in range(18):  # a session holds at most one running turn
         turn_id = await _running_turn(store, dead)
-        await store.upsert_tool_call(turn_id, "c", call_index=0, name="bash", state="running")
-        await store.append_partial_text(turn_id, 1, 0, "half")
+        await upsert_tool_call(store, turn_id, "c", call_index=0, name="bash", state="running")
+        await append_partial_text(store, turn_id, 1, 0, "half")
         orphans.append(turn_id)
     live = await _running_turn(store, this_process())
 
@@ -227,7 +230,7 @@ async def test_a_write_cancelled_while_it_waits_for_a_lock_completes(
     session = await store.create_session(workdir="/w", model="m")
     with psycopg.connect(pg_url) as conn:  # holds the session's lock: the write cannot commit
         conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session.id,))
-        task = asyncio.create_task(store.append_event(session.id, None, {"type": "kept"}))
+        task = asyncio.create_task(append_event(store, session.id, None, {"type": "kept"}))
         await asyncio.sleep(0)  # one step: the write is handed to the store
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -238,6 +241,7 @@ async def test_a_write_cancelled_while_it_waits_for_a_lock_completes(
 _KILLED = """
 import asyncio, os, socket, sys
 from drover.messages import user_message
+from drover.journal.writes import AppendPartialText, UpsertToolCall
 from drover.store.postgres import PostgresStore
 
 async def main():
@@ -248,8 +252,9 @@ async def main():
     await store.open()
     await store.create_session(session_id="s", workdir="/w", model="m")
     turn = await store.begin_turn("s", user_message("clean up"), owner, 3600)
-    await store.append_partial_text(turn.id, 1, 0, "Deleting the build directory")
-    await store.upsert_tool_call(turn.id, "rm", call_index=0, name="bash", state="running")
+    await store.write_batch([AppendPartialText(turn.id, 1, 0, "Deleting the build directory")])
+    rm = UpsertToolCall(turn_id=turn.id, call_id="rm", call_index=0, name="bash", state="running")
+    await store.write_batch([rm])
     print("running", flush=True)
     await asyncio.Event().wait()
 
@@ -372,13 +377,13 @@ async def test_query_errors_are_one_line_store_errors(store: PostgresStore) -> N
 async def test_nul_characters_become_replacement_characters(store: PostgresStore) -> None:
     session = await store.create_session(workdir="/w", model="m")
     turn = await store.begin_turn(session.id, user_message("run\x00this"), "h:1:1", 30)
-    await store.append_partial_text(turn.id, 1, 0, "bin\x00ary")
-    await store.upsert_tool_call(
-        turn.id, "c", call_index=0, name="bash", state="output-available", output="a\x00b"
+    await append_partial_text(store, turn.id, 1, 0, "bin\x00ary")
+    await upsert_tool_call(
+        store, turn.id, "c", call_index=0, name="bash", state="output-available", output="a\x00b"
     )
     # A backslash before "u0000" is text, not a NUL: it is kept as written.
-    await store.append_event(session.id, turn.id, {"type": "x", "text": "\\u0000 and \\\x00"})
-    await store.end_turn(turn.id, "failed", error="boom\x00")
+    await append_event(store, session.id, turn.id, {"type": "x", "text": "\\u0000 and \\\x00"})
+    await end_turn(store, turn.id, "failed", error="boom\x00")
 
     (stored,) = await store.turns(session.id)
     assert stored.user_message == user_message("run\ufffdthis")

@@ -19,6 +19,15 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
 )
+from drover.journal.journal import Journal
+from drover.journal.redact import (
+    _BUILTIN_MARKS,
+    _BUILTIN_PATTERNS,
+    REDACTED,
+    Redactor,
+    StreamRedactor,
+    _has_mark,
+)
 from drover.messages import (
     TextBlock,
     ThinkingBlock,
@@ -28,15 +37,6 @@ from drover.messages import (
     assistant_message,
     tool_result_message,
     user_message,
-)
-from drover.store.journal import Journal
-from drover.store.redact import (
-    _BUILTIN_MARKS,
-    _BUILTIN_PATTERNS,
-    REDACTED,
-    Redactor,
-    StreamRedactor,
-    _has_mark,
 )
 from drover.store.sqlite import SqliteStore
 

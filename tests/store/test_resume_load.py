@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.writes import append_message, end_turn, upsert_tool_call
+
+from drover.events import MAY_HAVE_RUN_TEXT
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -13,7 +16,6 @@ from drover.messages import (
     user_message,
 )
 from drover.runner import load_history
-from drover.store.base import MAY_HAVE_RUN_TEXT
 from drover.store.sqlite import SqliteStore
 
 
@@ -36,12 +38,12 @@ async def test_resume_reads_the_calls_of_the_turns_that_need_them(tmp_path: Path
         session = await store.create_session(workdir=str(tmp_path), model="m")
         owner = "host:1:1"
         done = await store.begin_turn(session.id, user_message("one"), owner, 30.0)
-        await store.append_message(done.id, assistant_message([use("a")]))
-        await store.append_message(
-            done.id, tool_result_message([ToolResultBlock(tool_use_id="a", content="A")])
+        await append_message(store, done.id, assistant_message([use("a")]))
+        await append_message(
+            store, done.id, tool_result_message([ToolResultBlock(tool_use_id="a", content="A")])
         )
-        await store.append_message(done.id, assistant_message([TextBlock(text="ok")]))
-        await store.end_turn(done.id, "completed")
+        await append_message(store, done.id, assistant_message([TextBlock(text="ok")]))
+        await end_turn(store, done.id, "completed")
         history = await load_history(store, session.id)
         assert store.call_loads == []  # every result present: no call read
         assert len(history.committed) == 4 and history.pending == []
@@ -49,11 +51,18 @@ async def test_resume_reads_the_calls_of_the_turns_that_need_them(tmp_path: Path
         # The next turn is cut while its calls run: one finished (its output recorded, the
         # results message never written), one still running.
         cut = await store.begin_turn(session.id, user_message("two"), owner, 30.0)
-        await store.append_message(cut.id, assistant_message([use("b"), use("c")]))
-        await store.upsert_tool_call(
-            cut.id, "b", call_index=0, name="bash", state="output-available", output="B", step=1
+        await append_message(store, cut.id, assistant_message([use("b"), use("c")]))
+        await upsert_tool_call(
+            store,
+            cut.id,
+            "b",
+            call_index=0,
+            name="bash",
+            state="output-available",
+            output="B",
+            step=1,
         )
-        await store.upsert_tool_call(cut.id, "c", call_index=1, name="bash", state="running")
+        await upsert_tool_call(store, cut.id, "c", call_index=1, name="bash", state="running")
         await store.recover_orphans(lambda _owner: False)
         history = await load_history(store, session.id)
         assert store.call_loads == [cut.id]

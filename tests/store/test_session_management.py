@@ -3,12 +3,12 @@ deleting it with everything it holds, and the usage a running turn has reported 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+import support.writes as writes
 
 from drover.errors import SessionBusyError, StoreError
 from drover.events import UsageReport, event_to_dict
+from drover.journal.protocol import Store
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -18,8 +18,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.base import Store
-from drover.store.dialect import Plan, execute, rows
+from drover.store import sql_sessions
+from drover.store.plan import Plan, execute, rows
 from drover.store.sql_store import SqlStore
 
 OWNER = "elsewhere:42:7"
@@ -38,7 +38,8 @@ async def _counts(store: Store, session_id: str) -> dict[str, int]:
     assert isinstance(store, SqlStore)
     out = {}
     for table, where in TABLES.items():
-        found = await store._select(f"SELECT COUNT(*) AS n FROM {table} WHERE {where}", session_id)
+        query = rows(f"SELECT COUNT(*) AS n FROM {table} WHERE {where}", session_id)
+        found = await store.connection.perform(query, "read")
         out[table] = int(found[0]["n"])
     return out
 
@@ -49,17 +50,19 @@ async def _full_session(store: Store, session_id: str) -> str:
     await store.create_session(session_id=session_id, workdir="/w", model="m")
     first = await store.begin_turn(session_id, user_message("read it"), OWNER, 30)
     use = ToolUseBlock(id="c1", name="read_file", input={"path": "a"})
-    await store.append_message(first.id, assistant_message([TextBlock(text="Reading."), use]))
-    await store.upsert_tool_call(
-        first.id, "c1", call_index=0, name="read_file", state="output-available", output="A"
+    await writes.append_message(
+        store, first.id, assistant_message([TextBlock(text="Reading."), use])
+    )
+    await writes.upsert_tool_call(
+        store, first.id, "c1", call_index=0, name="read_file", state="output-available", output="A"
     )
     results = tool_result_message([ToolResultBlock(tool_use_id="c1", content="A")])
-    await store.append_message(first.id, results)
-    await store.append_event(session_id, first.id, {"type": "step_started", "step": 1})
-    await store.end_turn(first.id, "completed", event={"type": "done", "text": "A"})
+    await writes.append_message(store, first.id, results)
+    await writes.append_event(store, session_id, first.id, {"type": "step_started", "step": 1})
+    await writes.end_turn(store, first.id, "completed", event={"type": "done", "text": "A"})
     await store.add_grant(session_id, "bash")
     second = await store.begin_turn(session_id, user_message("go on"), OWNER, 30)
-    await store.append_partial_text(second.id, 1, 0, "half an ans")
+    await writes.append_partial_text(store, second.id, 1, 0, "half an ans")
     return second.id
 
 
@@ -84,7 +87,7 @@ async def test_rename_session_keeps_the_title_over_later_turns(store: Store) -> 
     session = await store.create_session(workdir="/w", model="m")
     await store.rename_session(session.id, "Fix the parser")
     turn = await store.begin_turn(session.id, user_message("first prompt"), OWNER, 30)
-    await store.end_turn(turn.id, "completed")
+    await writes.end_turn(store, turn.id, "completed")
     renamed = await store.get_session(session.id)
     assert renamed is not None and renamed.title == "Fix the parser"
     assert renamed.updated_at >= session.updated_at
@@ -104,10 +107,10 @@ async def test_delete_session_takes_everything_and_nothing_else(store: Store) ->
     assert busy.value.turn_id == running
     assert await _counts(store, "doomed") == before
 
-    await store.end_turn(running, "interrupted")
+    await writes.end_turn(store, running, "interrupted")
     # A streamed-text row left without its turn running (as an older journal may hold).
     assert isinstance(store, SqlStore)
-    await store._perform(
+    await store.connection.perform(
         execute(
             "INSERT INTO partial_text (turn_id, session_id, step, block_index, text, "
             "created_at) VALUES (?, ?, 1, 0, 'left', 0)",
@@ -137,17 +140,19 @@ async def test_running_usage_is_the_turns_last_usage_report(store: Store) -> Non
         usage = Usage(input_tokens=total_in, output_tokens=total_out)
         return event_to_dict(UsageReport(usage=usage, total_input=total_in, total_output=total_out))
 
-    await store.append_event(session.id, turn.id, report(10, 4))
-    await store.end_turn(turn.id, "completed", usage=Usage(input_tokens=10, output_tokens=4))
+    await writes.append_event(store, session.id, turn.id, report(10, 4))
+    await writes.end_turn(
+        store, turn.id, "completed", usage=Usage(input_tokens=10, output_tokens=4)
+    )
     second = await store.begin_turn(session.id, user_message("two"), OWNER, 30)
-    await store.append_event(session.id, second.id, {"type": "step_started", "step": 1})
+    await writes.append_event(store, session.id, second.id, {"type": "step_started", "step": 1})
     # The first turn's report is not the second's.
     assert await store.running_usage(session.id, second.id) is None
-    await store.append_event(session.id, second.id, report(100, 20))
-    await store.append_event(session.id, second.id, {"type": "step_started", "step": 2})
-    await store.append_event(session.id, second.id, report(250, 45))
-    await store.append_partial_text(second.id, 2, 0, "more text")
-    await store.append_event(session.id, second.id, {"type": "step_started", "step": 3})
+    await writes.append_event(store, session.id, second.id, report(100, 20))
+    await writes.append_event(store, session.id, second.id, {"type": "step_started", "step": 2})
+    await writes.append_event(store, session.id, second.id, report(250, 45))
+    await writes.append_partial_text(store, second.id, 2, 0, "more text")
+    await writes.append_event(store, session.id, second.id, {"type": "step_started", "step": 3})
     assert await store.running_usage(session.id, second.id) == Usage(
         input_tokens=250, output_tokens=45, partial=True
     )
@@ -158,18 +163,12 @@ async def test_find_sessions_reads_an_index(store: Store, monkeypatch: pytest.Mo
     """The prefix lookup is a range on an index of the ids, not a scan of every session: the
     statement ``find_sessions`` sends is explained by the database itself."""
     assert isinstance(store, SqlStore)
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-    select = store._select
-
-    async def recording(sql: str, *params: Any) -> Any:
-        sent.append((sql, params))
-        return await select(sql, *params)
-
-    monkeypatch.setattr(store, "_select", recording)
+    # The statement the plan sends (its first and only step).
+    query = next(sql_sessions.find_sessions(store.dialect, "ab", 10))
+    sql, params = query.sql, query.params
     await store.find_sessions("ab")
-    [(sql, params)] = sent
     if store.dialect.name == "sqlite":
-        plan = await select("EXPLAIN QUERY PLAN " + sql, *params)
+        plan = await store.connection.perform(rows("EXPLAIN QUERY PLAN " + sql, *params), "read")
         details = [str(r["detail"]) for r in plan]
         assert any("USING INDEX" in d and "id>" in d for d in details), details
     else:
@@ -179,5 +178,5 @@ async def test_find_sessions_reads_an_index(store: Store, monkeypatch: pytest.Mo
             found = yield from rows("EXPLAIN " + sql, *params)
             return [str(next(iter(dict(r).values()))) for r in found]
 
-        lines = await store._perform(explain(), "snapshot")
+        lines = await store.connection.perform(explain(), "snapshot")
         assert any("sessions_by_id_bytes" in line for line in lines), lines

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.writes import append_event
 
+from drover.journal.writes import AppendMessage
 from drover.messages import TextBlock, assistant_message, user_message
-from drover.store.batch import AppendMessage
-from drover.store.sql_work import BULK_CHARS
+from drover.store.sql_batch import BULK_CHARS
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn
 
@@ -74,7 +75,7 @@ async def test_a_write_is_made_on_the_calling_thread_when_nothing_waits(tmp_path
     async with SqliteStore(tmp_path / "j.db") as store:
         session_id, turn_id = await _turn(store)
         async with traced(store, by_connection=True) as seen:
-            task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+            task = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
             await asyncio.sleep(0)  # the task's first step: nothing is left to wait for
             assert task.done() and task.result() == 1
     assert seen[0] == "here: BEGIN" and seen[-1] == "here: COMMIT"
@@ -88,7 +89,7 @@ async def test_a_locked_file_sends_the_write_to_the_worker_and_the_loop_runs_on(
     async with SqliteStore(path) as store:
         session_id, turn_id = await _turn(store)
         with _lock_held_by_another_process(path) as holder:
-            write = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+            write = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
             started = time.monotonic()
             await asyncio.sleep(0)  # the write's first step: it finds the lock taken
             # A write that waited for the lock here would hold the loop for the store's busy
@@ -119,17 +120,17 @@ async def test_a_write_never_overtakes_a_call_queued_before_it(tmp_path: Path) -
             order.append("queued call")
             _trace(conn, order, "worker")
 
-        queued = asyncio.create_task(store._call(slow))
+        queued = asyncio.create_task(store.connection._call(slow))
         await asyncio.sleep(0)  # the call is on the worker, held at the gate
-        assert store._here is not None
-        _trace(store._here, order, "here")
-        write = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "x"}))
+        assert store.connection._here is not None
+        _trace(store.connection._here, order, "here")
+        write = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "x"}))
         await asyncio.sleep(0)
         assert not write.done() and order == []
         gate.set()
         await asyncio.wait_for(asyncio.gather(queued, write), timeout=10)
-        await store._call(lambda conn: conn.set_trace_callback(None))
-        store._here.set_trace_callback(None)
+        await store.connection._call(lambda conn: conn.set_trace_callback(None))
+        store.connection._here.set_trace_callback(None)
     assert order[:2] == ["queued call", "worker: BEGIN"] and "worker: INSERT" in order
     assert not [s for s in order if s.startswith("here")]
 
@@ -143,10 +144,10 @@ async def test_the_wal_stays_bounded_when_every_write_is_made_here(tmp_path: Pat
         session_id, turn_id = await _turn(store)
         largest = 0
         for _ in range(writes):
-            await store.append_event(session_id, turn_id, payload)
+            await append_event(store, session_id, turn_id, payload)
             largest = max(largest, os.stat(wal).st_size)
-        await store._call(lambda conn: None)  # behind any checkpoint asked for
-        count = await store._call(
+        await store.connection._call(lambda conn: None)  # behind any checkpoint asked for
+        count = await store.connection._call(
             lambda conn: conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         )
     assert count == writes

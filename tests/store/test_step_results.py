@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from drover.events import AssistantMessage, ToolResults, ToolStateChanged
+from drover.journal.journal import Journal
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -14,7 +15,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.journal import Journal
 from drover.store.sqlite import SqliteStore
 
 from .helpers import FakeClock

@@ -6,8 +6,20 @@ import asyncio
 import contextlib
 
 import pytest
+from support.writes import (
+    append_event,
+    append_message,
+    append_partial_text,
+    discard_partial_text,
+    end_turn,
+    upsert_tool_call,
+)
 
 from drover.errors import LeaseLostError, SessionBusyError, StoreError
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT
+from drover.journal.protocol import Store
+from drover.journal.records import TurnRecord
+from drover.journal.rules import TITLE_CHARS
 from drover.messages import (
     TextBlock,
     ToolResultBlock,
@@ -17,7 +29,6 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.base import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, TITLE_CHARS, Store, TurnRecord
 
 from .conftest import StoreFactory
 
@@ -84,7 +95,7 @@ async def test_begin_turn_orders_turns_and_sets_the_title(store: Store) -> None:
     with pytest.raises(SessionBusyError) as busy:
         await store.begin_turn(session.id, None, OWNER, 30)
     assert busy.value.turn_id == first.id
-    await store.end_turn(first.id, "completed")
+    await end_turn(store, first.id, "completed")
     second = await store.begin_turn(session.id, None, OWNER, 30)
     assert (first.seq, second.seq) == (1, 2)
     assert first.status == "running"
@@ -112,7 +123,7 @@ async def test_renew_lease(store: Store) -> None:
     assert after is not None
     assert after > before
     assert not await store.renew_lease(turn_id, "someone-else:1:1", 3600)
-    await store.end_turn(turn_id, "completed")
+    await end_turn(store, turn_id, "completed")
     assert not await store.renew_lease(turn_id, OWNER, 3600)
 
 
@@ -128,7 +139,7 @@ async def _only_turn(store: Store, turn_id: str) -> TurnRecord:
 async def test_end_turn_records_the_outcome(store: Store, status: str) -> None:
     _, turn_id = await _turn(store)
     usage = Usage(input_tokens=10, output_tokens=5, partial=True)
-    await store.end_turn(turn_id, status, reason="error", error="boom", usage=usage)  # type: ignore[arg-type]
+    await end_turn(store, turn_id, status, reason="error", error="boom", usage=usage)  # type: ignore[arg-type]
     turn = await _only_turn(store, turn_id)
     assert turn.status == status
     assert turn.reason == "error"
@@ -137,9 +148,9 @@ async def test_end_turn_records_the_outcome(store: Store, status: str) -> None:
     assert turn.ended_at is not None
     assert turn.lease_expires_at is None
     with pytest.raises(StoreError):
-        await store.end_turn(turn_id, "running")
+        await end_turn(store, turn_id, "running")
     with pytest.raises(StoreError):
-        await store.end_turn("missing", "completed")
+        await end_turn(store, "missing", "completed")
 
 
 async def test_only_a_running_turn_takes_writes_and_only_its_owner_ends_it(
@@ -147,19 +158,19 @@ async def test_only_a_running_turn_takes_writes_and_only_its_owner_ends_it(
 ) -> None:
     _, turn_id = await _turn(store)
     with pytest.raises(LeaseLostError):
-        await store.end_turn(turn_id, "completed", owner="someone-else:1:1")
-    await store.end_turn(turn_id, "completed", owner=OWNER)
+        await end_turn(store, turn_id, "completed", owner="someone-else:1:1")
+    await end_turn(store, turn_id, "completed", owner=OWNER)
     # A turn that ended (or that another process recovered) is closed for good.
     with pytest.raises(LeaseLostError):
-        await store.end_turn(turn_id, "interrupted")
+        await end_turn(store, turn_id, "interrupted")
     with pytest.raises(LeaseLostError):
-        await store.append_message(turn_id, assistant_message([TextBlock(text="late")]))
+        await append_message(store, turn_id, assistant_message([TextBlock(text="late")]))
     with pytest.raises(LeaseLostError):
-        await store.append_partial_text(turn_id, 1, 0, "late")
+        await append_partial_text(store, turn_id, 1, 0, "late")
     with pytest.raises(LeaseLostError):
-        await store.upsert_tool_call(turn_id, "c", call_index=0, name="bash", state="running")
+        await upsert_tool_call(store, turn_id, "c", call_index=0, name="bash", state="running")
     with pytest.raises(LeaseLostError):
-        await store.discard_partial_text(turn_id, 1)
+        await discard_partial_text(store, turn_id, 1)
     assert (await _only_turn(store, turn_id)).status == "completed"
     assert await store.turn_messages(turn_id) == []
     assert await store.tool_calls(turn_id) == []
@@ -167,16 +178,16 @@ async def test_only_a_running_turn_takes_writes_and_only_its_owner_ends_it(
 
 async def test_end_turn_leaves_nothing_in_progress(store: Store) -> None:
     session_id, turn_id = await _turn(store)
-    await store.upsert_tool_call(turn_id, "c1", call_index=0, name="bash", state="running")
-    await store.upsert_tool_call(
-        turn_id, "c2", call_index=1, name="read_file", state="running", read_only=True
+    await upsert_tool_call(store, turn_id, "c1", call_index=0, name="bash", state="running")
+    await upsert_tool_call(
+        store, turn_id, "c2", call_index=1, name="read_file", state="running", read_only=True
     )
-    await store.upsert_tool_call(turn_id, "c3", call_index=2, name="bash", state="input-available")
-    await store.upsert_tool_call(
-        turn_id, "c4", call_index=3, name="bash", state="output-available", output="ok"
+    await upsert_tool_call(store, turn_id, "c3", call_index=2, name="bash", state="input-available")
+    await upsert_tool_call(
+        store, turn_id, "c4", call_index=3, name="bash", state="output-available", output="ok"
     )
-    await store.append_partial_text(turn_id, 2, 0, "half an ans")
-    await store.end_turn(turn_id, "interrupted", reason="interrupted", error="stop")
+    await append_partial_text(store, turn_id, 2, 0, "half an ans")
+    await end_turn(store, turn_id, "interrupted", reason="interrupted", error="stop")
     calls = {c.call_id: c for c in await store.tool_calls(turn_id)}
     assert {c.state for c in calls.values()} == {"interrupted", "output-available"}
     assert calls["c1"].outcome_unknown
@@ -198,7 +209,7 @@ async def test_discard_pending(store: Store) -> None:
     ids = []
     for status in ("incomplete", "completed", "failed", "interrupted"):
         turn = await store.begin_turn(session.id, user_message(status), OWNER, 30)
-        await store.end_turn(turn.id, status)
+        await end_turn(store, turn.id, status)
         ids.append(turn.id)
     running = await store.begin_turn(session.id, user_message("now"), OWNER, 30)
     assert await store.discard_pending(session.id) == ids[2:]
@@ -217,9 +228,9 @@ async def test_messages_in_order_with_partial_flag(store: Store) -> None:
     first = assistant_message([TextBlock(text="listing"), call])
     results = tool_result_message([ToolResultBlock(tool_use_id="t1", content="a b")])
     cut = assistant_message([TextBlock(text="and th", partial=True)])
-    assert await store.append_message(turn_id, first) == 1
-    assert await store.append_message(turn_id, results) == 2
-    assert await store.append_message(turn_id, cut, partial=True) == 3
+    assert await append_message(store, turn_id, first) == 1
+    assert await append_message(store, turn_id, results) == 2
+    assert await append_message(store, turn_id, cut, partial=True) == 3
     stored = await store.turn_messages(turn_id)
     assert [(s.seq, s.message, s.partial) for s in stored] == [
         (1, first, False),
@@ -227,15 +238,15 @@ async def test_messages_in_order_with_partial_flag(store: Store) -> None:
         (3, cut, True),
     ]
     with pytest.raises(StoreError):
-        await store.append_message("missing", first)
+        await append_message(store, "missing", first)
 
 
 async def test_partial_text_is_synthesized_then_compacted(store: Store) -> None:
     session_id, turn_id = await _turn(store)
     seqs = [
-        await store.append_partial_text(turn_id, 1, 0, "Hel"),
-        await store.append_partial_text(turn_id, 1, 0, "lo "),
-        await store.append_partial_text(turn_id, 1, 2, "second block"),
+        await append_partial_text(store, turn_id, 1, 0, "Hel"),
+        await append_partial_text(store, turn_id, 1, 0, "lo "),
+        await append_partial_text(store, turn_id, 1, 2, "second block"),
     ]
     assert seqs == [1, 2, 3]
     (synth,) = await store.turn_messages(turn_id)
@@ -252,15 +263,15 @@ async def test_partial_text_is_synthesized_then_compacted(store: Store) -> None:
     ]
     # The finished message supersedes the step's deltas, in the same write.
     final = assistant_message([TextBlock(text="Hello "), TextBlock(text="second block")])
-    await store.append_message(turn_id, final, step=1)
+    await append_message(store, turn_id, final, step=1)
     assert [(s.message, s.partial) for s in await store.turn_messages(turn_id)] == [(final, False)]
 
 
 async def test_discard_partial_text_of_one_step(store: Store) -> None:
     _, turn_id = await _turn(store)
-    await store.append_partial_text(turn_id, 1, 0, "retried")
-    await store.append_partial_text(turn_id, 2, 0, "kept")
-    await store.discard_partial_text(turn_id, 1)
+    await append_partial_text(store, turn_id, 1, 0, "retried")
+    await append_partial_text(store, turn_id, 2, 0, "kept")
+    await discard_partial_text(store, turn_id, 1)
     (synth,) = await store.turn_messages(turn_id)
     assert synth.message.text == "kept"
 
@@ -268,11 +279,11 @@ async def test_discard_partial_text_of_one_step(store: Store) -> None:
 async def test_turns_with_messages_reads_every_turn_at_once(store: Store) -> None:
     session_id, first = await _turn(store)
     answer = assistant_message([TextBlock(text="one")])
-    await store.append_message(first, answer)
-    await store.end_turn(first, "completed")
+    await append_message(store, first, answer)
+    await end_turn(store, first, "completed")
     second = await store.begin_turn(session_id, user_message("two"), OWNER, 30)
-    await store.append_message(second.id, answer)
-    await store.append_partial_text(second.id, 2, 0, "half")
+    await append_message(store, second.id, answer)
+    await append_partial_text(store, second.id, 2, 0, "half")
     await _turn(store)  # another session's turn is not read
 
     loaded = await store.turns_with_messages(session_id)
@@ -299,17 +310,24 @@ async def test_turns_with_messages_reads_every_turn_at_once(store: Store) -> Non
 
 async def test_tool_calls_upsert_and_order(store: Store) -> None:
     session_id, turn_id = await _turn(store)
-    await store.upsert_tool_call(
-        turn_id, "b", call_index=1, name="grep", state="input-streaming", step=1
+    await upsert_tool_call(
+        store, turn_id, "b", call_index=1, name="grep", state="input-streaming", step=1
     )
-    await store.upsert_tool_call(
-        turn_id, "a", call_index=0, name="bash", state="input-streaming", step=1
+    await upsert_tool_call(
+        store, turn_id, "a", call_index=0, name="bash", state="input-streaming", step=1
     )
-    await store.upsert_tool_call(
-        turn_id, "a", call_index=0, name="bash", state="input-available", input={"command": "ls"}
+    await upsert_tool_call(
+        store,
+        turn_id,
+        "a",
+        call_index=0,
+        name="bash",
+        state="input-available",
+        input={"command": "ls"},
     )
-    await store.upsert_tool_call(turn_id, "a", call_index=0, name="bash", state="running")
-    await store.upsert_tool_call(
+    await upsert_tool_call(store, turn_id, "a", call_index=0, name="bash", state="running")
+    await upsert_tool_call(
+        store,
         turn_id,
         "a",
         call_index=0,
@@ -319,8 +337,9 @@ async def test_tool_calls_upsert_and_order(store: Store) -> None:
         is_error=True,
     )
     # A terminal state sticks: a late write cannot reopen the call.
-    await store.upsert_tool_call(turn_id, "a", call_index=0, name="bash", state="running")
-    await store.upsert_tool_call(
+    await upsert_tool_call(store, turn_id, "a", call_index=0, name="bash", state="running")
+    await upsert_tool_call(
+        store,
         turn_id,
         "c",
         call_index=0,
@@ -343,12 +362,12 @@ async def test_tool_calls_upsert_and_order(store: Store) -> None:
     assert calls[2].read_only
     assert calls[2].step == 2
     _, other_turn = await _turn(store)
-    await store.upsert_tool_call(other_turn, "z", call_index=0, name="bash", state="running")
+    await upsert_tool_call(store, other_turn, "z", call_index=0, name="bash", state="running")
     assert [c.call_id for c in await store.tool_calls(session_id=session_id)] == ["a", "b", "c"]
     with pytest.raises(ValueError, match="exactly one"):
         await store.tool_calls()
     with pytest.raises(StoreError):
-        await store.upsert_tool_call("missing", "x", call_index=0, name="n", state="running")
+        await upsert_tool_call(store, "missing", "x", call_index=0, name="n", state="running")
 
 
 # -- the event log ---------------------------------------------------------------------------
@@ -358,9 +377,9 @@ async def test_event_log_append_and_replay(store: Store) -> None:
     session_id, turn_id = await _turn(store)
     other, _ = await _turn(store)
     payloads = [{"type": "step_started", "step": i} for i in range(1, 6)]
-    seqs = [await store.append_event(session_id, turn_id, p) for p in payloads]
+    seqs = [await append_event(store, session_id, turn_id, p) for p in payloads]
     assert seqs == [1, 2, 3, 4, 5]
-    assert await store.append_event(other, None, {"type": "usage"}) == 1
+    assert await append_event(store, other, None, {"type": "usage"}) == 1
     events = await store.events_after(session_id)
     assert [(e.seq, e.turn_id, e.type, e.payload) for e in events] == [
         (i + 1, turn_id, "step_started", p) for i, p in enumerate(payloads)
@@ -369,7 +388,7 @@ async def test_event_log_append_and_replay(store: Store) -> None:
     assert [e.seq for e in await store.events_after(session_id, 1, limit=2)] == [2, 3]
     assert await store.events_after(session_id, 5) == []
     with pytest.raises(StoreError):
-        await store.append_event("missing", None, {"type": "x"})
+        await append_event(store, "missing", None, {"type": "x"})
 
 
 async def test_contiguous_seqs_under_concurrent_appends(store: Store) -> None:
@@ -377,8 +396,8 @@ async def test_contiguous_seqs_under_concurrent_appends(store: Store) -> None:
 
     async def writer(name: str) -> None:
         for i in range(50):
-            await store.append_event(session_id, turn_id, {"type": "tick", "who": name, "i": i})
-            await store.append_partial_text(turn_id, 1, 0, f"{name}{i} ")
+            await append_event(store, session_id, turn_id, {"type": "tick", "who": name, "i": i})
+            await append_partial_text(store, turn_id, 1, 0, f"{name}{i} ")
 
     await asyncio.gather(writer("a"), writer("b"))
     events = await store.events_after(session_id)
@@ -390,7 +409,7 @@ async def test_contiguous_seqs_under_concurrent_appends(store: Store) -> None:
 
 async def test_a_started_write_completes_when_its_caller_is_cancelled(store: Store) -> None:
     session_id, turn_id = await _turn(store)
-    task = asyncio.create_task(store.append_event(session_id, turn_id, {"type": "kept"}))
+    task = asyncio.create_task(append_event(store, session_id, turn_id, {"type": "kept"}))
     await asyncio.sleep(0)  # one step: the write is handed to the store (or made at once)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drover.store.base import MAY_HAVE_RUN_TEXT
-from drover.store.history import build_history
-from drover.store.numbering import RESERVE_BLOCK
+from drover.events import MAY_HAVE_RUN_TEXT
+from drover.journal.history import build_history
+from drover.journal.numbering import RESERVE_BLOCK
 from drover.store.sqlite import SqliteStore
 
 _CHILD = """
@@ -19,7 +19,7 @@ import asyncio, os, socket, sys
 from drover.events import (AssistantMessage, StepStarted, TextDelta, ToolStateChanged,
                            TurnStarted)
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.journal import Journal
+from drover.journal.journal import Journal
 from drover.store.sqlite import SqliteStore
 
 def owner():

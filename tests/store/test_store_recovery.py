@@ -10,17 +10,14 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
+from support.writes import append_message, append_partial_text, upsert_tool_call
 
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT
+from drover.journal.history import build_history
+from drover.journal.owners import owner_alive
+from drover.journal.protocol import Store
+from drover.journal.rules import ORPHAN_ERROR
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.base import (
-    MAY_HAVE_RUN_TEXT,
-    NOT_RUN_TEXT,
-    ORPHAN_ERROR,
-    READ_ONLY_CUT_TEXT,
-    Store,
-    owner_alive,
-)
-from drover.store.history import build_history
 
 from .conftest import StoreFactory
 from .helpers import FakeClock
@@ -142,23 +139,37 @@ async def test_recovery_repairs_the_turn(timed_store: Store) -> None:
         ToolUseBlock(id="q", name="bash", input={"command": "x"}),
         ToolUseBlock(id="d", name="bash", input={"command": "y"}),
     ]
-    await timed_store.append_message(
-        turn_id, assistant_message([TextBlock(text="go"), *uses]), step=1
+    await append_message(
+        timed_store, turn_id, assistant_message([TextBlock(text="go"), *uses]), step=1
     )
-    await timed_store.upsert_tool_call(
-        turn_id, "w", call_index=0, name="write_file", state="running", step=1
+    await upsert_tool_call(
+        timed_store, turn_id, "w", call_index=0, name="write_file", state="running", step=1
     )
-    await timed_store.upsert_tool_call(
-        turn_id, "r", call_index=1, name="read_file", state="running", read_only=True, step=1
+    await upsert_tool_call(
+        timed_store,
+        turn_id,
+        "r",
+        call_index=1,
+        name="read_file",
+        state="running",
+        read_only=True,
+        step=1,
     )
-    await timed_store.upsert_tool_call(
-        turn_id, "q", call_index=2, name="bash", state="awaiting-permission", step=1
+    await upsert_tool_call(
+        timed_store, turn_id, "q", call_index=2, name="bash", state="awaiting-permission", step=1
     )
-    await timed_store.upsert_tool_call(
-        turn_id, "d", call_index=3, name="bash", state="output-available", output="done", step=1
+    await upsert_tool_call(
+        timed_store,
+        turn_id,
+        "d",
+        call_index=3,
+        name="bash",
+        state="output-available",
+        output="done",
+        step=1,
     )
     # A later step had streamed some text when the process died.
-    await timed_store.append_partial_text(turn_id, 2, 0, "Now I wil")
+    await append_partial_text(timed_store, turn_id, 2, 0, "Now I wil")
 
     assert await timed_store.recover_orphans() == [turn_id]
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.writes import append_event
 
 from drover.errors import StoreError
 from drover.store import default_db_path, open_store
@@ -32,7 +33,7 @@ async def _session(store: SqliteStore) -> tuple[str, str]:
 async def _append(path: Path, who: str, session_id: str, turn_id: str) -> None:
     async with SqliteStore(path) as store:
         for i in range(N):
-            await store.append_event(session_id, turn_id, {"type": "tick", "who": who, "i": i})
+            await append_event(store, session_id, turn_id, {"type": "tick", "who": who, "i": i})
 
 
 def _check_log(path: Path, writers: list[str]) -> None:
@@ -71,13 +72,14 @@ async def test_two_stores_in_two_threads_share_a_file(tmp_path: Path) -> None:
 _CHILD = """
 import asyncio, sys
 from pathlib import Path
+from drover.journal.writes import AppendEvent
 from drover.store.sqlite import SqliteStore
 
 async def main():
     async with SqliteStore(Path(sys.argv[1])) as store:
         for i in range(int(sys.argv[4])):
             event = {"type": "tick", "who": "proc", "i": i}
-            await store.append_event(sys.argv[2], sys.argv[3], event)
+            await store.write_batch([AppendEvent(sys.argv[2], sys.argv[3], event)])
 
 asyncio.run(main())
 """
@@ -105,7 +107,7 @@ async def test_two_processes_share_a_file(tmp_path: Path) -> None:
 
 async def test_pragmas(tmp_path: Path) -> None:
     async with SqliteStore(tmp_path / "j.db") as store:
-        values = await store._call(  # the connection's own settings
+        values = await store.connection._call(  # the connection's own settings
             lambda c: [
                 c.execute(f"PRAGMA {name}").fetchone()[0]
                 for name in ("journal_mode", "busy_timeout", "synchronous", "foreign_keys")

@@ -1,6 +1,6 @@
 """The journal's text buffers store what feeding them delta by delta stores.
 
-:class:`~drover.store.text_buffer.TextBuffers` keeps each live delta raw and does the
+:class:`~drover.journal.text_buffer.TextBuffers` keeps each live delta raw and does the
 redaction and the marks of a block once per flush. Here it is checked against the buffers as
 they were when every delta went through the stream redactor and the marks one by one (kept
 below as the reference): the same writes — text, numbers and marks, byte for byte — the same
@@ -15,10 +15,10 @@ from collections import deque
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from drover.store.batch import AppendPartialText
-from drover.store.numbering import StreamMarks
-from drover.store.redact import Redactor, StreamRedactor
-from drover.store.text_buffer import TextBuffers
+from drover.journal.numbering import StreamMarks
+from drover.journal.redact import Redactor, StreamRedactor
+from drover.journal.text_buffer import TextBuffers
+from drover.journal.writes import AppendPartialText
 
 from .test_redact import _pieces
 

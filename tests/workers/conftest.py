@@ -15,6 +15,7 @@ from support import pg
 
 from drover.conversation import ConversationManager
 from drover.events import Event, PermissionRequest, WorkerEvent
+from drover.journal.protocol import Store
 from drover.loop import LoopSettings
 from drover.messages import TextBlock
 from drover.model_stream import ModelRequest, StreamEvent
@@ -26,7 +27,6 @@ from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.runner import Runner
 from drover.session import AgentSession
 from drover.sinks import EventRecorder
-from drover.store.base import Store
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 from drover.testing.server import FakeLLMServer

@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
+from drover.journal.protocol import Store
+from drover.journal.records import ToolCallRecord
+from drover.journal.worker_log import worker_call_prefix
 from drover.messages import message_to_dict
-from drover.store import Store, open_store
-from drover.store.base import ToolCallRecord
+from drover.store import open_store
+from drover.store.dialect import SQLITE
+from drover.store.sql_store import SqlStore
 from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import Conn
-from drover.store.worker_log import worker_call_prefix
+from drover.store.sqlite_conn import InlineSqliteConnection
 
 if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to read a journal
     from drover.workers import WorkerLogReader
@@ -36,25 +39,9 @@ if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to re
 T = TypeVar("T")
 
 
-class _InlineSqliteStore(SqliteStore):
-    """The SQLite store driven on the calling thread: a command that makes one read after the
-    other needs no worker thread and no event loop. Opening it is the same ``_connect`` (the
-    pragmas and every pending migration); only where the calls run differs."""
-
-    async def open(self) -> None:
-        if self._conn is None:
-            self._connect()
-
-    async def close(self) -> None:
-        self._disconnect()
-
-    async def _hop(self, fn: Callable[[Conn], T]) -> T:
-        return self._run(fn)
-
-
 def _run_inline(work: Coroutine[Any, Any, T]) -> T:
     """The result of ``work``, which must finish without waiting on anything (every await in it
-    ends in :meth:`_InlineSqliteStore._hop`)."""
+    ends in a call of an :class:`~drover.store.sqlite_conn.InlineSqliteConnection`)."""
     try:
         work.send(None)
     except StopIteration as stop:
@@ -69,7 +56,8 @@ def on_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) 
     SQLite on this thread, without an event loop."""
     store = open_store(db or os.environ.get("DROVER_DB"))
     if type(store) is SqliteStore:
-        return _run_inline(work(_InlineSqliteStore(store.path)))
+        inline = SqlStore(SQLITE, InlineSqliteConnection(store.path))
+        return _run_inline(work(inline))
     import asyncio  # PostgreSQL: the driver is asynchronous
 
     return asyncio.run(work(store))
@@ -176,7 +164,7 @@ def _call_dict(call: ToolCallRecord) -> dict[str, Any]:
 
 async def _workers(store: WorkerLogReader, session_id: str) -> dict[str, list[dict[str, Any]]]:
     """The workers of each ``task`` call (by call id), from the event log: prompt, how each
-    last ended, and its tool calls (stored under scoped ids, see ``drover.store.worker_log``)."""
+    last ended, and its tool calls (stored under scoped ids, see ``drover.journal.worker_log``)."""
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for record in await store.events_after(session_id):
         payload = record.payload

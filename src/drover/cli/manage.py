@@ -14,8 +14,8 @@ import sys
 from drover.cli.admin import on_journal
 from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
-from drover.store import Store
-from drover.store.base import user_title
+from drover.journal.protocol import Store
+from drover.journal.rules import user_title
 
 
 def rename_session(args: argparse.Namespace) -> int:

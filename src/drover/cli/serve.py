@@ -20,15 +20,16 @@ import uvicorn
 
 from drover.cli import serve_pool
 from drover.cli.build import agent_from_args
+from drover.cluster import takeover
+from drover.cluster.shared import DEFAULT_LEASE, Shared, is_shared
 from drover.config import Config, load_config
 from drover.errors import ConfigError
 from drover.providers.base import Provider
-from drover.server import gc_settings, takeover
+from drover.server import gc_settings
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
-from drover.server.shared import DEFAULT_LEASE, Shared, is_shared
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:

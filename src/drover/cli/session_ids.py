@@ -24,7 +24,8 @@ import argparse
 import re
 
 from drover.errors import DroverError
-from drover.store.base import SessionRecord, SessionStore
+from drover.journal.protocol import SessionStore
+from drover.journal.records import SessionRecord
 
 _VALID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SHORTENED = re.compile(r"[0-9a-f]{6,31}")

@@ -11,11 +11,10 @@ Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.guard` (what a web pag
 ask), :mod:`.routes` (handlers),
 :mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
 :mod:`.replay` (log rows to wire events, reset detection), :mod:`.sse` (the stream),
-:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript); with
-several processes on one PostgreSQL journal, :mod:`.shared` (what a process adds),
-:mod:`.relay` (other processes' live events over Redis Streams or the log; interrupts and
-permission answers to the process running the turn) and :mod:`.takeover` (turns of dead
-processes ended and resumed by a live one).
+:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript). With
+several processes on one PostgreSQL journal, what a process adds is the :mod:`drover.cluster`
+package's (other processes' live events, interrupts and permission answers carried to the
+process running the turn, turns of dead processes ended and resumed by a live one).
 
 HTTP contract (JSON bodies, UTF-8; every error is ``{"error": {"code", "message"}}`` with a
 4xx status, plus ``"turn_id"`` on ``session_busy``)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from drover import __name__ as _package
-from drover.store.base import MAX_TITLE_CHARS
+from drover.journal.rules import MAX_TITLE_CHARS
 
 _ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
 

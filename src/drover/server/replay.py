@@ -1,6 +1,6 @@
 """Replay: the events after a client's id, from the log and the live ring, or a reset.
 
-The log's rows cover ranges of numbers (:class:`~drover.store.base.EventRecord`): a coalesced
+The log's rows cover ranges of numbers (:class:`~drover.journal.records.EventRecord`): a coalesced
 ``text_delta`` row holds the text of several live deltas and marks where each ends, so it is
 cut back into one event per delta here, and a replay can start after any of them. Text after a
 row's last mark belongs to a delta that ends in a later row of the same block; it is carried
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drover.journal.records import EventRecord
 from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_template
-from drover.store.base import EventRecord
 
 #: One event of the log before it is encoded: ``(seq, text, template, None)`` for a delta cut
 #: from a text row, ``(seq, None, payload, turn_id)`` for any other row.

@@ -16,13 +16,13 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 
 from drover.errors import DroverError, SessionBusyError
 from drover.events import Decision
+from drover.journal.rules import user_title
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 from drover.server.snapshot import session_summary
 from drover.server.sse import event_stream
-from drover.store.base import user_title
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _DECISIONS: tuple[str, ...] = get_args(Decision)

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from drover.agent import Agent
+from drover.cluster.relay import Relay
 from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
@@ -36,11 +37,11 @@ from drover.events import (
     is_transient,
 )
 from drover.handle import Session
+from drover.journal.protocol import Store
+from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
-from drover.server.relay import Relay
 from drover.server.snapshot import snapshot
-from drover.store.base import GrantRecord, SessionRecord, Store
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drover.journal.protocol import Store
+from drover.journal.records import SessionRecord, ToolCallRecord
 from drover.messages import message_to_dict
-from drover.store.base import SessionRecord, Store, ToolCallRecord
 
 #: Reads of a session being written before the snapshot is taken as it is.
 _ATTEMPTS = 5

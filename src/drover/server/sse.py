@@ -16,10 +16,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from drover.journal.records import SessionRecord
 from drover.server.hub import Frame, SessionFeed, Subscription, TransientFrame
 from drover.server.replay import backlog
 from drover.server.service import Service
-from drover.store.base import SessionRecord
 
 HEARTBEAT = b": ping\n\n"
 #: Reconnection delay the browser's EventSource should use, in milliseconds.

@@ -1,10 +1,11 @@
-"""The durable journal: sessions, turns, messages, tool calls and the event log.
+"""The SQL backends of the journal: SQLite (the embedded default) and PostgreSQL.
 
-:func:`open_store` picks a backend from a path or URL; :class:`~drover.store.base.Store` is the
-protocol every backend implements, made of the narrow ones its users take (``SessionStore``,
-``TurnLeases``, ``TurnJournal``, ``EventLog``); :class:`~drover.store.journal.Journal` is the
-event sink that records a running turn; :mod:`~drover.store.history` rebuilds the model history
-from what was stored; :mod:`~drover.store.redact` keeps secrets out of it.
+:func:`open_store` picks a backend from a path or URL and returns a
+:class:`~drover.journal.protocol.Store` (the protocol, its records and the journal that writes
+through it are the :mod:`drover.journal` package's). Both backends are one SQL store over a
+dialect (:mod:`~drover.store.dialect`) and a connection; the schema is
+:mod:`~drover.store.migrations` (with :mod:`~drover.store.pg_migrations` on PostgreSQL), and
+rows become records in :mod:`~drover.store.rows`.
 """
 
 from __future__ import annotations
@@ -14,60 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drover.errors import StoreError
-from drover.store.base import (
-    EventLog,
-    EventRecord,
-    SessionRecord,
-    SessionStore,
-    Store,
-    StoredMessage,
-    ToolCallRecord,
-    TurnJournal,
-    TurnLeases,
-    TurnRecord,
-    owner_alive,
-)
+from drover.journal.protocol import Store
 from drover.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
-    from drover.store.history import build_history, repair_history
-    from drover.store.journal import Journal
     from drover.store.postgres import PostgresStore
-    from drover.store.redact import Redactor
 
-__all__ = [
-    "EventLog",
-    "EventRecord",
-    "Journal",
-    "PostgresStore",
-    "Redactor",
-    "SessionRecord",
-    "SessionStore",
-    "SqliteStore",
-    "Store",
-    "StoredMessage",
-    "ToolCallRecord",
-    "TurnJournal",
-    "TurnLeases",
-    "TurnRecord",
-    "build_history",
-    "default_db_path",
-    "open_store",
-    "owner_alive",
-    "repair_history",
-]
+__all__ = ["PostgresStore", "SqliteStore", "default_db_path", "open_store"]
 
 
 #: Names imported on first use: psycopg takes a quarter of a second to import (only PostgreSQL
-#: users pay for it), and the commands that only read the journal (``drover sessions``,
-#: ``drover show``) never load the journal's writer, history repair or redaction.
-_LAZY = {
-    "PostgresStore": "drover.store.postgres",
-    "Journal": "drover.store.journal",
-    "build_history": "drover.store.history",
-    "repair_history": "drover.store.history",
-    "Redactor": "drover.store.redact",
-}
+#: users pay for it).
+_LAZY = {"PostgresStore": "drover.store.postgres"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,16 +1,11 @@
 """What the SQL backends do not share: placeholders, JSON and text columns, locks, a few words.
 
-The store's logic (:mod:`drover.store.sql_store`) is written once as *plans*: generators that
-yield the statements they need (:class:`Query` for rows, :class:`Exec` for a row count,
-:class:`Atomic` for a sub-plan in a write transaction of its own) and receive each result
-back. A backend drives a plan on its connection — SQLite synchronously (on its worker thread,
-or a write on the caller's), PostgreSQL with ``await`` — so neither the sync/async split nor
-the driver leaks into the logic.
-
-Statements are written in one neutral form: ``?`` placeholders, and PostgreSQL's casts on the
-parameters that need them (``?::jsonb``, ``?::text``, ``?::double precision``), which
-:meth:`Dialect.sql` keeps for PostgreSQL and drops for SQLite. What cannot be said in one form
-is a field of :class:`Dialect`.
+The store's plans (:mod:`drover.store.plan`) are written once for every backend, their
+statements in one neutral form: ``?`` placeholders, and PostgreSQL's casts on the parameters
+that need them (``?::jsonb``, ``?::text``, ``?::double precision``), which :meth:`Dialect.sql`
+keeps for PostgreSQL and drops for SQLite. What cannot be said in one form is a field of
+:class:`Dialect`. This module holds SQLite's (:data:`SQLITE`); PostgreSQL's is
+:mod:`drover.store.pg_dialect`'s.
 """
 
 from __future__ import annotations
@@ -18,59 +13,9 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
-
-T = TypeVar("T")
-
-
-class Row(Protocol):
-    """A result row: anything indexable by column name (``sqlite3.Row``, psycopg's dict row)."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-# Plain tuples (``NamedTuple``): a store makes one of these a statement, and building a frozen
-# dataclass costs several times as much.
-class Query(NamedTuple):
-    """A statement whose rows the plan receives (a list of :class:`Row`)."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
-
-
-class Exec(NamedTuple):
-    """A statement whose row count the plan receives."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
-
-
-class Atomic(NamedTuple):
-    """A sub-plan run in a write transaction of its own; the plan receives its result."""
-
-    plan: Plan[Any]
-
-
-Op: TypeAlias = "Query | Exec | Atomic"
-Plan: TypeAlias = Generator[Op, Any, T]
-
-
-def rows(sql: str, *params: Any) -> Plan[list[Row]]:
-    result: list[Row] = yield Query(sql, params)
-    return result
-
-
-def execute(sql: str, *params: Any) -> Plan[int]:
-    count: int = yield Exec(sql, params)
-    return count
-
-
-def atomic(plan: Plan[T]) -> Plan[T]:
-    result: T = yield Atomic(plan)
-    return result
-
+from typing import Any
 
 #: ``json.dumps`` with these options builds an encoder on every call; one serves them all.
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -131,6 +76,8 @@ class Dialect:
     returning: bool
     #: The ``LIMIT`` value that means no limit.
     no_limit: int | None
+    #: Appended to a text column to compare it in byte order (UTF-8 bytes sort as code points).
+    byte_order: str = ""
     #: A statement that gives the pages a large delete freed back to the file system, in the
     #: deleting transaction ("" when the backend reclaims space on its own).
     reclaim: str = ""

@@ -1,9 +1,11 @@
 """Connections of the PostgreSQL journal: opening, one-line errors, calls that finish.
 
-:meth:`PgPool.open` parses the URL, connects once (so an unreachable server gives a clear error
-and the schema is migrated before anything else runs), then opens a
-:class:`psycopg_pool.AsyncConnectionPool` whose connections are checked before each use (a
-server restart costs a reconnect, not a failed write). Every error becomes a one-line
+:class:`PgConnection` is the :class:`~drover.store.plan.Connection` a
+:class:`~drover.store.postgres.PostgresStore` runs its plans on, with psycopg 3's async API;
+every write is one short transaction. :meth:`PgPool.open` parses the URL, connects once (so an
+unreachable server gives a clear error and the schema is migrated before anything else runs),
+then opens a :class:`psycopg_pool.AsyncConnectionPool` whose connections are checked before each
+use (a server restart costs a reconnect, not a failed write). Every error becomes a one-line
 :class:`~drover.errors.StoreError` that never shows the URL's password.
 
 :meth:`PgPool.call` runs each call in a task of its own awaited through :func:`asyncio.shield`:
@@ -27,8 +29,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, assert_never, cast
 from urllib.parse import unquote
 
 import psycopg
@@ -38,7 +41,9 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from drover.errors import StoreError
+from drover.store.pg_dialect import POSTGRES
 from drover.store.pg_migrations import migrate
+from drover.store.plan import Atomic, Exec, Mode, Plan, Query
 
 T = TypeVar("T")
 Conn = AsyncConnection[DictRow]
@@ -243,3 +248,75 @@ async def _xact_status(conn: Conn, xid: str) -> str | None:
     cur = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", [xid])
     row = await cur.fetchone()
     return None if row is None or row["status"] is None else str(row["status"])
+
+
+class PgConnection:
+    """The PostgreSQL journal's connections at ``url``: a pool of ``min_size`` to ``max_size``,
+    opened (and the schema migrated) by :meth:`open`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        min_size: int = 1,
+        max_size: int = 4,
+    ) -> None:
+        self.url = url
+        self._clock = clock
+        self._min_size = min_size
+        self._max_size = max_size
+        self._db: PgPool | None = None
+        self._opening = asyncio.Lock()
+
+    async def open(self) -> None:
+        async with self._opening:
+            if self._db is None:
+                self._db = await PgPool.open(
+                    self.url, now=self._clock(), min_size=self._min_size, max_size=self._max_size
+                )
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await asyncio.shield(db.close())
+
+    async def perform(self, plan: Plan[T], mode: Mode) -> T:
+        """Run ``plan`` in ``mode``: a write (``bulk`` too) in one transaction made once, a
+        snapshot in a read-only repeatable-read transaction."""
+        db = self._db
+        if db is None:
+            raise StoreError("the journal is not open")
+        if mode == "write" or mode == "bulk":
+            return await db.write(lambda conn: _drive(conn, plan))
+        if mode == "read":
+            return await db.call(lambda conn: _drive(conn, plan))
+
+        async def snapshot(conn: Conn) -> T:
+            async with conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                return await _drive(conn, plan)
+
+        return await db.call(snapshot)
+
+
+async def _drive(conn: Conn, plan: Plan[T]) -> T:
+    """Run ``plan`` to its end on ``conn``."""
+    result: Any = None
+    try:
+        while True:
+            op = plan.send(result)
+            match op:
+                case Query(sql, params):
+                    cur = await conn.execute(POSTGRES.sql(sql), params)
+                    result = await cur.fetchall()
+                case Exec(sql, params):
+                    result = (await conn.execute(POSTGRES.sql(sql), params)).rowcount
+                case Atomic(sub):
+                    async with conn.transaction():
+                        result = await _drive(conn, sub)
+                case _:
+                    assert_never(op)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value

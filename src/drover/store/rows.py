@@ -1,4 +1,4 @@
-"""Rows to records: what a SQL backend reads back, as the records of :mod:`drover.store.base`.
+"""Rows to records: what a SQL backend reads back, as the records of :mod:`drover.journal.records`.
 
 A row is anything indexable by column name (``sqlite3.Row``, psycopg's dict row); a JSON column
 is text in SQLite and already decoded from PostgreSQL's ``jsonb``.
@@ -12,16 +12,16 @@ from itertools import accumulate, islice
 from operator import sub
 from typing import Any
 
-from drover.messages import Usage, message_from_dict
-from drover.store.base import (
+from drover.journal.records import (
     EventRecord,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
     TurnRecord,
-    flushed_text_event,
 )
-from drover.store.dialect import Row
+from drover.journal.rules import flushed_text_event
+from drover.messages import Usage, message_from_dict
+from drover.store.plan import Row
 
 #: The decoder's C scanner: ``json.loads`` less its wrapper (two regex matches and a few calls,
 #: ~1.5 µs a value, most of the cost of a small one), for the text the store itself wrote.

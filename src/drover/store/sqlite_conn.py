@@ -27,6 +27,7 @@ the last few) and foreign keys on; every write is one short ``BEGIN IMMEDIATE`` 
 from __future__ import annotations
 
 import _thread
+import functools
 import itertools
 import os
 import sqlite3
@@ -36,7 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.errors import StoreError
+from drover.store.dialect import SQLITE
 from drover.store.migrations import migrate
+from drover.store.plan import Atomic, Exec, Mode, Plan, Query
 
 if TYPE_CHECKING:
     # Imported where used: the commands that only read the journal (drover sessions, drover
@@ -54,6 +57,8 @@ PAGE_SIZE = 1024
 #: Bytes the WAL file is truncated to after a checkpoint (see ``journal_size_limit``).
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
 WRITE = "BEGIN IMMEDIATE"
+#: A snapshot: one read transaction (deferred: it takes no write lock).
+READ = "BEGIN"
 #: Commits made on the calling thread after which the worker checkpoints the WAL. A tool step
 #: commits ~3 transactions of a few 1 KiB pages each: ~100 commits are a few hundred pages, as
 #: SQLite's own automatic checkpoint (every 1000 pages) would do.
@@ -195,6 +200,50 @@ class SqliteConnection:
         if conn is not None:
             conn.close()  # the last connection checkpoints the WAL and deletes it
 
+    # -- plans ---------------------------------------------------------------------------------
+
+    async def perform(self, plan: Plan[T], mode: Mode) -> T:
+        """Run ``plan`` in ``mode``: reads on the worker thread, writes on the calling thread
+        when nothing makes them wait and on the worker otherwise; a write of many bytes
+        (``bulk``: a long answer's message) always on the worker."""
+        if mode == "write":
+            return await self._write(lambda conn: self._drive(conn, plan))
+        if mode == "bulk":  # long on any thread: never the caller's
+            return await self._hop(
+                lambda conn: self._tx(conn, lambda c: self._drive(c, plan), WRITE)
+            )
+        if mode == "snapshot":
+            return await self._call(
+                lambda conn: self._tx(conn, lambda c: self._drive(c, plan), READ)
+            )
+        return await self._call(lambda conn: self._drive(conn, plan))
+
+    def _drive(self, conn: Conn, plan: Plan[T]) -> T:
+        """Run ``plan`` to its end on ``conn``, on this thread (one cursor for all its
+        statements: this runs for every statement)."""
+        cursor = conn.cursor()
+        spell = SQLITE.sql
+        send = plan.send
+        result: Any = None
+        try:
+            while True:
+                op = send(result)
+                if type(op) is Exec:
+                    cursor.execute(spell(op.sql), op.params)
+                    result = cursor.rowcount
+                elif type(op) is Query:
+                    cursor.execute(spell(op.sql), op.params)
+                    result = cursor.fetchall()
+                elif type(op) is Atomic:
+                    result = self._tx(conn, functools.partial(self._drive, plan=op.plan), WRITE)
+                else:
+                    raise TypeError(f"not a statement: {op!r}")
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        finally:
+            cursor.close()
+
     # -- plumbing ------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[Conn], T]) -> T:
@@ -313,3 +362,21 @@ class SqliteConnection:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+
+class InlineSqliteConnection(SqliteConnection):
+    """A SQLite journal's connection driven on the calling thread alone: no worker thread, no
+    second connection, and no await that waits. For a command that makes one read after the
+    other and answers in a new process each time (``drover sessions``, ``drover show``): its
+    calls complete when first stepped, without an event loop. Opening it is the same
+    ``_connect`` (the pragmas and every pending migration)."""
+
+    async def open(self) -> None:
+        if self._conn is None:
+            self._connect()
+
+    async def close(self) -> None:
+        self._disconnect()
+
+    async def _hop(self, fn: Callable[[Conn], T]) -> T:
+        return self._run(fn)

@@ -16,7 +16,7 @@ from drover.cli.export import Format, export_session
 from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
 from drover.handle import Session
-from drover.store.base import user_title
+from drover.journal.rules import user_title
 
 #: Asks the user a yes/no question; True for yes.
 Confirm = Callable[[str], Awaitable[bool]]

@@ -9,8 +9,9 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from drover.cli.tui import ToolRow, tool_row_text
+from drover.journal.protocol import SessionStore
+from drover.journal.records import ToolCallRecord
 from drover.messages import Usage
-from drover.store.base import SessionStore, ToolCallRecord
 from drover.summaries import summarise_input, summarise_output
 
 

@@ -35,7 +35,7 @@ from operator import sub
 from typing import Any
 
 from drover.errors import LeaseLostError
-from drover.store.base import EventLog
+from drover.journal.protocol import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class Numbering:
 class StreamMarks:
     """Where each live delta of one text block ends, to cut its coalesced rows at them.
 
-    Deltas come in batches (a flush's worth, see :mod:`~drover.store.text_buffer`) and are
+    Deltas come in batches (a flush's worth, see :mod:`~drover.journal.text_buffer`) and are
     kept as two flat lists, so that feeding and cutting them is done by C loops (``extend``,
     ``accumulate``, ``bisect``, slices) rather than by a Python step per delta.
     """

@@ -1,4 +1,4 @@
-"""The journal's writes: how :class:`~drover.store.journal.Journal`'s decisions become queued
+"""The journal's writes: how :class:`~drover.journal.journal.Journal`'s decisions become queued
 writes and numbered log rows.
 
 :class:`JournalLog` is the journal's base: what it does with a decision once made — number an
@@ -19,18 +19,18 @@ from typing import Any
 
 from drover.errors import LeaseLostError, StoreError
 from drover.events import Event, ToolStateChanged, event_to_dict
+from drover.journal.flush_timer import FlushTimer
+from drover.journal.journal_queue import WriteQueue
+from drover.journal.numbering import Numbering
+from drover.journal.protocol import TurnJournal
+from drover.journal.redact import Redactor
+from drover.journal.step_results import StepResults, tool_call_write
+from drover.journal.text_buffer import TextBuffers
+from drover.journal.writes import MESSAGE_OF, AppendEvent, AppendMessage, JournalWrite, referring
 from drover.messages import Message
-from drover.store.base import TurnJournal
-from drover.store.batch import MESSAGE_OF, AppendEvent, AppendMessage, JournalWrite, referring
-from drover.store.flush_timer import FlushTimer
-from drover.store.journal_queue import WriteQueue
-from drover.store.numbering import Numbering
-from drover.store.redact import Redactor
-from drover.store.step_results import StepResults, tool_call_write
-from drover.store.text_buffer import TextBuffers
 
 # The journal's logger: these are its messages.
-log = logging.getLogger("drover.store.journal")
+log = logging.getLogger("drover.journal.journal")
 
 FinishedContentHook = Callable[[Message], Awaitable[None] | None]
 
@@ -77,7 +77,7 @@ class JournalLog:
 
     def _results_ahead(self, event: ToolStateChanged, stored: str | None) -> None:
         """Queue the step's results message with its last call's end (see
-        :mod:`drover.store.step_results`), its outputs as the ends' log rows have them
+        :mod:`drover.journal.step_results`), its outputs as the ends' log rows have them
         (``stored``: this one's, redacted)."""
         message = self._results.ended(event.call_id, event.output, event.is_error, stored)
         if message is not None:
@@ -145,7 +145,7 @@ class JournalLog:
     def _referring(
         self, row: AppendEvent | None, message: Message, body: dict[str, Any]
     ) -> AppendEvent | None:
-        """``row`` referring to its ``message`` (see :func:`~drover.store.batch.referring`)
+        """``row`` referring to its ``message`` (see :func:`~drover.journal.writes.referring`)
         when the store writes them together."""
         return None if row is None or not self._writes.groups else referring(row, message, body)
 
@@ -166,7 +166,7 @@ class JournalLog:
         self._numbers.publish(seq, turn_id, payload if self._wrap is None else self._wrap(payload))
 
     async def _drain(self) -> bool:
-        """Make the queued writes (see :mod:`~drover.store.journal_queue`); False when the
+        """Make the queued writes (see :mod:`~drover.journal.journal_queue`); False when the
         journal failed."""
         if self.failure is not None:
             return False

@@ -7,7 +7,7 @@ finished turn must still serve every delta, at the same numbers. So in the messa
 transaction the rows of each text block are replaced by one row that covers the same numbers
 with the same marks, and whose text is a reference to the message (``text_at``: the message's
 seq in the turn, the block's index, the length) instead of a copy — resolved when the log is
-read (:meth:`~drover.store.sql_log.SqlLog.events_after`). An n-byte answer then costs the
+read (:meth:`~drover.journal.protocol.EventLog.events_after`). An n-byte answer then costs the
 message (n) and the marks (~0.5 n at 8-byte deltas), not n + 1.6 n of rows on top.
 
 A block is folded only when that is exact: its rows are the only rows in their range of
@@ -23,8 +23,8 @@ from itertools import repeat
 from operator import add
 from typing import Any
 
+from drover.journal.records import EventRecord
 from drover.messages import Message, TextBlock
-from drover.store.base import EventRecord
 
 #: In a folded ``text_delta`` row, where its text is: ``[message seq, block index, length]``.
 TEXT_AT = "text_at"

@@ -20,8 +20,8 @@ from dataclasses import replace
 from typing import Any
 
 from drover.events import ToolStateChanged
+from drover.journal.writes import UpsertToolCall
 from drover.messages import Message, ToolResultBlock, tool_result_message
-from drover.store.batch import UpsertToolCall
 
 
 def tool_call_write(

@@ -32,7 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from drover.events import TERMINAL_TOOL_STATES
+from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, TERMINAL_TOOL_STATES
+from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
+from drover.journal.rules import interrupted_call
 from drover.messages import (
     ContentBlock,
     Message,
@@ -41,14 +43,6 @@ from drover.messages import (
     ToolResultBlock,
     ToolUseBlock,
     answers_in_order,
-)
-from drover.store.base import (
-    MAY_HAVE_RUN_TEXT,
-    NOT_RUN_TEXT,
-    StoredMessage,
-    ToolCallRecord,
-    TurnRecord,
-    interrupted_call,
 )
 
 #: Message meta key marking late results (see the module docstring).

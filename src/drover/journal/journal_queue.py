@@ -1,10 +1,11 @@
 """The journal's write queue: writes in order, ready ones committed together, failures retried.
 
-A :class:`~drover.store.journal.Journal` pushes each write it decides on (a value of
-:mod:`drover.store.batch`) and drains the queue when a guarantee needs the writes durable. A
-drain makes everything queued so far: with a store that is a
-:class:`~drover.store.batch.BatchWriter`, in one executor hop and one transaction (group
-commit); otherwise one write at a time.
+A :class:`~drover.journal.journal.Journal` pushes each write it decides on (a value of
+:mod:`drover.journal.writes`) and drains the queue when a guarantee needs the writes durable. A
+drain makes everything queued so far through the store's one write entry point
+(:meth:`~drover.journal.protocol.TurnJournal.write_batch`): all of it in one executor hop and
+one transaction (group commit) when the queue makes writes ``together``, else one write at a
+time (a worker's log, which stores no messages of its own).
 
 Failures keep the queue's order. A write that fails is retried at once, with a short backoff,
 up to ``max_attempts`` times while later writes wait behind it; a batch that fails is made
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover.errors import LeaseLostError
-from drover.store.batch import BatchWriter, JournalWrite, apply
+from drover.journal.protocol import TurnJournal
+from drover.journal.writes import JournalWrite
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +45,15 @@ class Queued:
 class WriteQueue:
     def __init__(
         self,
-        store: Any,
+        store: TurnJournal,
         *,
+        together: bool,
         max_attempts: int,
         retry_delay: float,
         on_failure: Callable[[str, Exception], None],
     ) -> None:
         self._store = store
-        self._batching = isinstance(store, BatchWriter)
+        self._together = together
         self._max_attempts = max_attempts
         self._retry_delay = retry_delay
         self._on_failure = on_failure
@@ -71,7 +74,7 @@ class WriteQueue:
     @property
     def groups(self) -> bool:
         """Whether queued writes are made together, in one transaction."""
-        return self._batching
+        return self._together
 
     def push(
         self,
@@ -92,7 +95,7 @@ class WriteQueue:
         """Make the queued writes in order; False when the queue failed."""
         async with self._lock:
             while self._queue and not self.failed:
-                if self._batching and self._solo == 0 and len(self._queue) > 1:
+                if self._together and self._solo == 0 and len(self._queue) > 1:
                     await self._batch(list(self._queue))
                 else:
                     await self._one(self._queue[0])
@@ -120,7 +123,7 @@ class WriteQueue:
     async def _one(self, queued: Queued) -> None:
         queued.attempts += 1
         try:
-            result = await apply(self._store, queued.write)
+            (result,) = await self._store.write_batch([queued.write])
         except asyncio.CancelledError:
             self._made([queued])
             raise

@@ -12,14 +12,14 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
                             flushed first (held tail included), at ``input-available`` the rest
 ``assistant_message``       authoritative: the timer is cancelled; the step's last text, the
                             message, its log row (referring to it) and the fold of the step's
-                            text rows into it (:mod:`drover.store.fold`) go in one write
+                            text rows into it (:mod:`drover.journal.fold`) go in one write
 ``tool_results``            the results message is appended — already done, as a rule, with
-                            the step's last call's end (:mod:`drover.store.step_results`)
+                            the step's last call's end (:mod:`drover.journal.step_results`)
 ``retry`` (discard)         the step's buffered text is written, then its text rows no longer
                             feed recovery (the log keeps them, before the retry's row)
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
 ``error``                   :func:`~drover.events.turn_status`
-``worker``                  handed to the worker's journal (:mod:`drover.store.worker_log`)
+``worker``                  handed to the worker's journal (:mod:`drover.journal.worker_log`)
 ``tool_progress``           not stored: transient (:func:`drover.events.is_transient`)
 ==========================  ================================================================
 
@@ -34,9 +34,9 @@ move into the log as one row per block whose text refers to the message; the
 message and the marks of its deltas once the step ends: O(n), each byte stored once.
 
 Everything persisted is redacted first; streamed text through a
-:class:`~drover.store.redact.StreamRedactor` (:mod:`drover.store.text_buffer`).
+:class:`~drover.journal.redact.StreamRedactor` (:mod:`drover.journal.text_buffer`).
 
-Numbering (:mod:`drover.store.numbering`): the journal numbers every event as it emits it —
+Numbering (:mod:`drover.journal.numbering`): the journal numbers every event as it emits it —
 each live text delta included — and hands it to ``publish`` at once, in increasing order, with
 the number of the event before it (``prev``); rows are written with those numbers. A
 coalesced text row covers its deltas' numbers and marks where each ends; a finished message
@@ -45,26 +45,25 @@ out lands in a row of its own event, as it was published (its text redacted). A 
 deltas are not numbered one by one: each of its text flushes is numbered and published as
 one event, exactly as its row holds it.
 
-Writes queue in order (:mod:`drover.store.journal_queue`; how a decision becomes queued
-writes and numbered log rows: :mod:`drover.store.journal_log`). Those a guarantee waits on are
-made before ``send`` returns, together with every write queued before them, in one transaction
-when the store can (group commit, :mod:`drover.store.batch`): the turn's start; a text flush; a tool
-call's first state (the eager flush), ``running`` (durable before the tool starts) and its end
-(an output is never lost once reported; the step's last end carries the results message, so
+Writes queue in order (:mod:`drover.journal.journal_queue`; how a decision becomes queued writes
+and numbered log rows: :mod:`drover.journal.journal_log`). Those a guarantee waits on are made
+before ``send`` returns, together with every write queued before them, in one transaction when
+the store can (group commit, :mod:`drover.journal.writes`): the turn's start; a text flush; a
+tool call's first state (the eager flush), ``running`` (durable before the tool starts) and its
+end (an output is never lost once reported; the step's last end carries the results message, so
 it is durable before the next model request); a permission question and its call's state; the
-assistant message; a discarding retry; the turn's end. The rest — ``step_started``,
-``usage``, ``tool_start``/``tool_done``, ``tool_results``, ``compacted``, the
-``input-available`` state — are numbered and published at once and written with the next of
-those or by the flush timer, at most ``flush_interval`` later: a crash loses at most that much
-of them, at the tail of the log. With ``hold_messages`` (the Runner's journal) a finished
-message with tool calls is not made before ``send`` returns but with its first call's next
-state, which is (``running``, a permission question, the call's end); the
-:class:`~drover.sinks.Fanout` holds it back from the printer and other live consumers until
-then (:attr:`Journal.holds_back`), so nothing is shown before it is durable. A one-call tool
-step thus costs three commits (the eager flush; the message with ``running``; the end with
-the results) instead of seventeen.
+assistant message; a discarding retry; the turn's end. The rest — ``step_started``, ``usage``,
+``tool_start``/``tool_done``, ``tool_results``, ``compacted``, the ``input-available`` state —
+are numbered and published at once and written with the next of those or by the flush timer, at
+most ``flush_interval`` later: a crash loses at most that much of them, at the tail of the log.
+With ``hold_messages`` (the Runner's journal) a finished message with tool calls is not made
+before ``send`` returns but with its first call's next state, which is (``running``, a
+permission question, the call's end); the :class:`~drover.sinks.Fanout` holds it back from the
+printer and other live consumers until then (:attr:`Journal.holds_back`), so nothing is shown
+before it is durable. A one-call tool step thus costs three commits (the eager flush; the
+message with ``running``; the end with the results) instead of seventeen.
 
-A write that fails is retried (:mod:`~drover.store.journal_queue`); one that still fails, or
+A write that fails is retried (:mod:`~drover.journal.journal_queue`); one that still fails, or
 a lost lease, fails the journal: :attr:`Journal.failure` says why, nothing more is written (the
 record stays a consistent prefix of the turn) and ``on_failure`` is called. ``send`` itself
 never raises but for the cancellation that interrupts the turn.
@@ -103,9 +102,18 @@ from drover.events import (
     event_to_dict,
     turn_status,
 )
-from drover.messages import Message, message_to_dict
-from drover.store.base import EventLog, EventRecord, TurnJournal, flushed_text_event
-from drover.store.batch import (
+from drover.journal.flush_timer import FlushTimer
+from drover.journal.journal_log import FinishedContentHook, JournalLog, log
+from drover.journal.journal_queue import WriteQueue
+from drover.journal.numbering import Numbering, Publish
+from drover.journal.protocol import EventLog, TurnJournal
+from drover.journal.records import EventRecord
+from drover.journal.redact import Redactor
+from drover.journal.rules import flushed_text_event
+from drover.journal.step_results import StepResults
+from drover.journal.text_buffer import TextBuffers
+from drover.journal.worker_log import WorkerLog, worker_event
+from drover.journal.writes import (
     TEXT_OF,
     AppendEvent,
     AppendMessage,
@@ -114,14 +122,7 @@ from drover.store.batch import (
     JournalWrite,
     ReplaceMessage,
 )
-from drover.store.flush_timer import FlushTimer
-from drover.store.journal_log import FinishedContentHook, JournalLog, log
-from drover.store.journal_queue import WriteQueue
-from drover.store.numbering import Numbering, Publish
-from drover.store.redact import Redactor
-from drover.store.step_results import StepResults
-from drover.store.text_buffer import TextBuffers
-from drover.store.worker_log import WorkerLog, worker_event
+from drover.messages import Message, message_to_dict
 
 #: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
 #: it is flushed with it), a call waiting for the user (what a client reads of the session
@@ -184,8 +185,14 @@ class Journal(JournalLog):
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        # A worker's log stores no messages (its events carry them): its writes are made one
+        # at a time and none refers to a message by its number.
         self._writes = WriteQueue(
-            store, max_attempts=max_attempts, retry_delay=retry_delay, on_failure=self._fail
+            store,
+            together=not isinstance(store, WorkerLog),
+            max_attempts=max_attempts,
+            retry_delay=retry_delay,
+            on_failure=self._fail,
         )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
@@ -474,8 +481,7 @@ class Journal(JournalLog):
                 for worker in self._workers.values():
                     # Text a worker cut short still holds: numbered and written before the
                     # turn's end (its events are the turn's).
-                    if await worker._take_text(final=True):
-                        await worker._drain()
+                    await worker._write_held_text()
                 await self._take_text(final=True)
                 reason = None if isinstance(event, Done) else event.reason
                 error = None if isinstance(event, Done) else self._redactor.redact(event.error)
@@ -544,6 +550,12 @@ class Journal(JournalLog):
         """Tell the observer of a live delta numbered ``seq`` (as it would read it back)."""
         body = {"type": "text_delta", "text": delta.text, "index": delta.index, "step": self._step}
         self._publish(seq, self._turn_id, body)
+
+    async def _write_held_text(self) -> None:
+        """Number and write all the text still buffered, now (a worker's, before its parent's
+        turn ends)."""
+        if await self._take_text(final=True):
+            await self._drain()
 
     async def _take_text(self, *, final: bool) -> bool:
         """Queue the buffered text that is safe to write (all of it when ``final``); whether

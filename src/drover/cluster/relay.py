@@ -23,8 +23,9 @@ journal's flush pace (250 ms), in order and without holes.
 
 The relay also carries requests a process cannot serve itself — an interrupt or a permission
 answer posted to A for a turn B runs — to the process that runs the turn (:meth:`control`):
-over the Redis stream ``drover:control:{owner}`` of that process, or PostgreSQL ``NOTIFY``
-without Redis (:mod:`drover.store.pg_claims`).
+over the Redis stream ``drover:control:{owner}`` of that process, or the shared journal's own
+control messages without Redis (PostgreSQL ``NOTIFY``, see
+:meth:`~drover.cluster.claims.ClusterJournal.notify`).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drover.cluster.claims import ControlHandler
+from drover.journal.protocol import Store
 from drover.server.hub import Frame, Hub
-from drover.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,6 @@ BLOCK_MS = 200
 #: Events waiting to be written to Redis before the oldest are dropped (readers see the gap).
 OUTBOX_LIMIT = 100_000
 
-ControlHandler = Callable[[dict[str, Any]], Awaitable[None]]
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 

@@ -1,9 +1,12 @@
-"""What server processes sharing one PostgreSQL journal ask of it beyond the store protocol.
+"""What processes sharing one PostgreSQL journal ask of it beyond the store protocol: who runs
+which turn, and control messages between them.
 
-- :func:`turn_sessions`: the sessions of turns (the ones :meth:`PostgresStore.recover_orphans`
-  just took over, to resume them);
+The plans here back the public methods of :class:`~drover.store.postgres.PostgresStore` that
+make it a :class:`~drover.cluster.claims.ClusterJournal`:
+
 - :func:`running_turn`: the turn running on a session and the process that owns it (to send it
-  an interrupt or a permission answer posted elsewhere);
+  an interrupt or a permission answer posted elsewhere); :func:`running_turns`, for several
+  sessions at once;
 - :func:`notify` / :func:`listen`: control messages between processes over ``NOTIFY`` on the
   channel :data:`CHANNEL`, when there is no Redis. ``NOTIFY`` is delivered only to listeners
   connected at commit time; a listener reconnects after a failure and misses what was sent in
@@ -21,8 +24,7 @@ from typing import Any
 
 import psycopg
 
-from drover.store.dialect import rows
-from drover.store.postgres import PostgresStore
+from drover.store.plan import Plan, rows
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +33,9 @@ CHANNEL = "drover_control"
 MAX_PAYLOAD = 7900
 
 
-async def turn_sessions(store: PostgresStore, turn_ids: list[str]) -> dict[str, str]:
-    """``{turn_id: session_id}`` of the turns that exist."""
-    if not turn_ids:
-        return {}
-    found = await store._select(
-        "SELECT id, session_id FROM turns WHERE id = ANY(?)", list(turn_ids)
-    )
-    return {str(r["id"]): str(r["session_id"]) for r in found}
-
-
-async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str | None] | None:
+def running_turn(session_id: str) -> Plan[tuple[str, str | None] | None]:
     """``(turn_id, owner)`` of the session's running turn, or None."""
-    found = await store._select(
+    found = yield from rows(
         "SELECT id, owner FROM turns WHERE session_id = ? AND status = 'running' "
         "ORDER BY seq DESC LIMIT 1",
         session_id,
@@ -54,22 +46,26 @@ async def running_turn(store: PostgresStore, session_id: str) -> tuple[str, str 
     return str(found[0]["id"]), None if owner is None else str(owner)
 
 
-async def running_turns(store: PostgresStore, session_ids: list[str]) -> dict[str, str]:
+def running_turns(session_ids: list[str]) -> Plan[dict[str, str]]:
     """``{session_id: turn_id}`` of the sessions among these with a running turn."""
-    if not session_ids:
-        return {}
-    found = await store._select(
+    found = yield from rows(
         "SELECT session_id, id FROM turns WHERE status = 'running' AND session_id = ANY(?)",
         list(session_ids),
     )
     return {str(r["session_id"]): str(r["id"]) for r in found}
 
 
-async def notify(store: PostgresStore, message: dict[str, Any]) -> None:
+def notify_payload(message: dict[str, Any]) -> str:
+    """``message`` as a ``NOTIFY`` payload (ValueError when it is too large for one)."""
     payload = json.dumps(message, separators=(",", ":"))
     if len(payload.encode()) > MAX_PAYLOAD:
         raise ValueError("control message too large for NOTIFY")
-    await store._perform(rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload), "write")
+    return payload
+
+
+def notify(payload: str) -> Plan[None]:
+    """Send ``payload`` (:func:`notify_payload`) to every listening process."""
+    yield from rows("SELECT pg_notify(?, ?) AS sent", CHANNEL, payload)
 
 
 async def listen(

@@ -1,63 +1,59 @@
-"""One server process among several on a shared PostgreSQL journal (and optionally Redis).
+"""One server process among several on a shared journal (PostgreSQL, and optionally Redis).
 
-What a process adds when its journal is PostgreSQL: the :class:`~drover.server.relay.Relay`
-(other processes' live events for its clients, Redis or the log) and a ``LISTEN`` for control
-messages (interrupts and permission answers posted to another process, when Redis cannot carry
-them). One process on SQLite needs neither; every server runs the takeover watch
-(:mod:`drover.server.takeover`).
+What a process adds when its journal is shared (a :class:`~drover.cluster.claims.ClusterJournal`):
+the :class:`~drover.cluster.relay.Relay` (other processes' live events for its clients, Redis
+or the log) and a listener for control messages (interrupts and permission answers posted to
+another process, when Redis cannot carry them). One process on SQLite needs neither; every
+server runs the takeover watch (:mod:`drover.cluster.takeover`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from dataclasses import dataclass, field
 
+from drover.cluster.claims import SharedJournal, is_shared
+from drover.cluster.relay import Relay
 from drover.errors import ConfigError
+from drover.journal.protocol import Store
 from drover.server.hub import Hub
-from drover.server.relay import Relay
 from drover.server.service import Service
-from drover.store import pg_claims
-from drover.store.base import Store
 from drover.store.pg_conn import redact
-from drover.store.postgres import PostgresStore
+
+__all__ = ["DEFAULT_LEASE", "Shared", "is_shared"]
 
 #: Seconds a turn's lease lasts; a dead process's turn is taken over within about this.
 DEFAULT_LEASE = 15.0
 
 
-def is_shared(store: Store) -> bool:
-    return isinstance(store, PostgresStore)
-
-
 @dataclass(eq=False)
 class Shared:
-    store: PostgresStore
+    store: SharedJournal
     relay: Relay
     redis_url: str | None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def open(cls, store: Store, owner: str, hub: Hub, redis_url: str | None) -> Shared:
-        assert isinstance(store, PostgresStore)
+        if not is_shared(store):
+            raise ConfigError("processes share a PostgreSQL journal (--db postgresql://…)")
         if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"not a Redis URL (redis://, rediss:// or unix://): {redis_url}")
-        notify = functools.partial(pg_claims.notify, store)
-        relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=notify)
+        relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=store.notify)
         return cls(store=store, relay=relay, redis_url=redis_url)
 
     async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:
-        return await pg_claims.running_turn(self.store, session_id)
+        return await self.store.running_turn(session_id)
 
     async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
-        return await pg_claims.running_turns(self.store, session_ids)
+        return await self.store.running_turns(session_ids)
 
     async def start(self, service: Service) -> None:
         self.relay.on_control = service.on_control
         await self.relay.start()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(pg_claims.listen(self.store.url, self.relay.received)))
+        self._tasks.append(loop.create_task(self.store.listen(self.relay.received)))
 
     def describe(self) -> str:
         live = (

@@ -1,0 +1,235 @@
+"""The journal's seams: the narrow store protocols a backend implements.
+
+Each user takes the protocol of what it uses — :class:`SessionStore` (sessions and what they
+hold), :class:`TurnLeases` (starting, holding and recovering turns), :class:`PermissionGrants`
+(what a session's user allowed "always"), :class:`TurnJournal` (the writes that record a
+running turn) and :class:`EventLog` (reading and numbering the log) — and :class:`Store`, all
+of them with a lifecycle, is what a backend implements. The records they give back are in
+:mod:`drover.journal.records`; the writes, as values, in :mod:`drover.journal.writes`.
+
+Text still streaming is kept as appended deltas (``partial_text``) and folded into one message
+row when its message ends, so an n-byte answer costs O(n) bytes written.
+
+Every backend (SQLite, PostgreSQL) implements :class:`Store` and passes the same conformance
+suite (``tests/store/``). The store persists what it is given: the journal and the
+runner redact before they write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from drover.journal.records import (
+    EventRecord,
+    GrantRecord,
+    SessionRecord,
+    StoredMessage,
+    ToolCallRecord,
+    TurnRecord,
+)
+from drover.journal.writes import JournalWrite
+from drover.messages import Message, Usage
+
+
+class SessionStore(Protocol):
+    """Sessions and what they hold, read back: the seam of transcripts and history."""
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        workdir: str,
+        model: str,
+        owner: str | None = None,
+    ) -> SessionRecord: ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def list_sessions(
+        self, limit: int = 50, *, owner: str | None = None
+    ) -> list[SessionRecord]:
+        """Most recently updated first; with ``owner``, only that owner's sessions."""
+        ...
+
+    async def latest_session(self, workdir: str) -> SessionRecord | None: ...
+
+    async def set_session_model(self, session_id: str, model: str) -> None: ...
+
+    async def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        """The sessions whose id starts with ``prefix``, in id order, at most ``limit`` (an
+        index serves it): how a front door finds the session of an id the user shortened."""
+        ...
+
+    async def rename_session(self, session_id: str, title: str) -> None:
+        """Set the session's title (kept: later turns do not replace it); ``StoreError``
+        when there is no such session."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session and everything it holds (turns, messages, tool calls, streamed
+        text, events, grants) in one transaction; False when there was no such session.
+
+        Raises :class:`~drover.errors.SessionBusyError` while a turn of the session is
+        ``running`` (checked in the same transaction; a turn a dead process left running is
+        recovered first)."""
+        ...
+
+    async def running_usage(self, session_id: str, turn_id: str) -> Usage | None:
+        """What a running turn has used so far, as its last ``usage`` event says (None: no
+        model call of it has reported yet). Read from the end of the log back to the turn's
+        first row only."""
+        ...
+
+    async def turns(self, session_id: str) -> list[TurnRecord]: ...
+
+    async def get_turn(self, turn_id: str) -> TurnRecord | None: ...
+
+    async def last_turn(self, session_id: str) -> TurnRecord | None:
+        """The session's latest turn (None: it has none)."""
+        ...
+
+    async def turn_messages(self, turn_id: str) -> list[StoredMessage]:
+        """The turn's messages in order, then one partial message per step whose deltas were
+        never folded into a message."""
+        ...
+
+    async def turns_with_messages(
+        self, session_id: str
+    ) -> list[tuple[TurnRecord, list[StoredMessage]]]:
+        """:meth:`turns`, each with its :meth:`turn_messages`, read in one snapshot."""
+        ...
+
+    async def tool_calls(
+        self, turn_id: str | None = None, *, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        """The calls of one turn, or of a whole session, in turn, step and call order."""
+        ...
+
+
+class TurnLeases(Protocol):
+    """Who runs which turn: starting one, holding it, and taking back the abandoned."""
+
+    async def begin_turn(
+        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+    ) -> TurnRecord:
+        """A new ``running`` turn at the end of the session, leased to ``owner``.
+
+        Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is still
+        ``running`` (checked and created atomically: never two running turns in a session).
+        """
+        ...
+
+    async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
+        """Extend the lease; False when the turn is no longer running under ``owner``."""
+        ...
+
+    async def discard_pending(self, session_id: str) -> list[str]:
+        """Mark the unfinished turns after the last completed one discarded; their ids."""
+        ...
+
+    async def recover_orphans(
+        self, is_alive: Callable[[str], bool] | None = None, *, session_id: str | None = None
+    ) -> list[str]:
+        """Interrupt ``running`` turns whose lease expired or whose owner is dead (with
+        ``session_id``, only that session's: a turn start must not end other sessions' turns,
+        which their takeover resumes).
+
+        Their open tool calls become ``interrupted`` (``outcome_unknown`` when a side-effecting
+        call was running), their text deltas a partial message, and the event log gets the
+        matching ``tool_state``/``assistant_message`` events and a terminal event. A turn whose
+        lease holds and whose owner lives is never touched. ``is_alive`` defaults to
+        :func:`~drover.journal.owners.owner_alive`. Returns the recovered turn ids.
+        """
+        ...
+
+
+class PermissionGrants(Protocol):
+    """What a session's user allowed "always", kept with the session (every process and
+    every restart sees it)."""
+
+    async def add_grant(self, session_id: str, rule: str) -> None:
+        """Record the grant (a grant already recorded stays as it is)."""
+        ...
+
+    async def grants(self, session_id: str) -> list[GrantRecord]:
+        """The session's grants, oldest first."""
+        ...
+
+    async def revoke_grants(self, session_id: str, rule: str | None = None) -> list[str]:
+        """Remove one grant (``rule``) or all of them; the rules removed."""
+        ...
+
+
+class TurnJournal(Protocol):
+    """The writes that record a running turn as it happens (what a
+    :class:`~drover.journal.journal.Journal` writes through): one entry point, taking the
+    writes as values (:mod:`drover.journal.writes`)."""
+
+    async def write_batch(self, writes: Sequence[JournalWrite]) -> list[Any]:
+        """Make ``writes`` in order in one transaction (all or none); what each one gives
+        back, in order (see each write's class). A write that fails rolls the whole batch
+        back; one that has started completes even if the awaiting task is cancelled."""
+        ...
+
+
+class EventLog(Protocol):
+    """Reading and numbering a session's event log (what a stream replays)."""
+
+    async def events_after(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        """The rows that cover any number above ``after_seq``, in ``seq`` order."""
+        ...
+
+    async def last_event_seq(self, session_id: str) -> int:
+        """The highest number any row of the session's log covers (0: none)."""
+        ...
+
+    async def next_event_seq(self, session_id: str) -> int:
+        """The first number after every one used or reserved in the session's log."""
+        ...
+
+    async def log_bounds(self, session_id: str) -> tuple[int, int]:
+        """:meth:`last_event_seq` and :meth:`next_event_seq`, read together."""
+        ...
+
+    async def reserve_seqs(
+        self,
+        session_id: str,
+        upto: int,
+        *,
+        turn_id: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Record durably that numbers up to ``upto`` may have been handed out: after a crash,
+        new events are numbered above it, so a client holding a number that did not survive
+        is told to reset instead of skipping events. A reservation only grows (the end of the
+        turn that made it shrinks it to the numbers used, see
+        :class:`~drover.journal.writes.EndTurn`).
+
+        With ``turn_id``, only while that turn is running — and, with ``owner``, held by
+        ``owner`` — as any other write of a turn: :class:`~drover.errors.LeaseLostError`
+        otherwise (a process past its lease cannot move the numbering of the one that took
+        the session over)."""
+        ...
+
+
+class Store(SessionStore, PermissionGrants, TurnLeases, TurnJournal, EventLog, Protocol):
+    """The durable record of sessions, turns, messages, tool calls and events.
+
+    Writes are atomic; one that has started completes even if the awaiting task is cancelled.
+    Errors are :class:`~drover.errors.StoreError` with a one-line message.
+    """
+
+    async def open(self) -> None:
+        """Connect and bring the schema up to date (idempotent)."""
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None: ...

@@ -1,0 +1,120 @@
+"""The records of the journal: what a store gives back of sessions, turns, messages, tool calls,
+events and permission grants.
+
+A session holds turns in order; a turn holds the messages it produced (assistant messages and
+tool results, a ``partial`` flag on cut-off ones) and its tool calls with their latest state;
+a session also holds an append-only event log whose sequence numbers run 1, 2, 3… without
+gaps, which is what a client replays a stream from. The records are plain frozen values, the
+same whichever backend stored them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drover.events import ToolState, TurnStatus
+from drover.messages import Message, Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    id: str
+    created_at: float
+    updated_at: float
+    workdir: str
+    model: str
+    #: The first user prompt, cut to :data:`~drover.journal.rules.TITLE_CHARS` characters.
+    title: str | None
+    #: Who the session belongs to (the server's hash of a client token), or None.
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    id: str
+    session_id: str
+    #: Position in the session, from 1.
+    seq: int
+    status: TurnStatus
+    #: None for a turn that resumed unfinished work without a new message.
+    user_message: Message | None
+    reason: str | None
+    error: str | None
+    usage: Usage | None
+    #: ``host:pid:start`` of the process running (or last running) the turn.
+    owner: str | None
+    #: Wall-clock time after which a ``running`` turn counts as abandoned.
+    lease_expires_at: float | None
+    #: The user dropped this turn's pending work; history skips it.
+    discarded: bool
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    turn_id: str
+    #: Position within the turn, from 1 (a message synthesized from deltas comes last).
+    seq: int
+    message: Message
+    #: Cut off before it finished (salvaged, or rebuilt from text deltas).
+    partial: bool
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRecord:
+    turn_id: str
+    call_id: str
+    #: The model call (step) of the turn that made the call, from 1.
+    step: int
+    call_index: int
+    name: str
+    state: ToolState
+    input: Mapping[str, Any] | None
+    output: str | None
+    is_error: bool
+    outcome_unknown: bool
+    read_only: bool
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRecord:
+    session_id: str
+    #: The first sequence number the row covers (its key).
+    seq: int
+    turn_id: str | None
+    type: str
+    payload: Mapping[str, Any]
+    created_at: float
+    #: The last sequence number the row covers: a coalesced ``text_delta`` row covers the
+    #: numbers of the live deltas it holds; any other row covers only its own (``seq``).
+    last_seq: int = 0
+    #: For a coalesced text row: ``(seq, end)`` of each live delta that ends inside it, ``end``
+    #: an offset into the row's text; text after the last mark belongs to ``last_seq``. None
+    #: when the row cannot be split (redaction changed its length) or is not a text row.
+    marks: tuple[tuple[int, int], ...] | None = None
+
+    #: For an event a store logged on its own and gave back
+    #: (:class:`~drover.journal.writes.EndTurn`): the number of the event before it in the
+    #: log. None when not known (a replay derives it from the order of the log).
+    prev: int | None = None
+
+    @property
+    def end_seq(self) -> int:
+        return max(self.seq, self.last_seq)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRecord:
+    """A permission the user granted "always" in one session."""
+
+    session_id: str
+    #: What it allows: a tool's name (every call of that tool).
+    rule: str
+    created_at: float
