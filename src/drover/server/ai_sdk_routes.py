@@ -44,6 +44,7 @@ from drover.server.doors import (
     replay_response,
     responses,
     start_seq,
+    user_text,
 )
 from drover.server.errors import ApiError
 from drover.server.routes import MAX_CONTENT, json_body
@@ -121,9 +122,9 @@ def _stored(turns: list[TurnRecord]) -> list[tuple[str, str]]:
     """The session as the chat's messages: ``("user", text)`` and ``("assistant", id)``."""
     out: list[tuple[str, str]] = []
     for group in responses(turns):
-        user = group[0].user_message
-        if user is not None:
-            out.append(("user", user.text))
+        text = user_text(group[0])
+        if text is not None:
+            out.append(("user", text))
         out.append(("assistant", group[0].id))
     return out
 

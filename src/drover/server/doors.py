@@ -10,7 +10,8 @@ numbers), so it needs no state of its own and works in any process.
 
 A turn whose process died is ended by recovery (``interrupted``, with
 :data:`~drover.store.base.ORPHAN_ERROR` as its error) and, unless the server runs with
-``--takeover end``, resumed by a continuation turn (no user message). To a door's client that
+``--takeover end``, resumed by a continuation turn (no message of the user's: none, or the
+note telling the model it was cut off). To a door's client that
 is one answer that went on: the response holds both turns, and the recovered turn's terminal
 event ends nothing. A response ends at any other terminal event, or at an orphan ending that
 nothing resumes — a new message starts a turn instead, or no turn runs on the session when the
@@ -26,6 +27,7 @@ from typing import Any, Literal
 from drover.server.follow import Follower, Reset, frame_event
 from drover.server.hub import TransientFrame
 from drover.server.service import Service
+from drover.session import RESUME_NOTE
 from drover.store.base import ORPHAN_ERROR, SessionRecord, Store, TurnRecord
 
 TERMINAL = frozenset({"done", "incomplete", "error"})
@@ -33,11 +35,31 @@ TERMINAL = frozenset({"done", "incomplete", "error"})
 _FIRST_SPAN = 256
 
 
+def user_text(turn: TurnRecord) -> str | None:
+    """The text of the user's message that started ``turn``; None for a turn that resumed
+    unfinished work — with no message, or with the note drover sends the model in its place."""
+    message = turn.user_message
+    if message is None or message.text == RESUME_NOTE:
+        return None
+    return message.text
+
+
+def _resumes(event: dict[str, Any]) -> bool:
+    """Whether a ``turn_started`` event is a resumption's (see :func:`user_text`)."""
+    message = event.get("user_message")
+    if message is None:
+        return True
+    blocks = message.get("content") if isinstance(message, dict) else None
+    return isinstance(blocks, list) and [b.get("text") for b in blocks if isinstance(b, dict)] == [
+        RESUME_NOTE
+    ]
+
+
 def continues(previous: TurnRecord, turn: TurnRecord) -> bool:
     """Whether ``turn`` goes on with ``previous``'s response: it resumes, with no message of
-    its own, the work of a turn recovery ended after its process died."""
+    the user's, the work of a turn recovery ended after its process died."""
     return (
-        turn.user_message is None
+        user_text(turn) is None
         and previous.status == "interrupted"
         and previous.error == ORPHAN_ERROR
     )
@@ -142,7 +164,7 @@ class Scope:
         if self.state == "orphaned":
             if kind != "turn_started":
                 return None
-            if event.get("user_message") is None:
+            if _resumes(event):
                 assert isinstance(turn_id, str)
                 self.turns.add(turn_id)
                 self.state = "open"
