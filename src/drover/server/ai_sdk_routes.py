@@ -60,7 +60,6 @@ HEADERS = {
 }
 DONE = b"data: [DONE]\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
-_MAX_MESSAGES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +81,6 @@ def _invalid(message: str) -> ApiError:
 def _messages(raw: Any) -> list[_Message]:
     if not isinstance(raw, list) or not raw:
         raise _invalid("messages must be a non-empty list of UI messages")
-    if len(raw) > _MAX_MESSAGES:
-        raise _invalid(f"messages holds over {_MAX_MESSAGES} messages")
     out = []
     for n, item in enumerate(raw, 1):
         if not isinstance(item, dict):
@@ -294,9 +291,11 @@ async def _answer_approvals(
     last = messages[-1]
     answers = _approvals(last)
     if not answers:
-        raise _invalid(
-            "the last message must be a user message, or an assistant message "
-            "answering tool approvals"
+        raise ApiError(
+            409,
+            "no_approval",
+            "the last message is an answer of the chat answering no approval: send a user "
+            "message, or the answer with its approvals given",
         )
     turns = await service.store.turns(record.id)
     _check_history(messages[:-1], _stored(turns))
@@ -317,7 +316,8 @@ async def _answer_approvals(
     }
     unknown = sorted(set(answers) - set(asked))
     if unknown:
-        raise _invalid(f"no approval request {unknown[0][:64]!r} in the chat's latest answer")
+        message = f"no approval request {unknown[0][:64]!r} in the chat's latest answer"
+        raise ApiError(409, "no_approval", message)
     for approval, approved in answers.items():
         # (one answered already — by another client, or denied on timeout — stays as it was)
         await service.decide_anywhere(record.id, approval, "allow" if approved else "deny")

@@ -389,12 +389,16 @@ def schema() -> dict[str, Any]:
             )
         },
     }
+    # (imported here: the doors' paths are built with this module's helpers)
+    from drover.server import openapi_doors
+
+    paths.update(openapi_doors.paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": f"{_package} server", "version": "1"},
         "paths": paths,
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": {**_SCHEMAS, **openapi_doors.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}, {}],

@@ -60,7 +60,7 @@ _FIELDS: dict[str, type] = {
     "background": bool,
     "stream": bool,
     "store": bool,
-    "previous_response_id": str,
+    "previous_response_id": object,
     "conversation": object,
     "stream_options": dict,
 }
@@ -123,8 +123,8 @@ def _input_text(value: Any) -> str:
                 if not isinstance(part, dict) or part.get("type") != "input_text":
                     kind = part.get("type") if isinstance(part, dict) else part
                     raise _invalid(f"only input_text content is taken, not {str(kind)[:40]!r}")
-                if not isinstance(part.get("text"), str):
-                    raise _invalid("an input_text part needs its text")
+                if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
+                    raise _invalid('an input_text part is {"type": "input_text", "text"}')
                 texts.append(part["text"])
             value = "\n".join(texts)
         else:
@@ -233,6 +233,8 @@ def _streaming(body: AsyncIterator[bytes]) -> StreamingResponse:
 async def _where(service: Service, data: dict[str, Any], owner: str | None) -> SessionRecord:
     """The session a new response runs on."""
     previous, conversation = data.get("previous_response_id"), data.get("conversation")
+    if previous is not None and not isinstance(previous, str):
+        raise _invalid("previous_response_id must be a response id")
     if previous is not None and conversation is not None:
         raise _invalid("give previous_response_id or conversation, not both")
     if previous is not None:
@@ -249,7 +251,8 @@ async def _where(service: Service, data: dict[str, Any], owner: str | None) -> S
         return record
     if conversation is not None:
         ident = conversation.get("id") if isinstance(conversation, dict) else conversation
-        if not isinstance(ident, str) or not _ID.fullmatch(ident):
+        extra = isinstance(conversation, dict) and set(conversation) != {"id"}
+        if extra or not isinstance(ident, str) or not _ID.fullmatch(ident):
             raise _invalid('conversation must be a session id (or {"id": ...})')
         try:
             return await service.session(ident, owner)
@@ -275,9 +278,11 @@ async def create(request: Request) -> Response:
         raise _invalid("store must be true: drover's journal keeps every response")
     if not isinstance(data.get("model"), str) or not data["model"]:
         raise _invalid("model is required (any name: the server's agent runs the turn)")
-    options = data.get("stream_options") or {}
-    if set(options) - {"include_obfuscation"}:
-        raise _invalid("stream_options takes only include_obfuscation")
+    options = data.get("stream_options", {})
+    if set(options) - {"include_obfuscation"} or not all(
+        isinstance(v, bool) for v in options.values()
+    ):
+        raise _invalid("stream_options takes only include_obfuscation, true or false")
     text = _input_text(data.get("input"))
     service = _service(request)
     record = await _where(service, data, owner)
