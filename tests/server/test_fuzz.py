@@ -35,6 +35,13 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 schema = schemathesis.openapi.from_dict(openapi.schema()).exclude(path_regex="/events$")
+# A body over --max-body is refused before it is read, valid or not: 413 is how the server
+# refuses any such body (the doors' messages can be large).
+for check in (
+    schema.config.checks.negative_data_rejection,
+    schema.config.checks.positive_data_acceptance,
+):
+    check.expected_statuses = [*check.expected_statuses, "413"]
 
 
 @schema.parametrize()

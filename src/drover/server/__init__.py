@@ -10,11 +10,15 @@ when the number falls inside one coalesced flush of text.
 Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.guard` (what a web page may not
 ask), :mod:`.routes` (handlers),
 :mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
-:mod:`.replay` (log rows to wire events, reset detection), :mod:`.sse` (the stream),
-:mod:`.openapi` (the schema at ``/openapi.json``), :mod:`.snapshot` (the transcript). With
-several processes on one PostgreSQL journal, what a process adds is the :mod:`drover.cluster`
-package's (other processes' live events, interrupts and permission answers carried to the
-process running the turn, turns of dead processes ended and resumed by a live one).
+:mod:`.replay` (log rows to wire events, reset detection), :mod:`.follow` (reading a session's
+events without a gap), :mod:`.sse` (the stream), :mod:`.openapi` (the schema at
+``/openapi.json``), :mod:`.snapshot` (the transcript); the front doors of other protocols, over
+the same events: :mod:`.doors` (what they share), :mod:`.ai_sdk` and :mod:`.ai_sdk_routes` (the AI
+SDK's UI message stream), :mod:`.responses_api` and :mod:`.responses_routes` (OpenAI-style
+background responses), :mod:`.openapi_doors` (their schema). With several processes on one
+PostgreSQL journal, what a process adds is the :mod:`drover.cluster` package's (other processes'
+live events, interrupts and permission answers carried to the process running the turn, turns of
+dead processes ended and resumed by a live one).
 
 HTTP contract (JSON bodies, UTF-8; every error is ``{"error": {"code", "message"}}`` with a
 4xx status, plus ``"turn_id"`` on ``session_busy``)
@@ -70,6 +74,19 @@ or not:
 ``DELETE /v1/sessions/{id}/permissions[?rule=R]``      200 ``{"revoked": [rule]}``: withdraw all
                                                        grants, or the one named
 ``GET /v1/sessions/{id}/events[?after=N]``             ``text/event-stream`` (below)
+``POST /api/chat`` ``{"id", "messages", "trigger"?,    ``text/event-stream``: the AI SDK's UI
+"messageId"?}``                                        message stream (below); 409
+                                                       ``history_mismatch``, ``session_busy``
+                                                       or ``no_approval``
+``GET /api/chat/{id}/stream``                          the chat's running answer from its
+                                                       start; 204 when none runs
+``POST /v1/responses`` ``{"model", "input",            a ``Response`` (JSON), or with
+"background": true, "stream"?, "store"?,               ``"stream": true`` its events (below);
+"conversation"? | "previous_response_id"?}``           409 ``session_busy`` or ``not_latest``
+``GET /v1/responses/{id}[?stream=true                  the ``Response``, or its events after
+&starting_after=N]``                                   ``N``
+``POST /v1/responses/{id}/cancel`` ``{}``              the ``Response``, ``cancelled``; 409
+                                                       ``not_running`` when it ended otherwise
 ``GET /openapi.json``                                  the OpenAPI 3.1 schema
 ``GET /``                                              the web page (``static/index.html``)
 =====================================================  =========================================
@@ -155,4 +172,53 @@ server's — reported progress; ``total`` and ``message`` may be null; a worker'
 transient ``worker`` event carrying it; only clients connected to the process running the turn
 get it, and a slow client may miss some). Heartbeats are SSE
 comment lines (``: ping``) every ``heartbeat`` seconds.
+
+Front doors of other protocols
+------------------------------
+
+Two doors translate the same numbered events for clients that already speak another protocol
+(:mod:`.doors`). Each serves a *response*: the turn a message started, with the turns that
+resumed it after its process died (a takeover's continuation, whose message is only the note
+telling the model it was cut off). Every stream of a response, first or resumed, is its events
+from its start, through the same follower as the SSE route — live from the hub, replayed from
+the log, gap-free across a restart — so a resume needs no state but the journal's and works in
+any process. Both doors share the guard, tokens (a session belongs to the token that made it;
+another token's chats and responses are not found), the body limit and JSON rules.
+
+*The AI SDK* (``useChat`` with ``DefaultChatTransport``, protocol v1, header
+``x-vercel-ai-ui-message-stream: v1``; :mod:`.ai_sdk` lists the chunks). The chat id is the
+session id (created for the token on its first message). Only the last posted message is new:
+a user message's text parts start a turn; an assistant message carrying ``approval-responded``
+tool parts answers those permission questions of the chat's latest answer (``approvalId`` is
+the request id) and continues it. The earlier messages must be the chat's own: its user
+messages in order with the same text, assistant messages only where they answer, with the id
+of that answer (the ``start`` chunk's ``messageId``, the response's first turn id); an answer
+the client never got may be missing; assistant text is not compared. ``regenerate-message``,
+system messages and non-text user parts are refused. A stream ends with ``finish`` then
+``data: [DONE]``, or at a permission question still waiting (``finish`` with ``tool-calls``:
+the client's approval continues the message). ``GET /api/chat/{id}/stream`` replays the
+running answer from its start (the transport's ``resumeStreamIsReplay``); 204 when no answer
+of the chat runs, when the chat does not exist, or is another token's. After a crash the
+resumed stream is the journal's answer: the text of the cut-off call as far as it was kept,
+its interrupted tool call as ``tool-output-error``, then the continuation's steps.
+
+*OpenAI Responses, background mode* (:mod:`.responses_api` gives the item shapes). A
+response id is ``resp_`` and its first turn's id, ``conversation.id`` the session id. A new
+response runs on a new session, on ``conversation`` (a session id, or ``{"id"}``), or after
+``previous_response_id`` (which must be its conversation's latest response: 409
+``not_latest``). ``input`` is a string or one user message (string content or ``input_text``
+parts); ``background`` must be true, ``store`` true if given, ``model`` any (the agent runs the
+turn; the ``Response`` reports its model); every other field of that API is refused by name
+(422). Events come as ``event: TYPE`` / ``data: JSON`` and end with ``data: [DONE]``; each
+``sequence_number`` is the drover event's number × 1,000,000 plus the event's position among
+those it became, so numbers mean the same event in every replay and grow without being
+consecutive. ``starting_after=N`` serves the events numbered above ``N``; when ``N`` names a
+point the journal cannot continue from exactly (a number a crash lost, or inside text the log
+holds redacted) the whole stream is served again from ``response.created``. A poll
+(``GET /v1/responses/{id}``) is the ``Response`` those events build, from the journal. Tools
+drover ran are ``function_call`` items each followed by its ``function_call_output`` (the
+client must not run them); an ``incomplete`` turn ends ``response.incomplete`` with
+``incomplete_details.reason`` drover's reason (status ``cancelled`` after a cancel), a failed
+one ``response.failed``. Permission questions wait on the permissions route of the
+conversation's session; they are not output items.
 """

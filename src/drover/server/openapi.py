@@ -12,35 +12,37 @@ from typing import Any
 from drover import __name__ as _package
 from drover.journal.rules import MAX_TITLE_CHARS
 
-_ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
+ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
 
 
-def _ref(name: str) -> dict[str, str]:
+def ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def json_content(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _error(description: str) -> dict[str, Any]:
-    return _json(_ref("Error"), description)
+def error_response(description: str) -> dict[str, Any]:
+    return json_content(ref("Error"), description)
 
 
-_UNAUTHORIZED = _error("missing or unknown bearer token (only when the server has tokens)")
+_UNAUTHORIZED = error_response("missing or unknown bearer token (only when the server has tokens)")
 #: What the guard answers on every route (drover.server.guard).
 _GUARDED = {
-    "403": _error(
+    "403": error_response(
         "sent from a web page of another origin (not the server's own, not a --cors-origin)"
     ),
-    "421": _error("the Host header names neither loopback, the bound address nor --allowed-host"),
+    "421": error_response(
+        "the Host header names neither loopback, the bound address nor --allowed-host"
+    ),
 }
-_NOT_FOUND = _error("no such session, or not this token's")
-_BAD_BODY = {
-    "400": _error("the body is not JSON"),
-    "413": _error("the body is too large"),
-    "415": _error("no Content-Type: application/json (required even for an empty body)"),
-    "422": _error("the body does not match the schema"),
+_NOT_FOUND = error_response("no such session, or not this token's")
+BAD_BODY = {
+    "400": error_response("the body is not JSON"),
+    "413": error_response("the body is too large"),
+    "415": error_response("no Content-Type: application/json (required even for an empty body)"),
+    "422": error_response("the body does not match the schema"),
 }
 _SESSION_ID: dict[str, Any] = {
     "name": "session_id",
@@ -190,7 +192,7 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
-def _op(
+def operation(
     summary: str,
     responses: dict[str, Any],
     *,
@@ -210,7 +212,7 @@ def _op(
     return op
 
 
-def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": properties,
@@ -221,7 +223,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 def schema() -> dict[str, Any]:
     sid = "/v1/sessions/{session_id}"
-    turn = _json(_object({"turn_id": {"type": "string"}}, ["turn_id"]), "the turn")
+    turn = json_content(object_schema({"turn_id": {"type": "string"}}, ["turn_id"]), "the turn")
     events_params: list[dict[str, Any]] = [
         _SESSION_ID,
         {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
@@ -230,22 +232,27 @@ def schema() -> dict[str, Any]:
     ]
     paths: dict[str, Any] = {
         "/v1/sessions": {
-            "post": _op(
+            "post": operation(
                 "Create a session",
-                {"201": _json(_object({"id": {"type": "string"}}, ["id"]), "created"), **_BAD_BODY},
-                body=_object({}, []),
+                {
+                    "201": json_content(
+                        object_schema({"id": {"type": "string"}}, ["id"]), "created"
+                    ),
+                    **BAD_BODY,
+                },
+                body=object_schema({}, []),
             ),
-            "get": _op(
+            "get": operation(
                 "List this token's sessions, most recently updated first",
                 {
-                    "200": _json(
-                        _object(
-                            {"sessions": {"type": "array", "items": _ref("SessionSummary")}},
+                    "200": json_content(
+                        object_schema(
+                            {"sessions": {"type": "array", "items": ref("SessionSummary")}},
                             ["sessions"],
                         ),
                         "the sessions",
                     ),
-                    "400": _error("bad limit"),
+                    "400": error_response("bad limit"),
                 },
                 params=[
                     {
@@ -257,29 +264,29 @@ def schema() -> dict[str, Any]:
             ),
         },
         sid: {
-            "get": _op(
+            "get": operation(
                 "The durable transcript",
-                {"200": _json(_ref("Snapshot"), "the snapshot"), "404": _NOT_FOUND},
+                {"200": json_content(ref("Snapshot"), "the snapshot"), "404": _NOT_FOUND},
                 params=[_SESSION_ID],
             ),
-            "patch": _op(
+            "patch": operation(
                 "Give the session a title (later turns keep it)",
                 {
-                    "200": _json(_ref("SessionSummary"), "the renamed session"),
+                    "200": json_content(ref("SessionSummary"), "the renamed session"),
                     "404": _NOT_FOUND,
-                    **_BAD_BODY,
+                    **BAD_BODY,
                 },
                 params=[_SESSION_ID],
-                body=_object(
+                body=object_schema(
                     {"title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS}},
                     ["title"],
                 ),
             ),
-            "delete": _op(
+            "delete": operation(
                 "Delete the session and everything it holds",
                 {
-                    "200": _json(
-                        _object(
+                    "200": json_content(
+                        object_schema(
                             {"id": {"type": "string"}, "deleted": {"const": True}},
                             [
                                 "id",
@@ -289,43 +296,48 @@ def schema() -> dict[str, Any]:
                         "deleted",
                     ),
                     "404": _NOT_FOUND,
-                    "409": _error("a turn is running on the session (turn_id says which)"),
+                    "409": error_response("a turn is running on the session (turn_id says which)"),
                 },
                 params=[_SESSION_ID],
             ),
         },
         f"{sid}/messages": {
-            "post": _op(
+            "post": operation(
                 "Post a user message: starts a turn that runs whatever the clients do",
                 {
                     "202": turn,
                     "404": _NOT_FOUND,
-                    "409": _error("a turn is running on the session (turn_id says which)"),
-                    **_BAD_BODY,
+                    "409": error_response("a turn is running on the session (turn_id says which)"),
+                    **BAD_BODY,
                 },
                 params=[_SESSION_ID],
-                body=_object({"content": {"type": "string", "minLength": 1}}, ["content"]),
+                body=object_schema({"content": {"type": "string", "minLength": 1}}, ["content"]),
             )
         },
         f"{sid}/interrupt": {
-            "post": _op(
+            "post": operation(
                 "Interrupt the running turn (its work is kept)",
-                {"202": turn, "404": _NOT_FOUND, "409": _error("no turn is running"), **_BAD_BODY},
+                {
+                    "202": turn,
+                    "404": _NOT_FOUND,
+                    "409": error_response("no turn is running"),
+                    **BAD_BODY,
+                },
                 params=[_SESSION_ID],
-                body=_object({}, []),
+                body=object_schema({}, []),
             )
         },
         f"{sid}/permissions": {
-            "get": _op(
+            "get": operation(
                 'The session\'s permission mode and its "always" grants (kept in the journal)',
-                {"200": _json(_ref("Permissions"), "the grants"), "404": _NOT_FOUND},
+                {"200": json_content(ref("Permissions"), "the grants"), "404": _NOT_FOUND},
                 params=[_SESSION_ID],
             ),
-            "delete": _op(
+            "delete": operation(
                 "Withdraw the session's grants (all, or the one ?rule= names)",
                 {
-                    "200": _json(
-                        _object(
+                    "200": json_content(
+                        object_schema(
                             {"revoked": {"type": "array", "items": {"type": "string"}}},
                             ["revoked"],
                         ),
@@ -340,18 +352,18 @@ def schema() -> dict[str, Any]:
             ),
         },
         f"{sid}/permissions/{{request_id}}": {
-            "post": _op(
+            "post": operation(
                 "Answer a permission request",
                 {
-                    "200": _json(
-                        _object(
+                    "200": json_content(
+                        object_schema(
                             {"request_id": {"type": "string"}, "decision": {"type": "string"}},
                             ["request_id", "decision"],
                         ),
                         "answered",
                     ),
-                    "404": _error("no such session or request waiting"),
-                    **_BAD_BODY,
+                    "404": error_response("no such session or request waiting"),
+                    **BAD_BODY,
                 },
                 params=[
                     _SESSION_ID,
@@ -362,11 +374,13 @@ def schema() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     },
                 ],
-                body=_object({"decision": {"enum": ["allow", "always", "deny"]}}, ["decision"]),
+                body=object_schema(
+                    {"decision": {"enum": ["allow", "always", "deny"]}}, ["decision"]
+                ),
             )
         },
         f"{sid}/events": {
-            "get": _op(
+            "get": operation(
                 "The session's event stream (SSE), resumed after Last-Event-ID or ?after=N",
                 {
                     "200": {
@@ -378,23 +392,27 @@ def schema() -> dict[str, Any]:
                         "content": {
                             "text/event-stream": {
                                 "schema": {"type": "string"},
-                                "x-event-data": _ref("StreamEvent"),
+                                "x-event-data": ref("StreamEvent"),
                             }
                         },
                     },
-                    "400": _error("bad Last-Event-ID or after"),
+                    "400": error_response("bad Last-Event-ID or after"),
                     "404": _NOT_FOUND,
                 },
                 params=events_params,
             )
         },
     }
+    # (imported here: the doors' paths are built with this module's helpers)
+    from drover.server import openapi_doors
+
+    paths.update(openapi_doors.paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": f"{_package} server", "version": "1"},
         "paths": paths,
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": {**_SCHEMAS, **openapi_doors.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}, {}],

@@ -1,10 +1,10 @@
-"""The event stream of one session: subscribe, catch up, then follow — without a gap.
+"""The event stream of one session as Server-Sent Events (``GET /v1/sessions/{id}/events``).
 
-The order is what makes it gap-free: the client is subscribed to the live feed *first*, then
-served the backlog after its id (the log, cut back into deltas, plus the ring's unflushed
-deltas), then the frames queued meanwhile, skipping every number already sent. A client whose
-id cannot be continued gets a ``reset`` carrying the durable snapshot and goes on from the
-snapshot's number. A subscriber that falls behind is caught up the same way from its last id.
+A :class:`~drover.server.follow.Follower` serves the events without a gap — subscribed first,
+then the backlog after the client's id, then what came meanwhile — and this module writes them:
+each numbered event with its ``id:`` and ``event:`` lines, a ``reset`` with the durable
+snapshot where the client's id cannot be continued, transient events without an id, and a
+heartbeat comment when nothing came for a while.
 
 Written as a plain streaming response body (an async generator): the turn runs elsewhere, so
 a disconnect, which cancels the generator, only unsubscribes.
@@ -17,8 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from drover.journal.records import SessionRecord
-from drover.server.hub import Frame, SessionFeed, Subscription, TransientFrame
-from drover.server.replay import backlog
+from drover.server.follow import Batch, Follower, Reset
 from drover.server.service import Service
 
 HEARTBEAT = b": ping\n\n"
@@ -32,84 +31,35 @@ def _frame(event: str, data: dict[str, Any], seq: int | None = None) -> bytes:
     return head + b"event: %s\ndata: %s\n\n" % (event.encode(), body)
 
 
-class _Stream:
-    def __init__(self, service: Service, record: SessionRecord, feed: SessionFeed) -> None:
-        self.service = service
-        self.record = record
-        self.feed = feed
-        self.last = 0
-
-    async def catch_up(self, after: int) -> bytes:
-        """Everything after ``after`` (or a reset and what follows the snapshot)."""
-        store = self.service.store
-        out: list[bytes] = []
-        for reset in (False, True):
-            rows = await store.events_after(self.record.id, max(after - 1, 0))
-            # After a reset the client holds the snapshot: everything up to its number, the
-            # start of a delta still being written included.
-            plan = backlog(after, rows, self.feed, snapshot=reset)
-            if not plan.reset:
-                for frame in plan.frames:
-                    if frame.seq > self.last:
-                        out.append(frame.encode())
-                        self.last = frame.seq
-                self.last = max(self.last, after)
-                return b"".join(out)
-            snap = await self.service.snapshot(self.record)
-            after = self.last = snap["last_event_id"]
-            out.append(_frame("reset", snap, after))
-        return b"".join(out)
-
-    def follow(self, subscription: Subscription, frames: list[Frame | TransientFrame]) -> bytes:
-        out = []
-        for frame in frames:
-            if isinstance(frame, TransientFrame):
-                out.append(frame.wire)
-            elif frame.seq > self.last:
-                out.append(frame.encode())
-                self.last = frame.seq
-        return b"".join(out)
+def _encode(batch: Batch) -> bytes:
+    return b"".join(
+        _frame("reset", item.snapshot, item.seq) if isinstance(item, Reset) else item.wire
+        for item in batch
+    )
 
 
 async def event_stream(
     service: Service, record: SessionRecord, after: int, *, heartbeat: float
 ) -> AsyncIterator[bytes]:
-    feed = service.hub.feed(record.id)
-    subscription = feed.subscribe()
-    stream = _Stream(service, record, feed)
-    relay = service.relay
+    follower = Follower(service, record)
     try:
-        if relay is not None:
-            # Other processes' recent live events into the ring before the backlog is read.
-            await relay.attach(record.id)
+        await follower.open()
         status = {
             "type": "status",
             "transient": True,
             "running_turn_id": await service.any_running_turn_id(record.id),
-            "last_event_id": max(feed.last_seq, await service.store.last_event_seq(record.id)),
+            "last_event_id": max(
+                follower.feed.last_seq, await service.store.last_event_seq(record.id)
+            ),
         }
         yield b"retry: %d\n\n" % RETRY_MS + _frame("status", status)
-        chunk = await stream.catch_up(after)
+        chunk = _encode(await follower.catch_up(after))
         if chunk:
             yield chunk
-        while not subscription.closed:
-            if subscription.lagged:
-                subscription.resynced()
-                chunk = await stream.catch_up(stream.last)
-                if chunk:
-                    yield chunk
-                continue
-            frames = await subscription.wait(heartbeat)
-            if not frames and not subscription.lagged:
-                if not subscription.closed:
-                    yield HEARTBEAT
-                continue
-            chunk = stream.follow(subscription, frames)
-            if chunk:
-                yield chunk
+        while True:
+            batch = await follower.next(heartbeat)
+            if batch is None:
+                break
+            yield _encode(batch) if batch else HEARTBEAT
     finally:
-        if relay is not None:
-            relay.detach(record.id)
-        feed.unsubscribe(subscription)
-        if service.running_turn_id(record.id) is None:
-            service.hub.forget_idle(record.id)
+        follower.close()
