@@ -206,17 +206,22 @@ class PermissionRequest:
     input: Mapping[str, Any]
     summary: str
     decision: asyncio.Future[Decision] = field(repr=False)
+    #: With a ``deny`` nobody chose (no terminal to ask, no answer in time): what happened,
+    #: which the refused call's result tells the model instead of "the user denied it".
+    reason: str | None = field(default=None, repr=False)
     type: Literal["permission_request"] = "permission_request"
 
-    def decide(self, decision: Decision) -> bool:
-        """Answer the request; returns False when it was already answered or abandoned."""
+    def decide(self, decision: Decision, *, reason: str | None = None) -> bool:
+        """Answer the request; returns False when it was already answered or abandoned.
+        ``reason`` says why a ``deny`` was given when no person gave it."""
         if self.decision.done():
             return False
-        self.decision.get_loop().call_soon_threadsafe(self._set, decision)
+        self.decision.get_loop().call_soon_threadsafe(self._set, decision, reason)
         return True
 
-    def _set(self, decision: Decision) -> None:
+    def _set(self, decision: Decision, reason: str | None) -> None:
         if not self.decision.done():
+            self.reason = reason
             self.decision.set_result(decision)
 
 

@@ -119,8 +119,16 @@ def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunR
     )
 
 
+#: What the model is told of a call refused because the run had nobody to ask.
+NO_HANDLER_TEXT = (
+    "Not run: this call needs permission and the run had no permission handler to ask, so it "
+    "was refused without asking."
+)
+
+
 def deny_unanswered(request: PermissionRequest) -> Decision:
-    """The handler of a turn nobody can be asked in: refuse."""
+    """The handler of a turn nobody can be asked in: refuse, saying so."""
+    request.decide("deny", reason=NO_HANDLER_TEXT)
     return "deny"
 
 

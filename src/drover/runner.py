@@ -166,6 +166,7 @@ class _Watch:
     @staticmethod
     async def _ask(handler: PermissionHandler, request: PermissionRequest) -> None:
         decision: Decision = "deny"
+        reason = None
         try:
             answer = handler(request)
             if inspect.isawaitable(answer):
@@ -174,11 +175,13 @@ class _Watch:
                 decision = answer
             else:
                 log.warning("permission handler returned %r; denying", answer)
+                reason = f"Not run: the permission handler gave no answer ({answer!r})."
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("permission handler failed; denying %s", request.tool_name)
-        request.decide(decision)
+            reason = f"Not run: the permission handler failed ({type(exc).__name__})."
+        request.decide(decision, reason=reason)
 
 
 class Runner:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from drover.errors import ToolError
 from drover.events import (
@@ -33,13 +34,15 @@ from drover.events import (
 )
 from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
+from drover.rules import always_rule
 from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import OutputBuffer
 
-DENIED_TEXT = "Tool execution denied by user."
+#: What the model is told of a call the user refused when asked.
+DENIED_TEXT = "Not run: the user denied permission for this call."
 
 
 @dataclass(slots=True)
@@ -205,19 +208,27 @@ class ToolBatch:
                 slot, "output-error", f"Unknown tool '{call.name}'. Available tools: {known}.", True
             )
             return
-        if self._policy.denied_outright(tool):
-            await self._finish(slot, "denied", DENIED_TEXT, True)
+        invalid = _invalid_input(tool, call.input)
+        if invalid is not None:
+            # Back to the model before anyone is asked: a call that cannot run needs no consent.
+            await self._finish(slot, "output-error", invalid, True)
             return
-        if self._policy.needs_prompt(tool, call.input):
-            decision = await self._ask(slot, tool)
+        verdict = self._policy.verdict(tool, call.input)
+        if verdict.action == "refuse":
+            await self._finish(slot, "denied", verdict.refusal, True)
+            return
+        if verdict.action == "ask":
+            request = await self._ask(slot, tool)
+            decision = request.decision.result()
             if decision == "deny":
-                await self._finish(slot, "denied", DENIED_TEXT, True)
+                await self._finish(slot, "denied", request.reason or DENIED_TEXT, True)
                 return
             if decision == "always":
-                await self._policy.grant(tool.name)
+                await self._policy.grant(always_rule(tool.name, call.input))
         await self._execute(slot, tool)
 
-    async def _ask(self, slot: CallSlot, tool: Tool) -> Decision:
+    async def _ask(self, slot: CallSlot, tool: Tool) -> PermissionRequest:
+        """Ask and wait for the answer; the request, decided."""
         await self._set_state(slot, "awaiting-permission")
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         request = PermissionRequest(
@@ -230,7 +241,8 @@ class ToolBatch:
         )
         await self._sink.send(request)
         try:
-            return await future
+            await future
+            return request
         finally:
             future.cancel()
 
@@ -285,3 +297,18 @@ class ToolBatch:
             return
         state: ToolState = "output-error" if output.is_error else "output-available"
         await self._finish(slot, state, output.content, output.is_error)
+
+
+def _invalid_input(tool: Tool, input: Mapping[str, Any]) -> str | None:
+    """Why ``input`` cannot be given to ``tool`` (its ``validate`` method refuses it), or None:
+    valid, or a tool that does not validate before it runs."""
+    validate = getattr(tool, "validate", None)
+    if not callable(validate):
+        return None
+    try:
+        validate(input)
+    except ToolError as exc:
+        return str(exc) or type(exc).__name__
+    except Exception as exc:  # a validator's bug is the tool's, reported like its failures
+        return f"Tool failed: {type(exc).__name__}: {exc}"
+    return None

@@ -41,6 +41,11 @@ from drover.events import (
 )
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+#: What the model is told of a call refused because nobody could be asked.
+NO_TERMINAL_TEXT = (
+    "Not run: this call needs the user's permission and there was no terminal to ask, so "
+    "it was refused without asking (--permission-mode allow or an --allow rule permits it)."
+)
 
 
 def point_at_devnull(stream: TextIO | None = None) -> None:
@@ -185,7 +190,7 @@ class HeadlessPrinter:
                 f"denied {request.summary}: permission needed and no terminal to ask "
                 "(use --permission-mode allow)",
             )
-            request.decide("deny")
+            request.decide("deny", reason=NO_TERMINAL_TEXT)
             return
         # The loop waits for the decision, not for send(): the question runs beside it.
         task = asyncio.get_running_loop().create_task(self._ask(request, self.lines))
