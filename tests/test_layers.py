@@ -24,6 +24,8 @@ LAYERS: dict[str, int] = {
     "sinks": 0,
     "summaries": 0,
     "config": 0,
+    "config_tables": 0,
+    "rules": 0,
     "output": 0,
     # adapters, side by side: none imports another
     "providers": 1,

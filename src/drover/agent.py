@@ -41,9 +41,10 @@ from drover.errors import ConfigError, DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
 from drover.mcp.config import load_servers, redact_patterns
-from drover.permissions import PermissionMode, PermissionPolicy
+from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
+from drover.rules import Rule
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
 from drover.store import open_store
 from drover.store.base import Store
@@ -171,6 +172,10 @@ class Agent(Generic[OutputT]):
     server's stderr is kept (default: ``mcp-logs`` in the user data directory). The command
     line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
     (see :func:`drover.mcp.default_config_files`).
+
+    ``allow`` and ``deny`` are permission rules (:mod:`drover.rules`: ``"bash(git status*)"``,
+    ``"write_file(src/**)"``), added to the config file's ``[permissions]``: a call an allow
+    rule covers runs without asking, one a deny rule covers is refused in every mode.
     """
 
     def __init__(
@@ -194,6 +199,8 @@ class Agent(Generic[OutputT]):
         mcp_config: Iterable[Path | str] = (),
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcp_log_dir: Path | str | None = None,
+        allow: Iterable[str | Rule] = (),
+        deny: Iterable[str | Rule] = (),
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -205,6 +212,9 @@ class Agent(Generic[OutputT]):
         self._workdir_arg = workdir
         PermissionPolicy(permission_mode)  # checks the mode now
         self.permission_mode: PermissionMode = permission_mode
+        # Checked now: a rule that does not parse fails here.
+        self._allow = rules_of(allow, "allow=")
+        self._deny = rules_of(deny, "deny=")
         self.on_permission = on_permission
         self._max_turns = max_turns
         self._base_url = base_url
@@ -288,6 +298,18 @@ class Agent(Generic[OutputT]):
     def mcp(self) -> McpServers | None:
         """The MCP servers whose tools are offered (None: none configured)."""
         return self._opened().mcp
+
+    @property
+    def allow_rules(self) -> tuple[Rule, ...]:
+        """The permission rules that run calls without asking: the config file's, then the
+        agent's own."""
+        return (*self.config.permissions_allow, *self._allow)
+
+    @property
+    def deny_rules(self) -> tuple[Rule, ...]:
+        """The permission rules that refuse calls in every mode: the config file's, then the
+        agent's own."""
+        return (*self.config.permissions_deny, *self._deny)
 
     @property
     def model(self) -> str:
@@ -429,7 +451,12 @@ class Agent(Generic[OutputT]):
             provider=opened.provider,
             tools=opened.tools,
             workdir=workdir,
-            policy=PermissionPolicy(self.permission_mode),
+            policy=PermissionPolicy(
+                self.permission_mode,
+                allow=self.allow_rules,
+                deny=self.deny_rules,
+                workdir=workdir,
+            ),
             settings=LoopSettings(max_turns=self._max_turns or config.max_turns),
             convo=ConversationManager(
                 context_limit=config.context_limit,

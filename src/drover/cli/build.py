@@ -40,6 +40,8 @@ def agent_from_args(
         tools=tools,
         config=config,
         mcp_config=mcp_files(args),
+        allow=getattr(args, "allow", None) or (),
+        deny=getattr(args, "deny", None) or (),
     )
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from drover.errors import DroverError
+from drover.rules import Rule
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -78,6 +79,20 @@ def _session_id(text: str) -> str:
     return session_id_arg(text)
 
 
+def _rule(flag: str) -> Callable[[str], Rule]:
+    """The ``type`` of ``--allow``/``--deny``: a rule, remembering the flag it came from."""
+
+    def parse(text: str) -> Rule:
+        from drover.errors import ConfigError
+
+        try:
+            return Rule.parse(text, flag)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+
+    return parse
+
+
 def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", help="SQLite path or postgresql:// URL (env DROVER_DB; default: the user's journal)"
@@ -116,6 +131,26 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
+    parser.add_argument(
+        "--allow",
+        metavar="RULE",
+        type=_rule("--allow"),
+        action="append",
+        default=[],
+        help="run the calls RULE covers without asking, repeatable: a tool name, optionally "
+        "with a glob on its main argument: read_file, 'bash(git status*)', "
+        "'write_file(src/**)', 'edit_file(*.md)', mcp__SERVER__TOOL (adds to the config "
+        "file's [permissions] allow)",
+    )
+    parser.add_argument(
+        "--deny",
+        metavar="RULE",
+        type=_rule("--deny"),
+        action="append",
+        default=[],
+        help="refuse the calls RULE covers, in every permission mode, repeatable (same rules; "
+        "deny wins over allow; the model is told which rule refused it)",
+    )
     _add_mcp_config(parser)
 
 

@@ -65,9 +65,12 @@ or not:
                                                        stopped); 409 ``no_running_turn``
 ``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
 ``{"decision": "allow"|"always"|"deny"}``              when unknown or already answered
-``GET /v1/sessions/{id}/permissions``                  200 ``{"mode", "grants": [{"rule",
-                                                       "created_at"}]}``: the session's "always"
-                                                       answers, kept in the journal
+``GET /v1/sessions/{id}/permissions``                  200 ``{"mode", "rules": [{"kind":
+                                                       "allow"|"deny", "rule", "source"}],
+                                                       "grants": [{"rule", "created_at"}]}``:
+                                                       the config file's and flags' rules, and
+                                                       the session's "always" answers, kept in
+                                                       the journal
 ``DELETE /v1/sessions/{id}/permissions[?rule=R]``      200 ``{"revoked": [rule]}``: withdraw all
                                                        grants, or the one named
 ``GET /v1/sessions/{id}/events[?after=N]``             ``text/event-stream`` (below)

@@ -14,8 +14,9 @@
 /clear                   start a new session (this one stays stored)
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
-/permissions [revoke R]  the permission mode and this session's "always" answers; withdraw
-                         one (revoke TOOL) or all (revoke all)
+/permissions [revoke R]  what decides tool calls: the mode, the allow and deny rules (config
+                         file, --allow/--deny) and this session's "always" answers, each with
+                         where it comes from; withdraw an answer (revoke RULE) or all
 /exit                    leave (also Ctrl-D, or Ctrl-C twice)
 """
 
@@ -121,28 +122,36 @@ def _say_lines(repl: Repl, lines: list[str]) -> None:
 
 
 async def permissions_command(session: Session, arg: str) -> list[str]:
-    """``/permissions`` (both REPL modes): list the session's grants, or withdraw them."""
+    """``/permissions`` (both REPL modes): what decides this session's tool calls — the mode,
+    the deny and allow rules (config file, flags) and the session's "always" answers, each
+    with where it comes from — or withdraw "always" answers."""
     verb, _, rule = arg.partition(" ")
     rule = rule.strip()
     if verb == "revoke":
         if not rule:
-            return ["usage: /permissions revoke TOOL (or: /permissions revoke all)"]
+            return ["usage: /permissions revoke RULE (or: /permissions revoke all)"]
         revoked = await session.revoke(None if rule == "all" else rule)
         if not revoked:
             return [f"no grant {rule!r} in this session"]
         return [f"withdrawn: {', '.join(revoked)} (it asks again from now on)"]
     if arg:
-        return ["usage: /permissions, or /permissions revoke TOOL|all"]
-    mode = session.engine.policy.mode
-    lines = [f"permission mode: {mode}"]
+        return ["usage: /permissions, or /permissions revoke RULE|all"]
+    policy = session.engine.policy
+    lines = [f"permission mode: {policy.mode}"]
     grants = await session.grants()
-    if not grants:
-        lines.append('no "always" answers in this session')
+    rows = [("deny", r.text, r.source) for r in policy.deny_rules]
+    rows += [("allow", r.text, r.source) for r in policy.allow_rules]
     for grant in grants:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(grant.created_at))
-        lines.append(f"  always: {grant.rule}  (since {when})")
+        rows.append(("always", grant.rule, f'an "always" answer in this session, {when}'))
+    if not rows:
+        lines.append('no rules, and no "always" answers in this session')
+    width = max((len(text) for _, text, _ in rows), default=0)
+    lines += [f"  {kind:<6} {text:<{width}}  ({source})" for kind, text, source in rows]
+    if rows:
+        lines.append("deny wins over allow; a deny rule refuses even in allow mode")
     if grants:
-        lines.append("withdraw with /permissions revoke TOOL (or revoke all)")
+        lines.append('withdraw an "always" answer with /permissions revoke RULE (or revoke all)')
     return lines
 
 
