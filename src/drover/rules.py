@@ -234,6 +234,11 @@ def always_rule(tool: str, input: Mapping[str, Any] | None) -> str:
     return tool
 
 
+def always_scope(tool: str) -> str:
+    """What an "always" answer for ``tool`` covers, as a question says it."""
+    return "this command" if tool == "bash" else "this tool"
+
+
 def has_wildcard(glob: str) -> bool:
     """Whether ``glob`` has a ``*`` or ``?`` that is not escaped."""
     escaped = False

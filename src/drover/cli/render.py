@@ -39,6 +39,7 @@ from drover.events import (
     WorkerEvent,
     event_to_dict,
 )
+from drover.rules import always_scope
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 #: What the model is told of a call refused because nobody could be asked.
@@ -206,7 +207,7 @@ class HeadlessPrinter:
             self._write(
                 self.err,
                 f"\n{request.tool_name} wants to run with:\n{shown}\n"
-                "Allow? [y]es / [a]lways for this tool / [N]o: ",
+                f"Allow? [y]es / [a]lways for {always_scope(request.tool_name)} / [N]o: ",
             )
             reader = asyncio.get_running_loop().create_task(lines.readline())
             answered = False

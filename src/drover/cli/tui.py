@@ -55,6 +55,7 @@ from drover.events import (
     WorkerEvent,
 )
 from drover.messages import Message, Usage
+from drover.rules import always_scope
 from drover.summaries import summarise_input, summarise_output
 
 #: Lines of a file shown for a new ``write_file``; the rest is counted, not shown.
@@ -409,7 +410,8 @@ class TurnView:
         if request is None:
             return False
         request.decide(decision)
-        label = {"allow": "allowed once", "always": "allowed always", "deny": "denied"}[decision]
+        always = f"allowed always ({always_scope(request.tool_name)})"
+        label = {"allow": "allowed once", "always": always, "deny": "denied"}[decision]
         self.console.print(Text(f"{request.summary}: {label}", style="dim"))
         self._asked = None
         self._next_question()
@@ -443,7 +445,10 @@ class TurnView:
             ask = Text(f"Allow {self._asked.summary}?", style="bold cyan")
             ask.truncate(room + 2, overflow="ellipsis")
             parts.append(ask)
-            parts.append(Text("y once · a always · n deny · Esc stops", style="bold"))
+            scope = always_scope(self._asked.tool_name)
+            keys = Text(f"y once · a always ({scope}) · n deny · Esc stops", style="bold")
+            keys.truncate(room + 2, overflow="ellipsis")
+            parts.append(keys)
         elif not parts:
             parts.append(Spinner("dots", Text("working…  (Esc interrupts)", style="dim")))
         status = self.status()
