@@ -40,7 +40,7 @@ from drover.conversation import ConversationManager
 from drover.errors import ConfigError, DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
 from drover.loop import LoopSettings
-from drover.mcp.config import load_servers, redact_patterns
+from drover.mcp.config import McpFile, load_servers, redact_patterns
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -166,8 +166,9 @@ class Agent(Generic[OutputT]):
     pydantic model) is the output of every run that does not give its own.
 
     MCP servers add their tools (``mcp__SERVER__TOOL``, :mod:`drover.mcp`): ``mcp_config``
-    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order,
-    and ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
+    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order
+    (an :class:`~drover.mcp.config.McpFile` takes only some servers of a file), and
+    ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
     agent starts them when it opens and stops them when it closes; ``mcp_log_dir`` is where each
     server's stderr is kept (default: ``mcp-logs`` in the user data directory). The command
     line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
@@ -196,7 +197,7 @@ class Agent(Generic[OutputT]):
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
         output_type: type[OutputT] | None = None,
-        mcp_config: Iterable[Path | str] = (),
+        mcp_config: Iterable[Path | str | McpFile] = (),
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcp_log_dir: Path | str | None = None,
         allow: Iterable[str | Rule] = (),

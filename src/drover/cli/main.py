@@ -161,8 +161,9 @@ def _add_mcp_config(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         help='MCP servers from FILE ({"mcpServers": {...}}, as in .mcp.json); repeatable, '
-        "read after the user-level mcp.json next to config.toml and the workdir's .mcp.json, "
-        "a later definition of a server winning",
+        "read after the user-level mcp.json next to config.toml and the workdir's .mcp.json "
+        "(whose servers start only once approved: drover mcp approve), a later definition of "
+        "a server winning",
     )
 
 
@@ -272,11 +273,27 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             help="configured MCP servers, their status and their tools",
             description="Start each configured MCP server, list its tools, stop it again. "
             "Servers come from the user-level mcp.json next to config.toml, the workdir's "
-            ".mcp.json and each --mcp-config FILE.",
+            ".mcp.json (only approved servers start: drover mcp approve) and each "
+            "--mcp-config FILE.",
         )
         listing.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
         _add_mcp_config(listing)
         listing.add_argument("--json", action="store_true", help="one JSON object")
+        approving = actions.add_parser(
+            "approve",
+            help="start the servers of the workdir's .mcp.json from now on",
+            description="Approve the MCP servers the workdir's .mcp.json names, as the file "
+            "is now (a changed file needs approving again). Until then -p and serve leave "
+            "them out and the REPL asks.",
+        )
+        approving.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
+        revoking = actions.add_parser(
+            "revoke",
+            help="forget the answer kept for the workdir's .mcp.json",
+            description="Forget the approval (or refusal) kept for the workdir's .mcp.json: "
+            "its servers are left out again and the REPL asks.",
+        )
+        revoking.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
     elif name == "demo":
         parser.add_argument(
             "--workdir", type=Path, help="where the demo works (default: a temp dir)"
@@ -417,9 +434,13 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
     if name == "mcp":
         import asyncio
 
-        from drover.cli.mcp import list_servers
+        from drover.cli import mcp
 
-        return asyncio.run(list_servers(args))
+        if args.action == "approve":
+            return mcp.approve(args)
+        if args.action == "revoke":
+            return mcp.revoke(args)
+        return asyncio.run(mcp.list_servers(args))
     # The journal's readers run no event loop (asyncio alone is ~30 ms of their start-up).
     if name == "sessions":
         from drover.cli.admin import print_sessions

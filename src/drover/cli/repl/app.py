@@ -322,6 +322,15 @@ class Repl:
         self.console.print(Text(line, style="red" if status == "failed" else "yellow"))
 
 
+async def ask_at_the_prompt(question: str) -> str | None:
+    """One question on the terminal before the REPL starts (None: Ctrl-C or Ctrl-D)."""
+    asker: PromptSession[str] = PromptSession()
+    try:
+        return await asker.prompt_async(question)
+    except (KeyboardInterrupt, EOFError):
+        return None
+
+
 def make_console() -> Console:
     """Output for people: width and colour from the terminal, no colour under ``NO_COLOR``."""
     return Console(highlight=False)

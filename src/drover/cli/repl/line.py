@@ -50,6 +50,10 @@ async def _read_line(lines: StdinLines, prompt: str) -> str | None:
 async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
+    if stdin_is_terminal():
+        from drover.cli.repl import ask_about_project_servers
+
+        await ask_about_project_servers(args, lambda question: _read_line(lines, question))
     async with agent_from_args(args) as agent:
         named = args.resume or args.session
         if named is not None:
