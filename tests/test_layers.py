@@ -31,6 +31,8 @@ LAYERS: dict[str, int] = {
     "providers": 1,
     "tools": 1,
     "store": 1,
+    # the system prompt's files (AGENTS.md), read from the working directory up
+    "instructions": 1,
     # one turn
     "permissions": 2,
     "compact": 2,

@@ -39,6 +39,7 @@ from drover.config import Config, load_config
 from drover.conversation import ConversationManager
 from drover.errors import ConfigError, DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
+from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.loop import LoopSettings
 from drover.mcp.config import McpFile, load_servers, redact_patterns
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
@@ -141,6 +142,8 @@ class _Open:
     #: The model spec of new sessions.
     model: str
     loop: asyncio.AbstractEventLoop
+    #: The system prompt of new sessions, part by part.
+    prompt: PromptParts
     #: Handles kept between turns, least recently used first.
     sessions: OrderedDict[str, Session[Any]] = field(default_factory=OrderedDict)
     #: Providers a session switched to (``/model``), closed with the agent.
@@ -174,6 +177,11 @@ class Agent(Generic[OutputT]):
     line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
     (see :func:`drover.mcp.default_config_files`).
 
+    ``system_prompt`` replaces drover's coding-agent prompt; ``append_system_prompt`` is added
+    at its end. With ``instructions`` the project's and the user's ``AGENTS.md`` (else
+    ``CLAUDE.md``) files join the prompt between the two (:mod:`drover.instructions`; the
+    command line turns it on).
+
     ``allow`` and ``deny`` are permission rules (:mod:`drover.rules`: ``"bash(git status*)"``,
     ``"write_file(src/**)"``), added to the config file's ``[permissions]``: a call an allow
     rule covers runs without asking, one a deny rule covers is refused in every mode.
@@ -202,6 +210,8 @@ class Agent(Generic[OutputT]):
         mcp_log_dir: Path | str | None = None,
         allow: Iterable[str | Rule] = (),
         deny: Iterable[str | Rule] = (),
+        append_system_prompt: str | None = None,
+        instructions: bool = False,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -209,6 +219,8 @@ class Agent(Generic[OutputT]):
         self._model = model
         self._tools = None if tools is None else list(tools)
         self._system_prompt = system_prompt
+        self._append_system_prompt = append_system_prompt
+        self._instructions = instructions
         self._store = store
         self._workdir_arg = workdir
         PermissionPolicy(permission_mode)  # checks the mode now
@@ -301,6 +313,11 @@ class Agent(Generic[OutputT]):
         return self._opened().mcp
 
     @property
+    def prompt(self) -> PromptParts:
+        """The system prompt of new sessions, part by part (``.text()``: the whole)."""
+        return self._opened().prompt
+
+    @property
     def allow_rules(self) -> tuple[Rule, ...]:
         """The permission rules that run calls without asking: the config file's, then the
         agent's own."""
@@ -388,7 +405,19 @@ class Agent(Generic[OutputT]):
                 await mcp.start()
                 mcp.register(tools)
             stack.pop_all()
+        files: list[InstructionFile] = []
+        if self._instructions:
+            files = await asyncio.to_thread(find_instructions, workdir)
+        prompt = PromptParts(
+            base=default_system_prompt(workdir)
+            if self._system_prompt is None
+            else self._system_prompt,
+            replaced=self._system_prompt is not None,
+            files=tuple(files),
+            append=self._append_system_prompt,
+        )
         return _Open(
+            prompt=prompt,
             store=store,
             owns_store=owns_store,
             provider=provider,
@@ -446,7 +475,6 @@ class Agent(Generic[OutputT]):
         kept = opened.sessions.get(record.id)
         if kept is not None:  # ``continue_latest`` found one already open
             return kept
-        prompt = self._system_prompt
         engine = await opened.runner.agent_session(
             record,
             provider=opened.provider,
@@ -462,7 +490,7 @@ class Agent(Generic[OutputT]):
             convo=ConversationManager(
                 context_limit=config.context_limit,
                 chars_per_token=config.chars_per_token,
-                system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
+                system_prompt=opened.prompt.text(),
             ),
         )
         if opened.coordinator is not None:

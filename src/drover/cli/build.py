@@ -26,7 +26,8 @@ def agent_from_args(
     lease_seconds: float = LEASE_SECONDS,
 ) -> Agent:
     """The agent the run flags describe (``--model``, ``--db``, ``--workdir``,
-    ``--mcp-config``, ``--allow``/``--deny``, …); a ``provider`` given replaces the one
+    ``--mcp-config``, ``--allow``/``--deny``, ``--system-prompt``, …), with the project
+    instructions (``AGENTS.md``) in its prompt; a ``provider`` given replaces the one
     ``--model`` names (the caller closes it). The workdir's ``.mcp.json`` servers that are not
     approved are left out, said on stderr (:mod:`drover.mcp.approval`)."""
     config = config or load_config()
@@ -49,6 +50,9 @@ def agent_from_args(
         mcp_config=mcp_files(args, project),
         allow=getattr(args, "allow", None) or (),
         deny=getattr(args, "deny", None) or (),
+        system_prompt=getattr(args, "system_prompt", None),
+        append_system_prompt=getattr(args, "append_system_prompt", None),
+        instructions=True,
     )
 
 

@@ -93,6 +93,28 @@ def _rule(flag: str) -> Callable[[str], Rule]:
     return parse
 
 
+def _prompt_text(flag: str) -> Callable[[str], str]:
+    """The ``type`` of ``--system-prompt``/``--append-system-prompt``: TEXT, or @FILE's text."""
+
+    def read(value: str) -> str:
+        if value.startswith("@@"):
+            text = value[1:]
+        elif value.startswith("@"):
+            path = Path(value[1:]).expanduser()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise argparse.ArgumentTypeError(f"cannot read {path}: {reason}") from None
+        else:
+            text = value
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} is empty")
+        return text
+
+    return read
+
+
 def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", help="SQLite path or postgresql:// URL (env DROVER_DB; default: the user's journal)"
@@ -131,6 +153,22 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
+    parser.add_argument(
+        "--system-prompt",
+        metavar="TEXT|@FILE",
+        type=_prompt_text("--system-prompt"),
+        help="replace drover's system prompt with TEXT, or with FILE's content (@FILE; @@ "
+        "starts a TEXT with @). Project instructions (AGENTS.md, else CLAUDE.md, in the "
+        "workdir, its parents up to the repository root, and next to config.toml) still follow "
+        "it",
+    )
+    parser.add_argument(
+        "--append-system-prompt",
+        metavar="TEXT|@FILE",
+        type=_prompt_text("--append-system-prompt"),
+        help="add TEXT (or FILE's content) at the end of the system prompt, after the project "
+        "instructions",
+    )
     parser.add_argument(
         "--allow",
         metavar="RULE",

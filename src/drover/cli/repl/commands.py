@@ -3,6 +3,8 @@
 /help                    this list
 /model [PROVIDER:MODEL]  show or switch the model (pending work is kept and converted)
 /tokens                  context estimate, calibration ratio, divisor; tokens used and cost
+/context                 what the system prompt holds: drover's prompt (or --system-prompt),
+                         each AGENTS.md/CLAUDE.md read, --append-system-prompt; their sizes
 /compact                 summarise older history now to free context
 /sessions                stored sessions, latest first
 /resume [ID]             finish the unfinished turn, or open another stored session (any
@@ -82,6 +84,8 @@ async def run_command(repl: Repl, line: str) -> bool:
         await _model(repl, arg)
     elif name == "/tokens":
         _tokens(repl)
+    elif name == "/context":
+        _say_lines(repl, context_command(repl.agent, repl.session))
     elif name == "/compact":
         engine = repl.session.engine
         keep = engine.settings.keep_tail
@@ -114,6 +118,18 @@ async def run_command(repl: Repl, line: str) -> bool:
     else:
         say(f"unknown command {name}; /help lists them")
     return False
+
+
+def context_command(agent: Agent, session: Session) -> list[str]:
+    """``/context`` (both REPL modes): the parts of the system prompt, and the context used."""
+    convo = session.engine.convo
+    lines = agent.prompt.describe(convo.chars_per_token)
+    used = convo.calibrated_tokens(session.pending)
+    lines.append(
+        f"context: ~{used:,} of {convo.context_limit:,} tokens in use (system prompt, history "
+        "and unfinished work); /tokens has the details"
+    )
+    return lines
 
 
 def _say_lines(repl: Repl, lines: list[str]) -> None:

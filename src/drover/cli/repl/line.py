@@ -80,7 +80,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
             try:
                 if line.startswith("/"):
                     if not await _manage(line, agent, session, lines) and await _command(
-                        line, session, lines
+                        line, agent, session, lines
                     ):
                         return 0
                     continue
@@ -153,7 +153,7 @@ async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) 
     return True
 
 
-async def _command(line: str, session: Session, lines: StdinLines) -> bool:
+async def _command(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:
     """Run a slash command; True means leave."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
@@ -209,6 +209,10 @@ async def _command(line: str, session: Session, lines: StdinLines) -> bool:
             print(text)
     elif name == "/session":
         print(session.id)
+    elif name == "/context":
+        from drover.cli.repl.commands import context_command
+
+        print("\n".join(context_command(agent, session)))
     else:
         print(f"unknown command {name}; /help lists them")
     return False
