@@ -45,7 +45,7 @@ def test_a_prompt_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path) -> N
 
 
 def test_context_lists_each_part_of_the_prompt(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
-    env, user = env_with_user_dir(tmp_path)
+    env, _user = env_with_user_dir(tmp_path)
     (tmp_path / "CLAUDE.md").write_text("Use tabs.")
     done = subprocess.run(
         [*DROVER, *base_args(fake_llm, tmp_path), "--append-system-prompt", "Be brief."],
