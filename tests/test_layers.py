@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "permissions": 2,
     "compact": 2,
     "toolrun": 2,
+    "hooks": 2,
     "loop": 2,
     "session": 2,
     "workers": 2,

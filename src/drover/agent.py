@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any, Generic, Self, overload
 from pydantic import BaseModel
 
 from drover.config import Config, load_config
+from drover.config_tables import HookSpec
 from drover.conversation import ConversationManager
 from drover.errors import ConfigError, DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
+from drover.hooks import Hooks
 from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.loop import LoopSettings
 from drover.mcp.config import McpFile, load_servers, redact_patterns
@@ -144,6 +146,8 @@ class _Open:
     loop: asyncio.AbstractEventLoop
     #: The system prompt of new sessions, part by part.
     prompt: PromptParts
+    #: The configured hooks (None: none).
+    hooks: Hooks | None
     #: Handles kept between turns, least recently used first.
     sessions: OrderedDict[str, Session[Any]] = field(default_factory=OrderedDict)
     #: Providers a session switched to (``/model``), closed with the agent.
@@ -182,6 +186,9 @@ class Agent(Generic[OutputT]):
     ``CLAUDE.md``) files join the prompt between the two (:mod:`drover.instructions`; the
     command line turns it on).
 
+    ``hooks`` are commands run around tool calls and at a turn's end (None: the config file's
+    ``[[hooks]]``; :mod:`drover.hooks`); they run in the sandbox ``bash`` runs in.
+
     ``allow`` and ``deny`` are permission rules (:mod:`drover.rules`: ``"bash(git status*)"``,
     ``"write_file(src/**)"``), added to the config file's ``[permissions]``: a call an allow
     rule covers runs without asking, one a deny rule covers is refused in every mode.
@@ -212,6 +219,7 @@ class Agent(Generic[OutputT]):
         deny: Iterable[str | Rule] = (),
         append_system_prompt: str | None = None,
         instructions: bool = False,
+        hooks: Iterable[HookSpec] | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
@@ -221,6 +229,7 @@ class Agent(Generic[OutputT]):
         self._system_prompt = system_prompt
         self._append_system_prompt = append_system_prompt
         self._instructions = instructions
+        self._hooks = None if hooks is None else list(hooks)
         self._store = store
         self._workdir_arg = workdir
         PermissionPolicy(permission_mode)  # checks the mode now
@@ -356,7 +365,9 @@ class Agent(Generic[OutputT]):
         # A broken MCP file fails here, before anything is opened.
         mcp_configs = load_servers(self._mcp_config, self._mcp_servers)
         sandbox: SandboxStatus | None = None
-        if self._tools is None:
+        hook_specs = config.hooks if self._hooks is None else tuple(self._hooks)
+        # Hooks run where bash runs: probed for them too when the tools are the caller's.
+        if self._tools is None or hook_specs:
             db = self._store if isinstance(self._store, str) else os.environ.get("DROVER_DB")
             check = require_sandbox if self._require_sandbox else probe_sandbox
             settings = sandbox_settings_for(
@@ -405,6 +416,7 @@ class Agent(Generic[OutputT]):
                 await mcp.start()
                 mcp.register(tools)
             stack.pop_all()
+        hooks = Hooks(hook_specs, workdir=workdir, sandbox=sandbox) if hook_specs else None
         files: list[InstructionFile] = []
         if self._instructions:
             files = await asyncio.to_thread(find_instructions, workdir)
@@ -417,6 +429,7 @@ class Agent(Generic[OutputT]):
             append=self._append_system_prompt,
         )
         return _Open(
+            hooks=hooks,
             prompt=prompt,
             store=store,
             owns_store=owns_store,
@@ -495,6 +508,7 @@ class Agent(Generic[OutputT]):
         )
         if opened.coordinator is not None:
             engine.prelude = opened.coordinator.resume
+        engine.hooks = opened.hooks
         handle: Session[OutputT] = Session(
             self,
             record,

@@ -188,6 +188,32 @@ class ToolProgress:
     type: Literal["tool_progress"] = "tool_progress"
 
 
+HookPoint: TypeAlias = Literal["pre_tool", "post_tool"]
+HookOutcome: TypeAlias = Literal["passed", "blocked", "failed", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookRun:
+    """A configured hook ran for a tool call (see :mod:`drover.hooks`): which one, and what
+    came of it. ``passed``: exit status 0; ``blocked``: exit status 2 (a ``pre_tool`` hook
+    stopped the call, a ``post_tool`` one sent the model a note); ``failed``: another status
+    (``exit_code``), or it could not start (``exit_code`` None: ``message`` says why);
+    ``timed_out``: it was killed at its timeout. A ``pre_tool`` hook that timed out or could
+    not start blocks its call too."""
+
+    point: HookPoint
+    call_id: str
+    call_index: CallIndex
+    name: str
+    #: Where the hook is configured (the config file and its place there).
+    hook: str
+    outcome: HookOutcome
+    exit_code: int | None = None
+    #: What the hook wrote on stderr (cut to a few thousand characters), or why it failed.
+    message: str = ""
+    type: Literal["hook"] = "hook"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResults:
     """The results of one response's tool calls, in call order, as sent back to the model."""
@@ -303,6 +329,7 @@ Event: TypeAlias = (
     | ToolStart
     | ToolDone
     | ToolProgress
+    | HookRun
     | ToolResults
     | PermissionRequest
     | UsageReport
@@ -429,6 +456,17 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body = {"message": message_to_dict(event.message), "partial": event.partial}
         case ToolResults():
             body = {"message": message_to_dict(event.message)}
+        case HookRun():
+            body = {
+                "point": event.point,
+                "call_id": event.call_id,
+                "call_index": event.call_index,
+                "name": event.name,
+                "hook": event.hook,
+                "outcome": event.outcome,
+                "exit_code": event.exit_code,
+                "message": event.message,
+            }
         case ToolProgress():
             body = {
                 "call_id": event.call_id,

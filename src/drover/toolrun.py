@@ -24,6 +24,8 @@ from typing import Any
 from drover.errors import ToolError
 from drover.events import (
     Decision,
+    HookPoint,
+    HookRun,
     PermissionRequest,
     ToolDone,
     ToolProgress,
@@ -32,6 +34,7 @@ from drover.events import (
     ToolStateChanged,
     interrupted_outcome,
 )
+from drover.hooks import Hooks, tool_payload
 from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
 from drover.rules import always_rule
@@ -97,10 +100,13 @@ class ToolBatch:
         deps: object = None,
         may_start: Callable[[], bool] = lambda: True,
         scope: object | None = None,
+        hooks: Hooks | None = None,
+        ids: tuple[str, str] = ("", ""),
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
         stopped) and the call ends as never run. ``deps`` and ``scope`` reach each tool in its
-        :class:`~drover.tools.base.ToolContext`."""
+        :class:`~drover.tools.base.ToolContext`. ``hooks`` run around each call
+        (:mod:`drover.hooks`); ``ids`` are the session's and the turn's, which they are told."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -111,6 +117,8 @@ class ToolBatch:
         self._may_start = may_start
         self._scope = scope
         self._deps = deps
+        self._hooks = hooks
+        self._ids = ids
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -217,6 +225,10 @@ class ToolBatch:
         if verdict.action == "refuse":
             await self._finish(slot, "denied", verdict.refusal, True)
             return
+        blocked = await self._run_hooks("pre_tool", slot, tool)
+        if blocked:
+            await self._finish(slot, "denied", blocked, True)
+            return
         if verdict.action == "ask":
             request = await self._ask(slot, tool)
             decision = request.decision.result()
@@ -288,15 +300,65 @@ class ToolBatch:
         try:
             output: ToolOutput = await tool.run(slot.call.input, ctx)
         except ToolError as exc:
-            await self._finish(slot, "output-error", str(exc) or type(exc).__name__, True)
-            return
+            output = ToolOutput(content=str(exc) or type(exc).__name__, is_error=True)
         except Exception as exc:  # a tool bug must not end the turn
-            await self._finish(
-                slot, "output-error", f"Tool failed: {type(exc).__name__}: {exc}", True
-            )
-            return
+            output = ToolOutput(content=f"Tool failed: {type(exc).__name__}: {exc}", is_error=True)
         state: ToolState = "output-error" if output.is_error else "output-available"
-        await self._finish(slot, state, output.content, output.is_error)
+        content = output.content
+        if self._hooks:
+            # Known from here on: an interruption while the hooks run keeps the real output.
+            slot.result = ToolResultBlock(
+                tool_use_id=slot.call.id, content=content, is_error=output.is_error
+            )
+            slot.state = state
+            note = await self._run_hooks("post_tool", slot, tool, (content, output.is_error))
+            if note:
+                content = f"{content}\n{note}"
+        await self._finish(slot, state, content, output.is_error)
+
+    async def _run_hooks(
+        self,
+        point: HookPoint,
+        slot: CallSlot,
+        tool: Tool,
+        response: tuple[str, bool] | None = None,
+    ) -> str:
+        """Run the hooks of ``point`` about this call, each reported as a ``HookRun``; what
+        the model is told of those that block (a ``pre_tool`` hook stops at the first)."""
+        hooks = self._hooks
+        if not hooks:
+            return ""
+        call = slot.call
+        payload = tool_payload(
+            point,
+            session_id=self._ids[0],
+            turn_id=self._ids[1],
+            workdir=self._workdir,
+            call_id=call.id,
+            tool_name=tool.name,
+            tool_input=call.input,
+            response=response,
+        )
+        notes: list[str] = []
+        for spec in hooks.for_call(point, tool, call.input):
+            result = await hooks.run(spec, payload)
+            await self._sink.send(
+                HookRun(
+                    point=point,
+                    call_id=call.id,
+                    call_index=slot.index,
+                    name=tool.name,
+                    hook=spec.source,
+                    outcome=result.outcome,
+                    exit_code=result.exit_code,
+                    message=result.message,
+                )
+            )
+            if result.blocks(point):
+                notes.append(result.note(point))
+                if point == "pre_tool":
+                    break
+        return "\n".join(notes)
 
 
 def _invalid_input(tool: Tool, input: Mapping[str, Any]) -> str | None:

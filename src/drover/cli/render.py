@@ -29,6 +29,7 @@ from drover.events import (
     Done,
     Error,
     Event,
+    HookRun,
     Incomplete,
     PermissionRequest,
     Retry,
@@ -137,6 +138,13 @@ class HeadlessPrinter:
             case ToolDone():
                 mark = "✗" if event.is_error else "✓"
                 self._line(self.err, f"  {mark} {event.name}: {event.output_summary}")
+            case HookRun() if event.outcome != "passed":
+                said = event.message.strip().splitlines()[0] if event.message.strip() else ""
+                self._line(
+                    self.err,
+                    f"  {event.point} hook ({event.hook}) {event.outcome.replace('_', ' ')} "
+                    f"{event.name}{': ' + said if said else ''}",
+                )
             case WorkerEvent():
                 self._worker(event)
             case Retry():

@@ -38,6 +38,7 @@ from drover.events import (
     Done,
     Error,
     Event,
+    HookRun,
     Incomplete,
     PermissionRequest,
     Retry,
@@ -264,6 +265,8 @@ class TurnView:
                 self._progress(event)
             case ToolResults():
                 pass
+            case HookRun():
+                self._hook(event)
             case PermissionRequest():
                 self._questions.append(event)
                 self._next_question()
@@ -285,6 +288,17 @@ class TurnView:
             case _:
                 assert_never(event)
 
+    def _hook(self, event: HookRun, tag: str = "") -> None:
+        """A hook that did anything but pass is worth a line."""
+        if event.outcome == "passed":
+            return
+        what = event.outcome.replace("_", " ")
+        said = f": {event.message.strip().splitlines()[0]}" if event.message.strip() else ""
+        style = "yellow" if event.outcome == "blocked" else "red"
+        self.console.print(
+            Text(f"{tag}{event.point} hook ({event.hook}) {what} {event.name}{said}", style=style)
+        )
+
     def _worker(self, wrapped: WorkerEvent) -> None:
         """A worker of the ``task`` tool: its tool calls get spinners and rows like direct
         ones, marked with the worker; its text does not show (the parent gets its answer)."""
@@ -300,6 +314,8 @@ class TurnView:
                     row.sandbox = inner.sandbox
             case ToolProgress():
                 self._progress(inner, key=f"{wrapped.call_id}/{wrapped.worker}/")
+            case HookRun():
+                self._hook(inner, tag)
             case Done():
                 self.console.print(Text(f"{tag}finished", style="dim"))
             case Incomplete() | Error():

@@ -125,6 +125,10 @@ included), the one exception being redaction, below. Types and their data beyond
 ``tool_start``           ``call_index``, ``id``, ``name``, ``input_summary``
 ``tool_done``            ``call_index``, ``id``, ``name``, ``is_error``, ``output_summary``
 ``tool_results``         ``message`` (the results sent back to the model)
+``hook``                 ``point`` (``pre_tool``/``post_tool``), ``call_id``, ``call_index``,
+                         ``name``, ``hook`` (where it is configured), ``outcome`` (``passed``,
+                         ``blocked``, ``failed``, ``timed_out``), ``exit_code``, ``message``
+                         (its stderr) — a configured hook ran for the call
 ``permission_request``   ``request_id``, ``call_id``, ``tool_name``, ``input``, ``summary`` —
                          answer with the permissions route
 ``usage``                ``usage``, ``total_input``, ``total_output``
