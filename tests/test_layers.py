@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "store": 1,
     # the system prompt's files (AGENTS.md), read from the working directory up
     "instructions": 1,
+    # images read from files into prompts
+    "images": 1,
     # one turn
     "permissions": 2,
     "compact": 2,

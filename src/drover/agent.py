@@ -44,6 +44,7 @@ from drover.hooks import Hooks
 from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.loop import LoopSettings
 from drover.mcp.config import McpFile, load_servers, redact_patterns
+from drover.messages import Prompt
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -571,13 +572,18 @@ class Agent(Generic[OutputT]):
 
     @overload
     async def run(
-        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+        self,
+        prompt: Prompt,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: None = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -586,7 +592,7 @@ class Agent(Generic[OutputT]):
 
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = None,
         deps: object = None,
@@ -622,7 +628,7 @@ class Agent(Generic[OutputT]):
     @overload
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -632,7 +638,7 @@ class Agent(Generic[OutputT]):
     @overload
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -641,7 +647,7 @@ class Agent(Generic[OutputT]):
 
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = None,
         deps: object = None,
@@ -661,13 +667,18 @@ class Agent(Generic[OutputT]):
 
     @overload
     def run_sync(
-        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+        self,
+        prompt: Prompt,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: None = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
     def run_sync(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -676,7 +687,7 @@ class Agent(Generic[OutputT]):
 
     def run_sync(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = None,
         deps: object = None,
@@ -708,7 +719,7 @@ class _AgentStream(TurnStream[OutputT]):
     def __init__(
         self,
         agent: Agent[Any],
-        prompt: str | None,
+        prompt: Prompt | None,
         session: str | None,
         *,
         deps: object,

@@ -435,7 +435,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "event": event_to_dict(event.event),
             }
         case TurnStarted():
-            user = message_to_dict(event.user_message) if event.user_message else None
+            # An image's data stays in the turn's message: the event names it (stored once).
+            user = (
+                message_to_dict(event.user_message, image_data=False)
+                if event.user_message
+                else None
+            )
             body = {
                 "turn_id": event.turn_id,
                 "session_id": event.session_id,

@@ -37,7 +37,7 @@ from drover.events import (
     turn_status,
 )
 from drover.loop import TurnOptions
-from drover.messages import Message, Usage
+from drover.messages import Message, Prompt, Usage
 from drover.output import OutputSchema
 from drover.runner import PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
@@ -194,7 +194,7 @@ class Session(Generic[OutputT]):
 
     def start(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         live: Sequence[EventSink] = (),
         on_permission: PermissionHandler | None = None,
@@ -216,7 +216,7 @@ class Session(Generic[OutputT]):
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = ...,
         deps: object = ...,
@@ -226,7 +226,7 @@ class Session(Generic[OutputT]):
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = ...,
         deps: object = ...,
@@ -235,7 +235,7 @@ class Session(Generic[OutputT]):
 
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = (),
         deps: object = None,
@@ -270,7 +270,7 @@ class Session(Generic[OutputT]):
 
     async def _run(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink],
         deps: object,
         output_type: type[BaseModel | str] | None,
@@ -294,17 +294,17 @@ class Session(Generic[OutputT]):
 
     @overload
     def run_stream(
-        self, prompt: str | None = ..., *, deps: object = ..., output_type: None = ...
+        self, prompt: Prompt | None = ..., *, deps: object = ..., output_type: None = ...
     ) -> TurnStream[OutputT]: ...
 
     @overload
     def run_stream(
-        self, prompt: str | None = ..., *, deps: object = ..., output_type: type[RunOutputT]
+        self, prompt: Prompt | None = ..., *, deps: object = ..., output_type: type[RunOutputT]
     ) -> TurnStream[RunOutputT]: ...
 
     def run_stream(
         self,
-        prompt: str | None = None,
+        prompt: Prompt | None = None,
         *,
         deps: object = None,
         output_type: type[Any] | None = None,

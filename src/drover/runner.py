@@ -46,7 +46,7 @@ from drover.events import (
     turn_status,
 )
 from drover.loop import LoopSettings, TurnControl, TurnOptions
-from drover.messages import Message, Usage
+from drover.messages import Message, Prompt, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
@@ -314,7 +314,7 @@ class Runner:
     def start(
         self,
         session: AgentSession,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink] = (),
         *,
         on_permission: PermissionHandler | None = None,
@@ -364,7 +364,7 @@ class Runner:
             )
 
     async def run(
-        self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()
+        self, session: AgentSession, prompt: Prompt | None, live: Sequence[EventSink] = ()
     ) -> TurnOutcome:
         """Run one turn (``prompt=None`` resumes) with the journal recording it.
 
@@ -416,7 +416,7 @@ class Runner:
     async def _drive(
         self,
         session: AgentSession,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink],
         running: RunningTurn,
         options: TurnOptions | None = None,

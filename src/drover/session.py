@@ -25,7 +25,7 @@ from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
 from drover.hooks import Hooks
 from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnOptions, TurnWork
-from drover.messages import Message, user_message
+from drover.messages import Message, Prompt, message_of_prompt, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.sinks import EventSink
@@ -122,7 +122,7 @@ class AgentSession:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    def prepare(self, prompt: str | None) -> PreparedTurn:
+    def prepare(self, prompt: Prompt | None) -> PreparedTurn:
         """Lay out the next turn: pending work, then the user's message (or a resume note).
 
         ``prompt=None`` resumes the unfinished turn without a new instruction.
@@ -132,11 +132,13 @@ class AgentSession:
                 raise DroverError("nothing to resume: the last turn completed")
             message = resume_message(self._pending)
         else:
-            message = user_message(prompt)
+            message = message_of_prompt(prompt)
         prefix = [*self._pending, message] if message else list(self._pending)
         return PreparedTurn(prefix=prefix, user_message=message)
 
-    async def run(self, prompt: str, sink: EventSink, *, turn_id: str | None = None) -> TurnOutcome:
+    async def run(
+        self, prompt: Prompt, sink: EventSink, *, turn_id: str | None = None
+    ) -> TurnOutcome:
         """Run a turn for a new user message (pending work goes before it)."""
         return await self.execute(self.prepare(prompt), sink, turn_id=turn_id)
 

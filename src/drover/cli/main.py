@@ -250,6 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop the session's unfinished work before the turn (with no prompt: only drop it)",
     )
     parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
+    parser.add_argument(
+        "--image",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        default=[],
+        help="send this image (PNG, JPEG, GIF or WebP, at most 3.75 MB) with the prompt, "
+        "repeatable; @shot.png in the prompt's text does the same",
+    )
     _add_run_options(parser)
     parser.add_argument(
         "initial_prompt",
@@ -412,6 +421,8 @@ def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--resume-turn needs --session ID or --continue")
     if args.discard_pending and not named:
         parser.error("--discard-pending needs --session ID or --continue")
+    if args.image and args.resume_turn:
+        parser.error("--image goes with a prompt; --resume-turn takes none")
 
 
 def _check_positional(

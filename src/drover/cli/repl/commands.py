@@ -25,6 +25,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from rich.console import Console
@@ -55,7 +57,9 @@ class Repl(Protocol):
 
     async def show_session(self, *, transcript: bool) -> None: ...
 
-    async def turn(self, prompt: str | None, *, echo: bool = False) -> bool: ...
+    async def turn(
+        self, prompt: str | None, *, echo: bool = False, images: Sequence[Path] = ()
+    ) -> bool: ...
 
     async def confirm(self, question: str) -> bool: ...
 

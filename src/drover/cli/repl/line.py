@@ -16,15 +16,19 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from drover.agent import Agent
 from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
-from drover.errors import DroverError
+from drover.errors import ConfigError, DroverError
 from drover.events import Error, Incomplete, turn_status
 from drover.handle import Session
+from drover.images import prompt_with_images
+from drover.messages import Prompt
 
 HELP = __doc__.split("Slash commands:", 1)[1].strip() if __doc__ else ""
 
@@ -68,7 +72,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
         if session.pending:
             print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
         if args.initial_prompt:
-            await _turn(session, args.initial_prompt, lines)
+            await _turn(session, args.initial_prompt, lines, images=args.image)
         while True:
             line = await _read_line(lines, "› ")
             if line is None:
@@ -95,12 +99,20 @@ async def _turn(
     prompt: str | None,
     lines: StdinLines,
     note: str | None = None,
+    images: Sequence[Path] = (),
 ) -> None:
+    message: Prompt | None = prompt
+    if prompt is not None:
+        try:
+            message = prompt_with_images(prompt, session.engine.workdir, images)
+        except ConfigError as exc:
+            print(f"error: {exc}; nothing was sent")
+            return
     asks = lines if stdin_is_terminal() else None
     printer = HeadlessPrinter(output_format="text", lines=asks, preamble=note)
     loop = asyncio.get_running_loop()
     try:
-        running = session.start(prompt, live=[printer])
+        running = session.start(message, live=[printer])
         loop.add_signal_handler(signal.SIGINT, running.interrupt)
         try:
             await running.finished()
