@@ -151,6 +151,17 @@ def test_flags_win(tmp_path: Path) -> None:
         ('colour = "blue"', "unknown setting 'colour'"),
         ('anthropic_api_key = "sk-ant"', "API keys are read from the environment only"),
         ('[aliases]\nfast = "nope"', "aliases.fast"),
+        ('[permissions]\nallow = "bash"', "permissions.allow: expected a list of rules"),
+        ('[permissions]\ndeny = ["bash(rm"]', "missing the closing ')'"),
+        ('[permissions]\nask = ["bash"]', "unknown setting 'permissions.ask'"),
+        ("hooks = 3", "hooks must be [[hooks]] tables"),
+        ('[[hooks]]\nevent = "before"\ncommand = "x"', "hooks[0].event: expected one of"),
+        ('[[hooks]]\nevent = "pre_tool"', "hooks[0].command: expected the command"),
+        ('[[hooks]]\nevent = "turn_end"\ncommand = "x"\ntool = "bash"', "is about no tool"),
+        ('[[hooks]]\nevent = "pre_tool"\ncommand = "x"\ntimeout = 0', "positive number"),
+        ('[[hooks]]\nevent = "pre_tool"\ncommand = "x"\nwhen = 1', "unknown key 'when'"),
+        ('[mcp]\napprove_project = "yes"', "must be true, false or a list of server names"),
+        ("[mcp]\napprove = true", "unknown setting 'mcp.approve'"),
     ],
 )
 def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, problem: str) -> None:
@@ -205,3 +216,22 @@ def test_list_models(tmp_path: Path) -> None:
         ("fast", f"alias for anthropic:claude-haiku-4-5 ({path})"),
     ]
     assert list_models(Config()) == [(DEFAULT_MODEL, "default (built-in)")]
+
+
+def test_permissions_hooks_and_mcp_tables(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[permissions]\nallow = ["read_file", "bash(git status*)"]\ndeny = ["bash(rm *)"]\n'
+        '[[hooks]]\nevent = "pre_tool"\ntool = "bash(git *)"\ncommand = "./check"\n'
+        '[[hooks]]\nevent = "turn_end"\ncommand = "notify-send done"\ntimeout = 5\n'
+        '[mcp]\napprove_project = ["github"]\n',
+    )
+    config = load_config(path, env={})
+    assert [r.text for r in config.permissions_allow] == ["read_file", "bash(git status*)"]
+    assert [(r.text, r.source) for r in config.permissions_deny] == [("bash(rm *)", str(path))]
+    first, second = config.hooks
+    assert (first.event, first.command, first.timeout) == ("pre_tool", "./check", 60.0)
+    assert first.tool is not None and first.tool.text == "bash(git *)"
+    assert (second.event, second.tool, second.timeout) == ("turn_end", None, 5.0)
+    assert second.source == f"{path} hooks[1]"
+    assert config.mcp_approve_project == frozenset({"github"})

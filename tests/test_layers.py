@@ -24,6 +24,8 @@ LAYERS: dict[str, int] = {
     "sinks": 0,
     "summaries": 0,
     "config": 0,
+    "config_tables": 0,
+    "rules": 0,
     "output": 0,
     # adapters and the journal's domain, side by side: none imports another
     "providers": 1,
@@ -31,10 +33,15 @@ LAYERS: dict[str, int] = {
     "journal": 1,
     # the journal's SQL backends, over its protocol
     "store": 2,
+    # the system prompt's files (AGENTS.md), read from the working directory up
+    "instructions": 1,
+    # images read from files into prompts
+    "images": 1,
     # one turn
     "permissions": 3,
     "compact": 3,
     "toolrun": 3,
+    "hooks": 3,
     "loop": 3,
     "session": 3,
     "workers": 3,

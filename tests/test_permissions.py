@@ -76,3 +76,36 @@ def test_always_does_not_override_deny() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown permission mode 'sometimes'"):
         PermissionPolicy("sometimes")  # type: ignore[arg-type]
+
+
+BASH = FakeTool("bash", read_only=False)
+
+
+def test_the_order_of_decision() -> None:
+    policy = PermissionPolicy(
+        "ask", allow=["bash(git *)", "write_file"], deny=["bash(git push*)", "read_file(.env)"]
+    )
+    assert policy.verdict(BASH, {"command": "git log"}).action == "run"
+    refused = policy.verdict(BASH, {"command": "git push origin"})
+    assert refused.action == "refuse" and refused.rule is not None
+    assert refused.refusal == 'Not run: the deny rule "bash(git push*)" (deny=) refuses this call.'
+    assert policy.verdict(BASH, {"command": "ls"}).action == "ask"
+    assert policy.verdict(READER, {"path": "a/.env"}).action == "refuse"  # read-only or not
+    assert policy.verdict(READER, {"path": "a.txt"}).action == "run"
+    # An allow rule does not lift deny mode, whose promise is no side effects at all.
+    strict = PermissionPolicy("deny", allow=["write_file"])
+    assert strict.verdict(WRITER, {"path": "x"}).action == "refuse"
+    assert strict.verdict(WRITER).refusal.startswith("Not run: the permission mode is deny")
+    # A deny rule refuses in allow mode.
+    loose = PermissionPolicy("allow", deny=["write_file(*.lock)"])
+    assert loose.verdict(WRITER, {"path": "deps/x.lock"}).action == "refuse"
+    assert loose.verdict(WRITER, {"path": "x.txt"}).action == "run"
+
+
+def test_grants_are_rules_and_a_broken_stored_one_is_skipped() -> None:
+    policy = PermissionPolicy("ask", always=["bash(npm test)", "bash(", "write_file"])
+    assert policy.always == frozenset({"bash(npm test)", "write_file"})
+    assert not policy.needs_prompt(BASH, {"command": "npm test"})
+    assert policy.needs_prompt(BASH, {"command": "npm run evil"})
+    policy.revoke("bash(npm test)")
+    assert policy.needs_prompt(BASH, {"command": "npm test"})

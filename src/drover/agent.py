@@ -32,21 +32,25 @@ from typing import TYPE_CHECKING, Any, Generic, Self, overload
 from pydantic import BaseModel
 
 from drover.config import Config
+from drover.config_tables import HookSpec
 from drover.conversation import ConversationManager
 from drover.errors import DroverError, SessionBusyError
 from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
+from drover.instructions import PromptParts
 from drover.journal.protocol import Store
 from drover.loop import LoopSettings
-from drover.permissions import PermissionMode, PermissionPolicy
+from drover.mcp.config import McpFile
+from drover.messages import Prompt
+from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.resources import (
     Resources,
     Wanted,
     close_resources,
-    default_system_prompt,
     open_resources,
 )
+from drover.rules import Rule
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
 from drover.stream import TurnStream
 from drover.tools.base import Tool
@@ -81,12 +85,25 @@ class Agent(Generic[OutputT]):
     pydantic model) is the output of every run that does not give its own.
 
     MCP servers add their tools (``mcp__SERVER__TOOL``, :mod:`drover.mcp`): ``mcp_config``
-    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order,
-    and ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
+    lists files in the ``.mcp.json`` format (``{"mcpServers": {NAME: SERVER}}``), read in order
+    (an :class:`~drover.mcp.config.McpFile` takes only some servers of a file), and
+    ``mcp_servers`` is such a ``mcpServers`` mapping itself (it wins over the files). The
     agent starts them when it opens and stops them when it closes; ``mcp_log_dir`` is where each
     server's stderr is kept (default: ``mcp-logs`` in the user data directory). The command
     line passes the user-level ``mcp.json``, the workdir's ``.mcp.json`` and ``--mcp-config``
     (see :func:`drover.mcp.default_config_files`).
+
+    ``system_prompt`` replaces drover's coding-agent prompt; ``append_system_prompt`` is added
+    at its end. With ``instructions`` the project's and the user's ``AGENTS.md`` (else
+    ``CLAUDE.md``) files join the prompt between the two (:mod:`drover.instructions`; the
+    command line turns it on).
+
+    ``hooks`` are commands run around tool calls and at a turn's end (None: the config file's
+    ``[[hooks]]``; :mod:`drover.hooks`); they run in the sandbox ``bash`` runs in.
+
+    ``allow`` and ``deny`` are permission rules (:mod:`drover.rules`: ``"bash(git status*)"``,
+    ``"write_file(src/**)"``), added to the config file's ``[permissions]``: a call an allow
+    rule covers runs without asking, one a deny rule covers is refused in every mode.
     """
 
     def __init__(
@@ -107,16 +124,23 @@ class Agent(Generic[OutputT]):
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
         output_type: type[OutputT] | None = None,
-        mcp_config: Iterable[Path | str] = (),
+        mcp_config: Iterable[Path | str | McpFile] = (),
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcp_log_dir: Path | str | None = None,
+        allow: Iterable[str | Rule] = (),
+        deny: Iterable[str | Rule] = (),
+        append_system_prompt: str | None = None,
+        instructions: bool = False,
+        hooks: Iterable[HookSpec] | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
         agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
         self._model = model
-        self._system_prompt = system_prompt
         PermissionPolicy(permission_mode)  # checks the mode now
         self.permission_mode: PermissionMode = permission_mode
+        # Checked now: a rule that does not parse fails here.
+        self._allow = rules_of(allow, "allow=")
+        self._deny = rules_of(deny, "deny=")
         self.on_permission = on_permission
         self._max_turns = max_turns
         self._output = output_schema(output_type)  # a type without a schema fails here
@@ -134,6 +158,10 @@ class Agent(Generic[OutputT]):
             mcp_config=list(mcp_config),
             mcp_servers=mcp_servers,
             mcp_log_dir=None if mcp_log_dir is None else Path(mcp_log_dir),
+            system_prompt=system_prompt,
+            append_system_prompt=append_system_prompt,
+            instructions=instructions,
+            hooks=None if hooks is None else list(hooks),
         )
         self._open: Resources | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
@@ -193,6 +221,23 @@ class Agent(Generic[OutputT]):
     def mcp(self) -> McpServers | None:
         """The MCP servers whose tools are offered (None: none configured)."""
         return self._opened().mcp
+
+    @property
+    def prompt(self) -> PromptParts:
+        """The system prompt of new sessions, part by part (``.text()``: the whole)."""
+        return self._opened().prompt
+
+    @property
+    def allow_rules(self) -> tuple[Rule, ...]:
+        """The permission rules that run calls without asking: the config file's, then the
+        agent's own."""
+        return (*self.config.permissions_allow, *self._allow)
+
+    @property
+    def deny_rules(self) -> tuple[Rule, ...]:
+        """The permission rules that refuse calls in every mode: the config file's, then the
+        agent's own."""
+        return (*self.config.permissions_deny, *self._deny)
 
     @property
     def model(self) -> str:
@@ -257,22 +302,27 @@ class Agent(Generic[OutputT]):
         kept = opened.sessions.get(record.id)
         if kept is not None:  # ``continue_latest`` found one already open
             return kept
-        prompt = self._system_prompt
         engine = await opened.runner.agent_session(
             record,
             provider=opened.provider,
             tools=opened.tools,
             workdir=workdir,
-            policy=PermissionPolicy(self.permission_mode),
+            policy=PermissionPolicy(
+                self.permission_mode,
+                allow=self.allow_rules,
+                deny=self.deny_rules,
+                workdir=workdir,
+            ),
             settings=LoopSettings(max_turns=self._max_turns or config.max_turns),
             convo=ConversationManager(
                 context_limit=config.context_limit,
                 chars_per_token=config.chars_per_token,
-                system_prompt=default_system_prompt(workdir) if prompt is None else prompt,
+                system_prompt=opened.prompt.text(),
             ),
         )
         if opened.coordinator is not None:
             engine.prelude = opened.coordinator.resume
+        engine.hooks = opened.hooks
         handle: Session[OutputT] = Session(
             self,
             record,
@@ -335,13 +385,18 @@ class Agent(Generic[OutputT]):
 
     @overload
     async def run(
-        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+        self,
+        prompt: Prompt,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: None = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -350,7 +405,7 @@ class Agent(Generic[OutputT]):
 
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = None,
         deps: object = None,
@@ -386,7 +441,7 @@ class Agent(Generic[OutputT]):
     @overload
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -396,7 +451,7 @@ class Agent(Generic[OutputT]):
     @overload
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -405,7 +460,7 @@ class Agent(Generic[OutputT]):
 
     def run_stream(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         session: str | None = None,
         deps: object = None,
@@ -425,13 +480,18 @@ class Agent(Generic[OutputT]):
 
     @overload
     def run_sync(
-        self, prompt: str, *, session: str | None = ..., deps: object = ..., output_type: None = ...
+        self,
+        prompt: Prompt,
+        *,
+        session: str | None = ...,
+        deps: object = ...,
+        output_type: None = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
     def run_sync(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = ...,
         deps: object = ...,
@@ -440,7 +500,7 @@ class Agent(Generic[OutputT]):
 
     def run_sync(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         session: str | None = None,
         deps: object = None,
@@ -472,7 +532,7 @@ class _AgentStream(TurnStream[OutputT]):
     def __init__(
         self,
         agent: Agent[Any],
-        prompt: str | None,
+        prompt: Prompt | None,
         session: str | None,
         *,
         deps: object,

@@ -17,6 +17,20 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     [aliases]                                               # short names for --model
     fast = "anthropic:claude-haiku-4-5"
 
+    [permissions]                                           # rules (drover.rules)
+    allow = ["bash(git status*)", "edit_file(src/**)"]     # run without asking
+    deny = ["bash(rm -rf*)", "read_file(.env)"]            # refused, even in allow mode
+
+    [[hooks]]                                               # commands run around tool calls
+    event = "pre_tool"                                      # pre_tool | post_tool | turn_end
+    tool = "bash"                                           # which calls (a rule; optional)
+    command = "./scripts/check"                             # exit 2 blocks a pre_tool call
+    timeout = 60
+
+    [mcp]
+    approve_project = false                                 # true or [names]: start a workdir's
+                                                            # .mcp.json servers without asking
+
     [sandbox]                                               # where `bash` runs its commands
     mode = "workdir"                                        # off | workdir | read-only
     network = false                                         # --sandbox-network
@@ -54,7 +68,9 @@ from typing import Any
 
 import platformdirs
 
+from drover.config_tables import HookSpec, hooks_table, mcp_table, permissions_table
 from drover.errors import ConfigError
+from drover.rules import Rule
 
 PROVIDERS = ("anthropic", "openai", "openai-responses")
 KEY_VARS = {
@@ -79,7 +95,10 @@ _FILE_KEYS = (
     "base_urls",
     "chars_per_token",
     "context_limit",
+    "hooks",
     "max_turns",
+    "mcp",
+    "permissions",
     "redact_patterns",
     "sandbox",
     "stall_timeout",
@@ -143,6 +162,14 @@ class Config:
     #: Processes a command may have at once, memory per process (MiB); None: the defaults.
     sandbox_processes: int | None = None
     sandbox_memory_mb: int | None = None
+    #: ``[permissions]``: rules that run calls without asking, and rules that refuse them.
+    permissions_allow: tuple[Rule, ...] = ()
+    permissions_deny: tuple[Rule, ...] = ()
+    #: ``[[hooks]]``: commands run before and after tool calls and at a turn's end.
+    hooks: tuple[HookSpec, ...] = ()
+    #: ``[mcp] approve_project``: a workdir's ``.mcp.json`` servers that start without asking
+    #: (True: all of them; names: those).
+    mcp_approve_project: bool | frozenset[str] = False
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -283,6 +310,12 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         out["redact_patterns"] = _patterns(data["redact_patterns"], where)
     if "sandbox" in data:
         out.update(_sandbox(data["sandbox"], where))
+    if "permissions" in data:
+        out.update(permissions_table(data["permissions"], where))
+    if "hooks" in data:
+        out["hooks"] = hooks_table(data["hooks"], where)
+    if "mcp" in data:
+        out.update(mcp_table(data["mcp"], where))
     if "stall_timeout" in data:
         out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
     return out, dict.fromkeys(out, where)

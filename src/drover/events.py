@@ -188,6 +188,32 @@ class ToolProgress:
     type: Literal["tool_progress"] = "tool_progress"
 
 
+HookPoint: TypeAlias = Literal["pre_tool", "post_tool"]
+HookOutcome: TypeAlias = Literal["passed", "blocked", "failed", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookRun:
+    """A configured hook ran for a tool call (see :mod:`drover.hooks`): which one, and what
+    came of it. ``passed``: exit status 0; ``blocked``: exit status 2 (a ``pre_tool`` hook
+    stopped the call, a ``post_tool`` one sent the model a note); ``failed``: another status
+    (``exit_code``), or it could not start (``exit_code`` None: ``message`` says why);
+    ``timed_out``: it was killed at its timeout. A ``pre_tool`` hook that timed out or could
+    not start blocks its call too."""
+
+    point: HookPoint
+    call_id: str
+    call_index: CallIndex
+    name: str
+    #: Where the hook is configured (the config file and its place there).
+    hook: str
+    outcome: HookOutcome
+    exit_code: int | None = None
+    #: What the hook wrote on stderr (cut to a few thousand characters), or why it failed.
+    message: str = ""
+    type: Literal["hook"] = "hook"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResults:
     """The results of one response's tool calls, in call order, as sent back to the model."""
@@ -206,17 +232,22 @@ class PermissionRequest:
     input: Mapping[str, Any]
     summary: str
     decision: asyncio.Future[Decision] = field(repr=False)
+    #: With a ``deny`` nobody chose (no terminal to ask, no answer in time): what happened,
+    #: which the refused call's result tells the model instead of "the user denied it".
+    reason: str | None = field(default=None, repr=False)
     type: Literal["permission_request"] = "permission_request"
 
-    def decide(self, decision: Decision) -> bool:
-        """Answer the request; returns False when it was already answered or abandoned."""
+    def decide(self, decision: Decision, *, reason: str | None = None) -> bool:
+        """Answer the request; returns False when it was already answered or abandoned.
+        ``reason`` says why a ``deny`` was given when no person gave it."""
         if self.decision.done():
             return False
-        self.decision.get_loop().call_soon_threadsafe(self._set, decision)
+        self.decision.get_loop().call_soon_threadsafe(self._set, decision, reason)
         return True
 
-    def _set(self, decision: Decision) -> None:
+    def _set(self, decision: Decision, reason: str | None) -> None:
         if not self.decision.done():
+            self.reason = reason
             self.decision.set_result(decision)
 
 
@@ -298,6 +329,7 @@ Event: TypeAlias = (
     | ToolStart
     | ToolDone
     | ToolProgress
+    | HookRun
     | ToolResults
     | PermissionRequest
     | UsageReport
@@ -403,7 +435,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "event": event_to_dict(event.event),
             }
         case TurnStarted():
-            user = message_to_dict(event.user_message) if event.user_message else None
+            # An image's data stays in the turn's message: the event names it (stored once).
+            user = (
+                message_to_dict(event.user_message, image_data=False)
+                if event.user_message
+                else None
+            )
             body = {
                 "turn_id": event.turn_id,
                 "session_id": event.session_id,
@@ -424,6 +461,17 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body = {"message": message_to_dict(event.message), "partial": event.partial}
         case ToolResults():
             body = {"message": message_to_dict(event.message)}
+        case HookRun():
+            body = {
+                "point": event.point,
+                "call_id": event.call_id,
+                "call_index": event.call_index,
+                "name": event.name,
+                "hook": event.hook,
+                "outcome": event.outcome,
+                "exit_code": event.exit_code,
+                "message": event.message,
+            }
         case ToolProgress():
             body = {
                 "call_id": event.call_id,

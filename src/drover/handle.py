@@ -39,7 +39,7 @@ from drover.events import (
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, SessionRecord
 from drover.loop import TurnOptions
-from drover.messages import Message, Usage
+from drover.messages import Message, Prompt, Usage
 from drover.output import OutputSchema
 from drover.runner import PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
@@ -120,8 +120,16 @@ def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunR
     )
 
 
+#: What the model is told of a call refused because the run had nobody to ask.
+NO_HANDLER_TEXT = (
+    "Not run: this call needs permission and the run had no permission handler to ask, so it "
+    "was refused without asking."
+)
+
+
 def deny_unanswered(request: PermissionRequest) -> Decision:
-    """The handler of a turn nobody can be asked in: refuse."""
+    """The handler of a turn nobody can be asked in: refuse, saying so."""
+    request.decide("deny", reason=NO_HANDLER_TEXT)
     return "deny"
 
 
@@ -187,7 +195,7 @@ class Session(Generic[OutputT]):
 
     def start(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         live: Sequence[EventSink] = (),
         on_permission: PermissionHandler | None = None,
@@ -209,7 +217,7 @@ class Session(Generic[OutputT]):
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = ...,
         deps: object = ...,
@@ -219,7 +227,7 @@ class Session(Generic[OutputT]):
     @overload
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = ...,
         deps: object = ...,
@@ -228,7 +236,7 @@ class Session(Generic[OutputT]):
 
     async def run(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         live: Sequence[EventSink] = (),
         deps: object = None,
@@ -263,7 +271,7 @@ class Session(Generic[OutputT]):
 
     async def _run(
         self,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink],
         deps: object,
         output_type: type[BaseModel | str] | None,
@@ -287,17 +295,17 @@ class Session(Generic[OutputT]):
 
     @overload
     def run_stream(
-        self, prompt: str | None = ..., *, deps: object = ..., output_type: None = ...
+        self, prompt: Prompt | None = ..., *, deps: object = ..., output_type: None = ...
     ) -> TurnStream[OutputT]: ...
 
     @overload
     def run_stream(
-        self, prompt: str | None = ..., *, deps: object = ..., output_type: type[RunOutputT]
+        self, prompt: Prompt | None = ..., *, deps: object = ..., output_type: type[RunOutputT]
     ) -> TurnStream[RunOutputT]: ...
 
     def run_stream(
         self,
-        prompt: str | None = None,
+        prompt: Prompt | None = None,
         *,
         deps: object = None,
         output_type: type[Any] | None = None,

@@ -73,6 +73,7 @@ from drover.events import (
     TurnStarted,
     UsageReport,
 )
+from drover.hooks import Hooks
 from drover.messages import (
     ContentBlock,
     Message,
@@ -228,6 +229,7 @@ class AgentLoop:
         control: TurnControl | None = None,
         prelude: Prelude | None = None,
         options: TurnOptions | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.provider = provider
         self.convo = convo
@@ -239,6 +241,8 @@ class AgentLoop:
         self.control = control or TurnControl()
         self.prelude = prelude
         self.options = options or TurnOptions()
+        #: The configured hooks run around each tool call (None: none).
+        self.hooks = hooks
         #: The turn and session being run (known once ``run_turn`` got its ``started``).
         self.turn_id = ""
         self.session_id = ""
@@ -344,6 +348,8 @@ class AgentLoop:
                 workdir=self.workdir,
                 deps=self.options.deps,
                 may_start=lambda: not self.control.stopped,
+                hooks=self.hooks,
+                ids=(self.session_id, self.turn_id),
                 scope=TurnScope(
                     loop=self,
                     work=work,

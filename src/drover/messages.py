@@ -10,6 +10,7 @@ All types are immutable and convert to and from plain JSON-compatible dicts
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,7 +64,30 @@ class ToolResultBlock:
     type: Literal["tool_result"] = "tool_result"
 
 
-ContentBlock: TypeAlias = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageBlock:
+    """An image in a user's message: ``data`` is its bytes in base64, ``media_type`` one of
+    ``image/png``, ``image/jpeg``, ``image/gif``, ``image/webp`` (:mod:`drover.images` reads
+    one from a file, checked)."""
+
+    media_type: str
+    data: str
+    meta: Meta = field(default_factory=_empty_meta)
+    type: Literal["image"] = "image"
+
+    @property
+    def size(self) -> int:
+        """The image's size in bytes (from the base64 length)."""
+        return len(self.data) * 3 // 4 - self.data[-2:].count("=")
+
+    @property
+    def digest(self) -> str:
+        """A short SHA-256 of the base64 data: what names the image where its data is left
+        out (events, transcripts)."""
+        return hashlib.sha256(self.data.encode("ascii", "replace")).hexdigest()[:16]
+
+
+ContentBlock: TypeAlias = TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,8 +129,25 @@ def answers_in_order(uses: Sequence[ToolUseBlock], content: Sequence[ContentBloc
     return len(content) == n or not any(isinstance(b, ToolResultBlock) for b in content[n:])
 
 
-def user_message(text: str) -> Message:
-    return Message(role="user", content=(TextBlock(text=text),))
+#: What a turn is given: the user's text, or their whole message (text and images).
+Prompt: TypeAlias = str | Message
+
+
+def message_of_prompt(prompt: Prompt) -> Message:
+    """The user message of a prompt; a message must be the user's, of text and images only."""
+    if isinstance(prompt, str):
+        return user_message(prompt)
+    if prompt.role != "user" or not prompt.content:
+        raise ValueError("a prompt message must be a non-empty user message")
+    if not all(isinstance(b, TextBlock | ImageBlock) for b in prompt.content):
+        raise ValueError("a prompt message holds text and image blocks only")
+    return prompt
+
+
+def user_message(text: str, images: Iterable[ImageBlock] = ()) -> Message:
+    """A user's message: its text, then its images."""
+    blocks: list[ContentBlock] = [TextBlock(text=text)] if text or not images else []
+    return Message(role="user", content=(*blocks, *images))
 
 
 def assistant_message(blocks: Iterable[ContentBlock], meta: Meta | None = None) -> Message:
@@ -161,9 +202,19 @@ class Usage:
 # --- JSON conversion -------------------------------------------------------------------------
 
 
-def block_to_dict(block: ContentBlock) -> dict[str, Any]:
+def block_to_dict(block: ContentBlock, *, image_data: bool = True) -> dict[str, Any]:
+    """The JSON form of a block. ``image_data=False`` leaves an image's data out (its size and
+    digest name it): the form of events and transcripts, so an image is stored once, in its
+    turn's message, not again in every event that shows the message."""
     out: dict[str, Any]
     match block:
+        case ImageBlock():
+            out = {"type": "image", "media_type": block.media_type}
+            if image_data:
+                out["data"] = block.data
+            else:
+                out["bytes"] = block.size
+                out["sha256"] = block.digest
         case TextBlock():
             out = {"type": "text", "text": block.text}
             if block.partial:
@@ -217,6 +268,11 @@ def block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
             input_error=data.get("input_error"),
             meta=meta,
         )
+    if kind == "image":
+        # An image given without its data (an event's form) comes back with none.
+        return ImageBlock(
+            media_type=str(data.get("media_type", "")), data=str(data.get("data", "")), meta=meta
+        )
     if kind == "thinking":
         return ThinkingBlock(
             thinking=str(data.get("thinking", "")),
@@ -227,10 +283,11 @@ def block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
     raise ValueError(f"unknown content block type: {kind!r}")
 
 
-def message_to_dict(message: Message) -> dict[str, Any]:
+def message_to_dict(message: Message, *, image_data: bool = True) -> dict[str, Any]:
+    """The JSON form of a message (``image_data``: see :func:`block_to_dict`)."""
     out: dict[str, Any] = {
         "role": message.role,
-        "content": [block_to_dict(b) for b in message.content],
+        "content": [block_to_dict(b, image_data=image_data) for b in message.content],
     }
     if message.meta:
         out["meta"] = dict(message.meta)
@@ -248,6 +305,11 @@ def message_from_dict(data: Mapping[str, Any]) -> Message:
     )
 
 
+#: What an image counts for in the token estimate, in characters: about 1,600 tokens, what
+#: the APIs charge for an image of a little over a megapixel.
+IMAGE_CHARS = 6_400
+
+
 def content_chars(message: Message) -> int:
     """Characters of content in a message, the basis of the token estimate."""
     total = 0
@@ -261,6 +323,8 @@ def content_chars(message: Message) -> int:
                 total += len(block.name) + len(json.dumps(block.input, ensure_ascii=False))
             case ToolResultBlock():
                 total += len(block.content)
+            case ImageBlock():
+                total += IMAGE_CHARS
             case _:
                 assert_never(block)
     return total

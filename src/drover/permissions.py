@@ -1,15 +1,29 @@
-"""The permission policy: which tool calls may run without asking the user.
+"""The permission policy: which tool calls run, which ask the user, and which are refused.
 
-Read-only tools never ask. A side-effecting tool asks in ``ask`` mode unless the user granted
-its name "always" in the session or its configuration trusts it (its ``trusted`` property: an
-MCP server or tool marked ``"trust"``), runs without asking in ``allow`` mode, and is
-refused without asking in ``deny`` mode (a grant does not override ``deny``: that mode
-promises no side effects at all). ``sandboxed`` is ``ask``, except that a call the sandbox
-fully contains runs without asking: no network, writes at most in the working directory and
-none to its protected paths (see :mod:`drover.tools.sandbox`). A tool says so for one call
-with its ``contains(input)`` method, or for all its calls with its ``contained`` property;
-a tool with ``contains`` asked about without the call's input counts as not contained. The
-policy only decides; the prompt itself is the loop's permission round-trip.
+A call is decided in this order (:meth:`PermissionPolicy.verdict`):
+
+1. a *deny rule* that covers it refuses it, whatever the mode and even for a read-only tool
+   (the model is told which rule, and where it came from);
+2. ``deny`` mode refuses every side-effecting tool (nothing overrides it: that mode promises
+   no side effects at all);
+3. a read-only tool runs;
+4. ``allow`` mode runs it;
+5. a tool the configuration trusts runs (its ``trusted`` property: an MCP server or tool
+   marked ``"trust"``);
+6. an *allow rule* or one of the session's "always" grants that covers it runs it;
+7. ``sandboxed`` mode runs a call the sandbox fully contains: no network, writes at most in
+   the working directory and none to its protected paths (see :mod:`drover.tools.sandbox`).
+   A tool says so for one call with its ``contains(input)`` method, or for all its calls with
+   its ``contained`` property; a tool with ``contains`` asked about without the call's input
+   counts as not contained;
+8. anything else asks.
+
+Rules are those of :mod:`drover.rules` (``bash(git status*)``, ``write_file(src/**)``…), from
+the config file's ``[permissions]``, the command line's ``--allow``/``--deny`` or an
+:class:`~drover.agent.Agent`'s ``allow=``/``deny=``. An "always" answer is a rule of the same
+language (:func:`drover.rules.always_rule`): ``bash(<that exact command>)`` for ``bash``, the
+tool's name for every other tool. The policy only decides; the prompt itself is the loop's
+permission round-trip.
 
 A policy belongs to one session: its grants are that session's, kept in the journal by the
 ``remember`` callback the runner gives it (so another process, or this one after a restart,
@@ -20,16 +34,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
 
+from drover.errors import ConfigError
+from drover.rules import Rule, main_argument
 from drover.tools.base import Tool
 
 PermissionMode: TypeAlias = Literal["ask", "allow", "deny", "sandboxed"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
+Action: TypeAlias = Literal["run", "ask", "refuse"]
 
 #: Keeps a grant durable (the session's journal); it may raise, the grant then lasts only in
 #: memory.
 Remember = Callable[[str], Awaitable[None]]
+#: Where a session's "always" answers come from, as ``/permissions`` says.
+GRANT_SOURCE = 'an "always" answer in this session'
+DENY_MODE_TEXT = "Not run: the permission mode is deny, which refuses every tool with side effects."
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +70,30 @@ def is_contained(tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
     return getattr(tool, "contained", False) is True
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the policy decided for one call, and what decided it."""
+
+    action: Action
+    #: The rule (or grant) that decided, if one did.
+    rule: Rule | None = None
+
+    @property
+    def refusal(self) -> str:
+        """What the model is told of a refused call."""
+        if self.rule is None:
+            return DENY_MODE_TEXT
+        where = f" ({self.rule.source})" if self.rule.source else ""
+        return f'Not run: the deny rule "{self.rule.text}"{where} refuses this call.'
+
+
+def rules_of(texts: Iterable[str | Rule], source: str) -> tuple[Rule, ...]:
+    """Rules given as text (checked here) or already parsed."""
+    return tuple(t if isinstance(t, Rule) else Rule.parse(t, source) for t in texts)
+
+
 class PermissionPolicy:
-    """The permission mode of a session plus the tools the user allowed "always"."""
+    """The permission mode of a session, its allow and deny rules, and its "always" grants."""
 
     def __init__(
         self,
@@ -57,13 +101,21 @@ class PermissionPolicy:
         *,
         always: Iterable[str] = (),
         remember: Remember | None = None,
+        allow: Iterable[str | Rule] = (),
+        deny: Iterable[str | Rule] = (),
+        workdir: Path | None = None,
     ) -> None:
         if mode not in PERMISSION_MODES:
             raise ValueError(
                 f"unknown permission mode {mode!r} (expected one of {', '.join(PERMISSION_MODES)})"
             )
         self._mode: PermissionMode = mode
-        self._always: set[str] = set(always)
+        self.allow_rules = rules_of(allow, "allow=")
+        self.deny_rules = rules_of(deny, "deny=")
+        #: Paths in rules are taken from here (None: the current directory).
+        self.workdir = None if workdir is None else str(workdir)
+        self._always: dict[str, Rule] = {}
+        self.set_grants(always)
         #: Where a new grant is kept (None: in memory only).
         self.remember = remember
 
@@ -73,47 +125,78 @@ class PermissionPolicy:
 
     @property
     def always(self) -> frozenset[str]:
-        """Names of the tools granted "always" (they no longer ask in ``ask`` mode)."""
+        """The rules the user granted "always" (they no longer ask in ``ask`` mode)."""
         return frozenset(self._always)
 
-    def grant_always(self, name: str) -> None:
-        """Stop asking about tool ``name`` (in memory; :meth:`grant` also keeps it)."""
-        self._always.add(name)
+    def grant_always(self, rule: str) -> None:
+        """Stop asking about what ``rule`` covers (in memory; :meth:`grant` also keeps it)."""
+        parsed = _grant(rule)
+        if parsed is not None:
+            self._always[parsed.text] = parsed
 
-    async def grant(self, name: str) -> None:
-        """The user answered "always" for tool ``name``: stop asking about it in this session,
+    async def grant(self, rule: str) -> None:
+        """The user answered "always": stop asking about what ``rule`` covers in this session,
         and keep the grant where every process sees it. A grant that cannot be kept still
         holds here (the user's answer stands); it is logged."""
-        self._always.add(name)
+        self.grant_always(rule)
         if self.remember is None:
             return
         try:
-            await self.remember(name)
+            await self.remember(rule)
         except Exception as exc:
-            log.warning("could not keep the grant of %s for the session: %s", name, exc)
+            log.warning("could not keep the grant of %s for the session: %s", rule, exc)
 
-    def set_grants(self, names: Iterable[str]) -> None:
+    def set_grants(self, rules: Iterable[str]) -> None:
         """Replace the grants with the session's stored ones (at a turn's start)."""
-        self._always = set(names)
+        self._always = {}
+        for rule in rules:
+            self.grant_always(rule)
 
-    def revoke(self, name: str | None = None) -> None:
-        """Forget one grant (``name``) or all of them, in memory."""
-        if name is None:
+    def revoke(self, rule: str | None = None) -> None:
+        """Forget one grant (``rule``) or all of them, in memory."""
+        if rule is None:
             self._always.clear()
         else:
-            self._always.discard(name)
+            self._always.pop(rule.strip(), None)
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def verdict(self, tool: Tool, input: Mapping[str, Any] | None = None) -> Verdict:
+        """Whether a call of ``tool`` with ``input`` runs, asks or is refused (module doc)."""
+        argument = main_argument(tool)
+        for rule in self.deny_rules:
+            if rule.matches(tool.name, input, argument=argument, workdir=self.workdir, deny=True):
+                return Verdict("refuse", rule)
+        if self._mode == "deny" and not tool.read_only:
+            return Verdict("refuse")
+        if tool.read_only or self._mode == "allow" or is_trusted(tool):
+            return Verdict("run")
+        for rule in (*self.allow_rules, *self._always.values()):
+            if rule.matches(tool.name, input, argument=argument, workdir=self.workdir):
+                return Verdict("run", rule)
+        if self._mode == "sandboxed" and is_contained(tool, input):
+            return Verdict("run")
+        return Verdict("ask")
 
     def needs_prompt(self, tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
         """Whether running ``tool`` with ``input`` needs the user's consent first."""
-        if tool.read_only or self._mode in ("allow", "deny") or is_trusted(tool):
-            return False
-        if self._mode == "sandboxed" and is_contained(tool, input):
-            return False
-        return tool.name not in self._always
+        return self.verdict(tool, input).action == "ask"
 
-    def denied_outright(self, tool: Tool) -> bool:
-        """Whether ``tool`` is refused without asking (a side-effecting tool in ``deny`` mode)."""
-        return self._mode == "deny" and not tool.read_only
+    def denied_outright(self, tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
+        """Whether the call is refused without asking (a deny rule, or ``deny`` mode)."""
+        return self.verdict(tool, input).action == "refuse"
 
     def __repr__(self) -> str:
-        return f"PermissionPolicy({self._mode!r}, always={sorted(self._always)})"
+        return (
+            f"PermissionPolicy({self._mode!r}, allow={[r.text for r in self.allow_rules]}, "
+            f"deny={[r.text for r in self.deny_rules]}, always={sorted(self._always)})"
+        )
+
+
+def _grant(text: str) -> Rule | None:
+    """A stored grant as a rule (one that does not parse is skipped, with a warning)."""
+    try:
+        return Rule.parse(text, GRANT_SOURCE)
+    except ConfigError as exc:
+        log.warning("ignoring the grant %r: %s", text, exc)
+        return None

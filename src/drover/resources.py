@@ -20,11 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drover.config import Config, load_config
+from drover.config_tables import HookSpec
 from drover.errors import ConfigError
 from drover.handle import Session
+from drover.hooks import Hooks
+from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.journal.protocol import Store
 from drover.journal.redact import Redactor
-from drover.mcp.config import load_servers, redact_patterns
+from drover.mcp.config import McpFile, load_servers, redact_patterns
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.runner import Runner
@@ -108,9 +111,16 @@ class Wanted:
     sandbox_network: bool
     require_sandbox: bool
     lease_seconds: float
-    mcp_config: Sequence[Path | str]
+    mcp_config: Sequence[Path | str | McpFile]
     mcp_servers: Mapping[str, Mapping[str, Any]] | None
     mcp_log_dir: Path | None
+    #: The prompt that replaces drover's own (None: drover's) and what is added at its end.
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    #: Whether the project's and the user's AGENTS.md files join the prompt.
+    instructions: bool = False
+    #: The hooks (None: the config file's ``[[hooks]]``).
+    hooks: Sequence[HookSpec] | None = None
 
 
 @dataclass(slots=True)
@@ -132,6 +142,10 @@ class Resources:
     #: The model spec of new sessions.
     model: str
     loop: asyncio.AbstractEventLoop
+    #: The system prompt of new sessions, part by part.
+    prompt: PromptParts
+    #: The configured hooks (None: none).
+    hooks: Hooks | None
     #: Handles kept between turns, least recently used first.
     sessions: OrderedDict[str, Session[Any]] = field(default_factory=OrderedDict)
     #: Providers a session switched to (``/model``), closed with the agent.
@@ -147,7 +161,9 @@ async def open_resources(wanted: Wanted) -> Resources:
     # A broken MCP file fails here, before anything is opened.
     mcp_configs = load_servers(wanted.mcp_config, wanted.mcp_servers)
     sandbox: SandboxStatus | None = None
-    if wanted.tools is None:
+    hook_specs = config.hooks if wanted.hooks is None else tuple(wanted.hooks)
+    # Hooks run where bash runs: probed for them too when the tools are the caller's.
+    if wanted.tools is None or hook_specs:
         db = wanted.store if isinstance(wanted.store, str) else os.environ.get("DROVER_DB")
         check = require_sandbox if wanted.require_sandbox else probe_sandbox
         settings = sandbox_settings_for(
@@ -196,7 +212,21 @@ async def open_resources(wanted: Wanted) -> Resources:
             await mcp.start()
             mcp.register(tools)
         stack.pop_all()
+    hooks = Hooks(hook_specs, workdir=workdir, sandbox=sandbox) if hook_specs else None
+    files: list[InstructionFile] = []
+    if wanted.instructions:
+        files = await asyncio.to_thread(find_instructions, workdir)
+    prompt = PromptParts(
+        base=default_system_prompt(workdir)
+        if wanted.system_prompt is None
+        else wanted.system_prompt,
+        replaced=wanted.system_prompt is not None,
+        files=tuple(files),
+        append=wanted.append_system_prompt,
+    )
     return Resources(
+        hooks=hooks,
+        prompt=prompt,
         store=store,
         owns_store=owns_store,
         provider=provider,

@@ -53,7 +53,7 @@ from drover.journal.records import EventRecord, SessionRecord, TurnRecord
 from drover.journal.redact import Redactor
 from drover.journal.writes import EndTurn
 from drover.loop import LoopSettings, TurnControl, TurnOptions
-from drover.messages import Message, Usage
+from drover.messages import Message, Prompt, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
@@ -169,6 +169,7 @@ class _Watch:
     @staticmethod
     async def _ask(handler: PermissionHandler, request: PermissionRequest) -> None:
         decision: Decision = "deny"
+        reason = None
         try:
             answer = handler(request)
             if inspect.isawaitable(answer):
@@ -177,11 +178,13 @@ class _Watch:
                 decision = answer
             else:
                 log.warning("permission handler returned %r; denying", answer)
+                reason = f"Not run: the permission handler gave no answer ({answer!r})."
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("permission handler failed; denying %s", request.tool_name)
-        request.decide(decision)
+            reason = f"Not run: the permission handler failed ({type(exc).__name__})."
+        request.decide(decision, reason=reason)
 
 
 class Runner:
@@ -314,7 +317,7 @@ class Runner:
     def start(
         self,
         session: AgentSession,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink] = (),
         *,
         on_permission: PermissionHandler | None = None,
@@ -364,7 +367,7 @@ class Runner:
             )
 
     async def run(
-        self, session: AgentSession, prompt: str | None, live: Sequence[EventSink] = ()
+        self, session: AgentSession, prompt: Prompt | None, live: Sequence[EventSink] = ()
     ) -> TurnOutcome:
         """Run one turn (``prompt=None`` resumes) with the journal recording it.
 
@@ -416,7 +419,7 @@ class Runner:
     async def _drive(
         self,
         session: AgentSession,
-        prompt: str | None,
+        prompt: Prompt | None,
         live: Sequence[EventSink],
         running: RunningTurn,
         options: TurnOptions | None = None,

@@ -23,8 +23,9 @@ from pathlib import Path
 from drover.conversation import ConversationManager
 from drover.errors import DroverError
 from drover.events import Done, TerminalEvent, TurnStarted
+from drover.hooks import Hooks
 from drover.loop import AgentLoop, LoopSettings, Prelude, TurnControl, TurnOptions, TurnWork
-from drover.messages import Message, user_message
+from drover.messages import Message, Prompt, message_of_prompt, user_message
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.sinks import EventSink
@@ -34,6 +35,11 @@ RESUME_NOTE = (
     "[Your previous response was cut off before it finished. Continue the task from where it "
     "stopped, without repeating work already done.]"
 )
+
+
+def last_assistant_text(messages: Sequence[Message]) -> str:
+    """The last text an assistant message of ``messages`` holds ("" for none)."""
+    return next((m.text for m in reversed(messages) if m.role == "assistant" and m.text), "")
 
 
 def resume_message(pending: Sequence[Message]) -> Message | None:
@@ -74,6 +80,7 @@ class AgentSession:
         session_id: str | None = None,
         pending: Sequence[Message] = (),
         prelude: Prelude | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.id = session_id or uuid.uuid4().hex
         self.provider = provider
@@ -86,6 +93,8 @@ class AgentSession:
         self._pending: list[Message] = list(pending)
         #: Runs at the start of every turn (see :class:`~drover.loop.AgentLoop`).
         self.prelude = prelude
+        #: Commands run around tool calls and at a turn's end (:mod:`drover.hooks`).
+        self.hooks = hooks
         #: How the journal's last turn of the session looked when this view was made (the
         #: runner reloads the view when the journal moved on; None: unknown, reload).
         self.journal_mark: tuple[str, str, bool] | None = None
@@ -113,7 +122,7 @@ class AgentSession:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    def prepare(self, prompt: str | None) -> PreparedTurn:
+    def prepare(self, prompt: Prompt | None) -> PreparedTurn:
         """Lay out the next turn: pending work, then the user's message (or a resume note).
 
         ``prompt=None`` resumes the unfinished turn without a new instruction.
@@ -123,11 +132,13 @@ class AgentSession:
                 raise DroverError("nothing to resume: the last turn completed")
             message = resume_message(self._pending)
         else:
-            message = user_message(prompt)
+            message = message_of_prompt(prompt)
         prefix = [*self._pending, message] if message else list(self._pending)
         return PreparedTurn(prefix=prefix, user_message=message)
 
-    async def run(self, prompt: str, sink: EventSink, *, turn_id: str | None = None) -> TurnOutcome:
+    async def run(
+        self, prompt: Prompt, sink: EventSink, *, turn_id: str | None = None
+    ) -> TurnOutcome:
         """Run a turn for a new user message (pending work goes before it)."""
         return await self.execute(self.prepare(prompt), sink, turn_id=turn_id)
 
@@ -167,6 +178,7 @@ class AgentSession:
             control=control,
             prelude=self.prelude,
             options=options,
+            hooks=self.hooks,
         )
         started = TurnStarted(turn_id=turn_id, session_id=self.id, user_message=turn.user_message)
         try:
@@ -174,6 +186,10 @@ class AgentSession:
         finally:
             # Runs on cancellation too: the loop has recorded the interrupted work by then.
             self._settle(work)
+        if self.hooks:
+            # After the end went out (the journal has it); an interruption kills the hook.
+            text = event.text if isinstance(event, Done) else last_assistant_text(work.added)
+            await self.hooks.turn_end(self.id, turn_id, event, text)
         return TurnOutcome(turn_id=turn_id, event=event, added=tuple(work.added))
 
     def _settle(self, work: TurnWork) -> None:

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from drover.errors import DroverError
 from drover.events import Event, is_terminal
 from drover.handle import OutputT, RunResult, result_of
+from drover.messages import Prompt
 from drover.runner import RunningTurn
 from drover.sinks import EventChannel
 
@@ -47,7 +48,7 @@ class TurnStream(Generic[OutputT]):
     def __init__(
         self,
         session: Session[Any] | None,
-        prompt: str | None,
+        prompt: Prompt | None,
         *,
         deps: object = None,
         output_type: type[BaseModel | str] | None = None,

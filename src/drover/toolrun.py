@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from drover.errors import ToolError
 from drover.events import (
     Decision,
+    HookPoint,
+    HookRun,
     PermissionRequest,
     ToolDone,
     ToolProgress,
@@ -31,15 +34,18 @@ from drover.events import (
     ToolStateChanged,
     interrupted_outcome,
 )
+from drover.hooks import Hooks, tool_payload
 from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
+from drover.rules import always_rule
 from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import OutputBuffer
 
-DENIED_TEXT = "Tool execution denied by user."
+#: What the model is told of a call the user refused when asked.
+DENIED_TEXT = "Not run: the user denied permission for this call."
 
 
 @dataclass(slots=True)
@@ -94,10 +100,13 @@ class ToolBatch:
         deps: object = None,
         may_start: Callable[[], bool] = lambda: True,
         scope: object | None = None,
+        hooks: Hooks | None = None,
+        ids: tuple[str, str] = ("", ""),
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
         stopped) and the call ends as never run. ``deps`` and ``scope`` reach each tool in its
-        :class:`~drover.tools.base.ToolContext`."""
+        :class:`~drover.tools.base.ToolContext`. ``hooks`` run around each call
+        (:mod:`drover.hooks`); ``ids`` are the session's and the turn's, which they are told."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -108,6 +117,8 @@ class ToolBatch:
         self._may_start = may_start
         self._scope = scope
         self._deps = deps
+        self._hooks = hooks
+        self._ids = ids
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -205,19 +216,31 @@ class ToolBatch:
                 slot, "output-error", f"Unknown tool '{call.name}'. Available tools: {known}.", True
             )
             return
-        if self._policy.denied_outright(tool):
-            await self._finish(slot, "denied", DENIED_TEXT, True)
+        invalid = _invalid_input(tool, call.input)
+        if invalid is not None:
+            # Back to the model before anyone is asked: a call that cannot run needs no consent.
+            await self._finish(slot, "output-error", invalid, True)
             return
-        if self._policy.needs_prompt(tool, call.input):
-            decision = await self._ask(slot, tool)
+        verdict = self._policy.verdict(tool, call.input)
+        if verdict.action == "refuse":
+            await self._finish(slot, "denied", verdict.refusal, True)
+            return
+        blocked = await self._run_hooks("pre_tool", slot, tool)
+        if blocked:
+            await self._finish(slot, "denied", blocked, True)
+            return
+        if verdict.action == "ask":
+            request = await self._ask(slot, tool)
+            decision = request.decision.result()
             if decision == "deny":
-                await self._finish(slot, "denied", DENIED_TEXT, True)
+                await self._finish(slot, "denied", request.reason or DENIED_TEXT, True)
                 return
             if decision == "always":
-                await self._policy.grant(tool.name)
+                await self._policy.grant(always_rule(tool.name, call.input))
         await self._execute(slot, tool)
 
-    async def _ask(self, slot: CallSlot, tool: Tool) -> Decision:
+    async def _ask(self, slot: CallSlot, tool: Tool) -> PermissionRequest:
+        """Ask and wait for the answer; the request, decided."""
         await self._set_state(slot, "awaiting-permission")
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         request = PermissionRequest(
@@ -230,7 +253,8 @@ class ToolBatch:
         )
         await self._sink.send(request)
         try:
-            return await future
+            await future
+            return request
         finally:
             future.cancel()
 
@@ -276,12 +300,77 @@ class ToolBatch:
         try:
             output: ToolOutput = await tool.run(slot.call.input, ctx)
         except ToolError as exc:
-            await self._finish(slot, "output-error", str(exc) or type(exc).__name__, True)
-            return
+            output = ToolOutput(content=str(exc) or type(exc).__name__, is_error=True)
         except Exception as exc:  # a tool bug must not end the turn
-            await self._finish(
-                slot, "output-error", f"Tool failed: {type(exc).__name__}: {exc}", True
-            )
-            return
+            output = ToolOutput(content=f"Tool failed: {type(exc).__name__}: {exc}", is_error=True)
         state: ToolState = "output-error" if output.is_error else "output-available"
-        await self._finish(slot, state, output.content, output.is_error)
+        content = output.content
+        if self._hooks:
+            # Known from here on: an interruption while the hooks run keeps the real output.
+            slot.result = ToolResultBlock(
+                tool_use_id=slot.call.id, content=content, is_error=output.is_error
+            )
+            slot.state = state
+            note = await self._run_hooks("post_tool", slot, tool, (content, output.is_error))
+            if note:
+                content = f"{content}\n{note}"
+        await self._finish(slot, state, content, output.is_error)
+
+    async def _run_hooks(
+        self,
+        point: HookPoint,
+        slot: CallSlot,
+        tool: Tool,
+        response: tuple[str, bool] | None = None,
+    ) -> str:
+        """Run the hooks of ``point`` about this call, each reported as a ``HookRun``; what
+        the model is told of those that block (a ``pre_tool`` hook stops at the first)."""
+        hooks = self._hooks
+        if not hooks:
+            return ""
+        call = slot.call
+        payload = tool_payload(
+            point,
+            session_id=self._ids[0],
+            turn_id=self._ids[1],
+            workdir=self._workdir,
+            call_id=call.id,
+            tool_name=tool.name,
+            tool_input=call.input,
+            response=response,
+        )
+        notes: list[str] = []
+        for spec in hooks.for_call(point, tool, call.input):
+            result = await hooks.run(spec, payload)
+            await self._sink.send(
+                HookRun(
+                    point=point,
+                    call_id=call.id,
+                    call_index=slot.index,
+                    name=tool.name,
+                    hook=spec.source,
+                    outcome=result.outcome,
+                    exit_code=result.exit_code,
+                    message=result.message,
+                )
+            )
+            if result.blocks(point):
+                notes.append(result.note(point))
+                if point == "pre_tool":
+                    break
+        return "\n".join(notes)
+
+
+def _invalid_input(tool: Tool, input: Mapping[str, Any]) -> str | None:
+    """Why ``input`` cannot be given to ``tool`` (its ``validate`` method refuses it), or None:
+    valid, or a tool that does not validate before it runs."""
+    validate = getattr(tool, "validate", None)
+    if not callable(validate):
+        return None
+    try:
+        validate(input)
+    except ToolError as exc:
+        return str(exc) or type(exc).__name__
+    except Exception as exc:  # a validator's bug is the tool's, reported like its failures
+        return f"Tool failed: {type(exc).__name__}: {exc}"
+    return None

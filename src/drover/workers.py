@@ -399,6 +399,7 @@ class Coordinator:
             settings=replace(parent.settings, max_turns=self.settings.max_turns),
             control=TurnControl(),
             options=TurnOptions(deps=parent.options.deps),
+            hooks=parent.hooks,
         )
         started = TurnStarted(
             turn_id=parent.turn_id, session_id=parent.session_id, user_message=announce

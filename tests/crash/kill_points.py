@@ -10,8 +10,8 @@ from typing import Any
 
 from support.frames import Progress, first_cut, render
 
+from drover.cli.render import NO_TERMINAL_TEXT
 from drover.events import ToolState
-from drover.toolrun import DENIED_TEXT
 
 from .watch import (
     Trigger,
@@ -406,7 +406,7 @@ KILL_POINTS: list[KillPoint] = [
         ),
         chain(on_line("step_started", step=2), on_line("text_delta", 10), on_quiet(STALL)),
         permission_mode="ask",
-        calls={"toolu_bash_ask": Expect("denied", output=DENIED_TEXT)},
+        calls={"toolu_bash_ask": Expect("denied", output=NO_TERMINAL_TEXT)},
         files_absent=("ran.txt",),
         min_stored_chars=(4 + 10) * 8,
     ),

@@ -31,6 +31,7 @@ from drover.permissions import PermissionMode, PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession
 from drover.testing.server import FakeLLMServer
+from drover.toolrun import DENIED_TEXT
 
 from .conftest import FAST, Answering, Waiting, new_session
 
@@ -433,7 +434,7 @@ ROWS = [
             [
                 GO,
                 ("assistant", "tool_use", "write_file"),
-                ("user", "tool_result", "error:Tool execution denied by user."),
+                ("user", "tool_result", f"error:{DENIED_TEXT[:40]}"),
                 ("assistant", "text", "Understood."),
                 NEXT,
             ]

@@ -20,11 +20,17 @@ SECRET = "token-from-the-env-2718281828"
 
 
 def env(tmp_path: Path) -> dict[str, str]:
-    """No user config (so no user-level mcp.json), logs in ``tmp_path``, a secret to keep."""
+    """A config that approves every project's servers (the approval itself is
+    ``tests/cli/test_mcp_approval.py``'s) and no user-level mcp.json, logs in ``tmp_path``, a
+    secret to keep."""
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(exist_ok=True)
+    config.write_text("[mcp]\napprove_project = true\n")
     return clean_env(
         ANTHROPIC_API_KEY="test",
         XDG_DATA_HOME=str(tmp_path / "data"),
         DROVER_TEST_MCP_SECRET=SECRET,
+        DROVER_CONFIG=str(config),
     )
 
 

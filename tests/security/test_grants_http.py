@@ -70,3 +70,21 @@ def test_always_is_kept_per_session_across_a_restart_and_withdrawn(
         assert "permission_request" in _turn(again, mine, "deny")
     finally:
         again.close()
+
+
+def test_the_rules_that_apply_are_listed_with_where_they_come_from(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    served = start_server(
+        fake_llm, tmp_path, "--sandbox", "off", "--deny", "bash(rm *)", "--allow", "read_file"
+    )
+    try:
+        with served.client() as c:
+            sid = c.post("/v1/sessions", json={}).json()["id"]
+            listed = c.get(f"/v1/sessions/{sid}/permissions").json()
+        assert listed["rules"] == [
+            {"kind": "deny", "rule": "bash(rm *)", "source": "--deny"},
+            {"kind": "allow", "rule": "read_file", "source": "--allow"},
+        ]
+    finally:
+        served.close()

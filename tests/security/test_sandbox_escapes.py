@@ -565,6 +565,6 @@ def test_through_drover_p_secrets_journal_and_protected_paths_stay_out_of_reach(
     assert "env: unset unset unset" in read_out
     assert "environ-canaries: 0" in read_out
     assert f"{scene.journal}: Permission denied" in read_out
-    assert "Tool execution denied by user." in write_out
+    assert "there was no terminal to ask" in write_out  # nobody could be asked: not "the user"
     assert CANARY not in json.dumps(fake_llm.requests[-1].body)
     assert git_config(scene.repo, "core.fsmonitor") == ""

@@ -130,9 +130,12 @@ async def session_report(store: WorkerLogReader, session_id: str) -> dict[str, A
                 "error": turn.error,
                 "discarded": turn.discarded,
                 "usage": turn.usage.to_dict() if turn.usage else None,
-                "user_message": message_to_dict(turn.user_message) if turn.user_message else None,
+                "user_message": message_to_dict(turn.user_message, image_data=False)
+                if turn.user_message
+                else None,
                 "messages": [
-                    {**message_to_dict(m.message), "partial": m.partial} for m in messages
+                    {**message_to_dict(m.message, image_data=False), "partial": m.partial}
+                    for m in messages
                 ],
                 "tool_calls": [
                     {**_call_dict(c), "workers": workers.get(c.call_id, [])} for c in calls

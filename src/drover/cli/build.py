@@ -4,11 +4,13 @@ serve`` run their turns through the same public objects a library user has."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from drover.agent import Agent
-from drover.config import Config
-from drover.mcp.config import default_config_files
+from drover.config import Config, load_config
+from drover.mcp.approval import ProjectServers, project_servers
+from drover.mcp.config import McpFile, user_config_file
 from drover.providers.base import Provider
 from drover.resources import resolve_workdir
 from drover.runner import LEASE_SECONDS
@@ -25,8 +27,14 @@ def agent_from_args(
     lease_seconds: float = LEASE_SECONDS,
 ) -> Agent:
     """The agent the run flags describe (``--model``, ``--db``, ``--workdir``,
-    ``--mcp-config``, …); a
-    ``provider`` given replaces the one ``--model`` names (the caller closes it)."""
+    ``--mcp-config``, ``--allow``/``--deny``, ``--system-prompt``, …), with the project
+    instructions (``AGENTS.md``) in its prompt; a ``provider`` given replaces the one
+    ``--model`` names (the caller closes it). The workdir's ``.mcp.json`` servers that are not
+    approved are left out, said on stderr (:mod:`drover.mcp.approval`)."""
+    config = config or load_config()
+    project = project_of(args, config)
+    if project is not None and project.skipped:
+        print(project.skip_note(), file=sys.stderr, flush=True)
     return Agent(
         provider if provider is not None else args.model,
         base_url=args.base_url,
@@ -40,12 +48,27 @@ def agent_from_args(
         lease_seconds=lease_seconds,
         tools=tools,
         config=config,
-        mcp_config=mcp_files(args),
+        mcp_config=mcp_files(args, project),
+        allow=getattr(args, "allow", None) or (),
+        deny=getattr(args, "deny", None) or (),
+        system_prompt=getattr(args, "system_prompt", None),
+        append_system_prompt=getattr(args, "append_system_prompt", None),
+        instructions=True,
     )
 
 
-def mcp_files(args: argparse.Namespace) -> list[Path]:
-    """The MCP config files the flags mean: the user-level ``mcp.json`` and the workdir's
-    ``.mcp.json`` when they exist, then each ``--mcp-config FILE`` (which must)."""
+def project_of(args: argparse.Namespace, config: Config) -> ProjectServers | None:
+    """The workdir's ``.mcp.json`` and which of its servers are approved (None: none)."""
+    return project_servers(resolve_workdir(args.workdir), config)
+
+
+def mcp_files(args: argparse.Namespace, project: ProjectServers | None) -> list[Path | McpFile]:
+    """The MCP config files the flags mean: the user-level ``mcp.json`` when it exists, the
+    approved servers of the workdir's ``.mcp.json``, then each ``--mcp-config FILE`` (which
+    must exist)."""
     given: list[Path] = getattr(args, "mcp_config", None) or []
-    return [*default_config_files(resolve_workdir(args.workdir)), *given]
+    user = user_config_file()
+    files: list[Path | McpFile] = [user] if user.is_file() else []
+    if project is not None and project.approved:
+        files.append(project.file())
+    return [*files, *given]

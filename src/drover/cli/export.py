@@ -7,7 +7,8 @@ JSON Lines: one object a line, each with a ``type`` — first ``session`` (``id`
 (``id``, ``seq``, ``status``, ``reason``, ``error``, ``discarded``, ``usage``,
 ``user_message``) followed by its ``message`` lines (``turn_id``, ``role``, ``content``,
 ``partial``) and its ``tool_call`` lines (``turn_id``, ``call_id``, ``name``, ``state``,
-``input``, ``output``, ``is_error``, ``outcome_unknown``, ``workers``).
+``input``, ``output``, ``is_error``, ``outcome_unknown``, ``workers``). An image of a user's
+message is named, not included: ``{"type": "image", "media_type", "bytes", "sha256"}``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def export_markdown(report: dict[str, Any]) -> str:
             out += [f"> ended: {turn['reason']}: {turn['error']}", ""]
         if turn["user_message"]:
             out += ["### User", "", _text(turn["user_message"]), ""]
+            out += [
+                f"_[image: {b['media_type']}, {b.get('bytes', 0):,} bytes, "
+                f"sha256 {b.get('sha256')}]_"
+                for b in turn["user_message"]["content"]
+                if b.get("type") == "image"
+            ]
         calls = {call["call_id"]: call for call in turn["tool_calls"]}
         for message in turn["messages"]:
             if message["role"] != "assistant":

@@ -35,7 +35,9 @@ from drover.events import (
     turn_status,
 )
 from drover.handle import Session
-from drover.messages import Message, Usage
+from drover.images import prompt_with_images
+from drover.messages import Message, Prompt, Usage
+from drover.resources import resolve_workdir
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
 
@@ -83,7 +85,13 @@ def headless_prompt(args: argparse.Namespace) -> str | None:
     raise ConfigError("no prompt: give one after -p or on standard input")
 
 
-async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
+async def run_headless(args: argparse.Namespace, text: str | None) -> int:
+    prompt: Prompt | None = text
+    if text is not None:
+        # Images are read (and refused) before anything is opened or created.
+        prompt = prompt_with_images(text, resolve_workdir(args.workdir), args.image)
+    elif args.image:
+        raise ConfigError("--image goes with a prompt (after -p or on standard input)")
     async with agent_from_args(args) as agent:
         if agent.sandbox is not None and agent.sandbox.unavailable:
             _note(f"drover: warning: {agent.sandbox.describe()}")
@@ -108,7 +116,7 @@ async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
 
 async def _run_turn(
     session: Session,
-    prompt: str | None,
+    prompt: Prompt | None,
     args: argparse.Namespace,
     note: str | None = None,
 ) -> int:

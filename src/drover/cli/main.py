@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from drover.errors import DroverError
+from drover.rules import Rule
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -78,6 +79,42 @@ def _session_id(text: str) -> str:
     return session_id_arg(text)
 
 
+def _rule(flag: str) -> Callable[[str], Rule]:
+    """The ``type`` of ``--allow``/``--deny``: a rule, remembering the flag it came from."""
+
+    def parse(text: str) -> Rule:
+        from drover.errors import ConfigError
+
+        try:
+            return Rule.parse(text, flag)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+
+    return parse
+
+
+def _prompt_text(flag: str) -> Callable[[str], str]:
+    """The ``type`` of ``--system-prompt``/``--append-system-prompt``: TEXT, or @FILE's text."""
+
+    def read(value: str) -> str:
+        if value.startswith("@@"):
+            text = value[1:]
+        elif value.startswith("@"):
+            path = Path(value[1:]).expanduser()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise argparse.ArgumentTypeError(f"cannot read {path}: {reason}") from None
+        else:
+            text = value
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} is empty")
+        return text
+
+    return read
+
+
 def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", help="SQLite path or postgresql:// URL (env DROVER_DB; default: the user's journal)"
@@ -116,6 +153,42 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
+    parser.add_argument(
+        "--system-prompt",
+        metavar="TEXT|@FILE",
+        type=_prompt_text("--system-prompt"),
+        help="replace drover's system prompt with TEXT, or with FILE's content (@FILE; @@ "
+        "starts a TEXT with @). Project instructions (AGENTS.md, else CLAUDE.md, in the "
+        "workdir, its parents up to the repository root, and next to config.toml) still follow "
+        "it",
+    )
+    parser.add_argument(
+        "--append-system-prompt",
+        metavar="TEXT|@FILE",
+        type=_prompt_text("--append-system-prompt"),
+        help="add TEXT (or FILE's content) at the end of the system prompt, after the project "
+        "instructions",
+    )
+    parser.add_argument(
+        "--allow",
+        metavar="RULE",
+        type=_rule("--allow"),
+        action="append",
+        default=[],
+        help="run the calls RULE covers without asking, repeatable: a tool name, optionally "
+        "with a glob on its main argument: read_file, 'bash(git status*)', "
+        "'write_file(src/**)', 'edit_file(*.md)', mcp__SERVER__TOOL (adds to the config "
+        "file's [permissions] allow)",
+    )
+    parser.add_argument(
+        "--deny",
+        metavar="RULE",
+        type=_rule("--deny"),
+        action="append",
+        default=[],
+        help="refuse the calls RULE covers, in every permission mode, repeatable (same rules; "
+        "deny wins over allow; the model is told which rule refused it)",
+    )
     _add_mcp_config(parser)
 
 
@@ -126,8 +199,9 @@ def _add_mcp_config(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         help='MCP servers from FILE ({"mcpServers": {...}}, as in .mcp.json); repeatable, '
-        "read after the user-level mcp.json next to config.toml and the workdir's .mcp.json, "
-        "a later definition of a server winning",
+        "read after the user-level mcp.json next to config.toml and the workdir's .mcp.json "
+        "(whose servers start only once approved: drover mcp approve), a later definition of "
+        "a server winning",
     )
 
 
@@ -176,6 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop the session's unfinished work before the turn (with no prompt: only drop it)",
     )
     parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
+    parser.add_argument(
+        "--image",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        default=[],
+        help="send this image (PNG, JPEG, GIF or WebP, at most 3.75 MB) with the prompt, "
+        "repeatable; @shot.png in the prompt's text does the same",
+    )
     _add_run_options(parser)
     parser.add_argument(
         "initial_prompt",
@@ -237,11 +320,27 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             help="configured MCP servers, their status and their tools",
             description="Start each configured MCP server, list its tools, stop it again. "
             "Servers come from the user-level mcp.json next to config.toml, the workdir's "
-            ".mcp.json and each --mcp-config FILE.",
+            ".mcp.json (only approved servers start: drover mcp approve) and each "
+            "--mcp-config FILE.",
         )
         listing.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
         _add_mcp_config(listing)
         listing.add_argument("--json", action="store_true", help="one JSON object")
+        approving = actions.add_parser(
+            "approve",
+            help="start the servers of the workdir's .mcp.json from now on",
+            description="Approve the MCP servers the workdir's .mcp.json names, as the file "
+            "is now (a changed file needs approving again). Until then -p and serve leave "
+            "them out and the REPL asks.",
+        )
+        approving.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
+        revoking = actions.add_parser(
+            "revoke",
+            help="forget the answer kept for the workdir's .mcp.json",
+            description="Forget the approval (or refusal) kept for the workdir's .mcp.json: "
+            "its servers are left out again and the REPL asks.",
+        )
+        revoking.add_argument("--workdir", type=Path, help="whose .mcp.json (default: .)")
     elif name == "demo":
         parser.add_argument(
             "--workdir", type=Path, help="where the demo works (default: a temp dir)"
@@ -322,6 +421,8 @@ def _check_headless(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--resume-turn needs --session ID or --continue")
     if args.discard_pending and not named:
         parser.error("--discard-pending needs --session ID or --continue")
+    if args.image and args.resume_turn:
+        parser.error("--image goes with a prompt; --resume-turn takes none")
 
 
 def _check_positional(
@@ -382,9 +483,13 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
     if name == "mcp":
         import asyncio
 
-        from drover.cli.mcp import list_servers
+        from drover.cli import mcp
 
-        return asyncio.run(list_servers(args))
+        if args.action == "approve":
+            return mcp.approve(args)
+        if args.action == "revoke":
+            return mcp.revoke(args)
+        return asyncio.run(mcp.list_servers(args))
     # The journal's readers run no event loop (asyncio alone is ~30 ms of their start-up).
     if name == "sessions":
         from drover.cli.admin import print_sessions

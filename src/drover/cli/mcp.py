@@ -1,9 +1,12 @@
-"""``drover mcp list``: the configured MCP servers, whether they start, and their tools.
+"""``drover mcp list|approve|revoke``: the configured MCP servers, and a project's approval.
 
-Each server is started as a turn would start it (same files, same expansion, same timeouts),
-asked for its tools and stopped again. Nothing secret is shown: commands and URLs appear as
-written, ``${VAR}`` unexpanded. Exit status 0 when every server started, 1 otherwise (or on a
-broken config file, which is one line on stderr).
+``list`` starts each server as a turn would start it (same files, same expansion, same
+timeouts), asks for its tools and stops it again; a server of the workdir's ``.mcp.json`` that
+is not approved is listed as such and not started. Nothing secret is shown: commands and URLs
+appear as written, ``${VAR}`` unexpanded. Exit status 0 when every server it started started,
+1 otherwise (or on a broken config file, which is one line on stderr). ``approve`` approves
+the workdir's ``.mcp.json`` servers as the file is now; ``revoke`` forgets the answer kept for
+it (:mod:`drover.mcp.approval`).
 """
 
 from __future__ import annotations
@@ -14,10 +17,16 @@ import logging
 import sys
 from typing import Any
 
-from drover.cli.build import mcp_files
-from drover.mcp.config import PROJECT_FILE, load_servers, user_config_file
+from drover.cli.build import mcp_files, project_of
+from drover.config import load_config
+from drover.mcp.approval import HOW_TO_APPROVE, Approvals, ProjectServers, approve_all
+from drover.mcp.config import PROJECT_FILE, McpServerConfig, load_servers, user_config_file
+from drover.mcp.logs import default_log_dir
 from drover.mcp.servers import McpServers, ServerState
 from drover.resources import resolve_workdir
+
+#: The status of a project server nobody approved.
+NOT_APPROVED = "not approved"
 
 #: Characters of a tool's description shown in the text listing.
 DESCRIPTION_CHARS = 80
@@ -25,8 +34,13 @@ DESCRIPTION_CHARS = 80
 
 async def list_servers(args: argparse.Namespace) -> int:
     workdir = resolve_workdir(args.workdir)
-    configs = load_servers(mcp_files(args))
-    if not configs:
+    project = project_of(args, load_config())
+    configs = load_servers(mcp_files(args, project))
+    # A project's servers nobody approved are listed, never started.
+    unapproved = (
+        [] if project is None else [s for s in project.servers if s.name in project.skipped]
+    )
+    if not configs and not unapproved:
         if args.json:
             print(json.dumps({"servers": []}))
         else:
@@ -43,11 +57,51 @@ async def list_servers(args: argparse.Namespace) -> int:
     finally:
         await servers.aclose()
     states = servers.states()
+    waiting = [_not_approved(config, project) for config in unapproved if project is not None]
     if args.json:
-        print(json.dumps({"servers": [_as_json(s) for s in states]}, ensure_ascii=False, indent=2))
+        listed = [_as_json(s) for s in [*states, *waiting]]
+        print(json.dumps({"servers": listed}, ensure_ascii=False, indent=2))
     else:
-        sys.stdout.write("".join(_as_text(s) for s in states))
+        sys.stdout.write("".join(_as_text(s) for s in [*states, *waiting]))
     return 0 if all(_started(s) for s in states) else 1
+
+
+def _not_approved(config: McpServerConfig, project: ProjectServers) -> ServerState:
+    how = HOW_TO_APPROVE.format(workdir=f" --workdir {project.workdir}")
+    return ServerState(
+        name=config.name,
+        transport=config.transport,
+        display=config.display,
+        source=config.source,
+        status=NOT_APPROVED,
+        detail=f"{'declined' if config.name in project.declined else 'not started'}; {how}",
+        tools=(),
+        log_path=default_log_dir() / f"{config.name}.log",
+    )
+
+
+def approve(args: argparse.Namespace) -> int:
+    """``drover mcp approve``: start the workdir's ``.mcp.json`` servers from now on (until the
+    file changes)."""
+    project = project_of(args, load_config())
+    if project is None or not project.names:
+        print(f"no MCP servers in {resolve_workdir(args.workdir) / PROJECT_FILE}")
+        return 0
+    approve_all(project)
+    for config in project.servers:
+        print(f"approved {config.name}: {config.display}")
+    print(f"(for {project.path} as it is now: a changed file asks again)")
+    return 0
+
+
+def revoke(args: argparse.Namespace) -> int:
+    """``drover mcp revoke``: forget the answer kept for the workdir's ``.mcp.json``."""
+    workdir = resolve_workdir(args.workdir)
+    if Approvals().forget(workdir):
+        print(f"forgot the answer for {workdir / PROJECT_FILE}: the REPL asks again")
+    else:
+        print(f"no answer kept for {workdir / PROJECT_FILE}")
+    return 0
 
 
 def _started(state: ServerState) -> bool:

@@ -29,6 +29,7 @@ from drover.events import (
     Done,
     Error,
     Event,
+    HookRun,
     Incomplete,
     PermissionRequest,
     Retry,
@@ -39,8 +40,14 @@ from drover.events import (
     WorkerEvent,
     event_to_dict,
 )
+from drover.rules import always_scope
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
+#: What the model is told of a call refused because nobody could be asked.
+NO_TERMINAL_TEXT = (
+    "Not run: this call needs the user's permission and there was no terminal to ask, so "
+    "it was refused without asking (--permission-mode allow or an --allow rule permits it)."
+)
 
 
 def point_at_devnull(stream: TextIO | None = None) -> None:
@@ -131,6 +138,13 @@ class HeadlessPrinter:
             case ToolDone():
                 mark = "✗" if event.is_error else "✓"
                 self._line(self.err, f"  {mark} {event.name}: {event.output_summary}")
+            case HookRun() if event.outcome != "passed":
+                said = event.message.strip().splitlines()[0] if event.message.strip() else ""
+                self._line(
+                    self.err,
+                    f"  {event.point} hook ({event.hook}) {event.outcome.replace('_', ' ')} "
+                    f"{event.name}{': ' + said if said else ''}",
+                )
             case WorkerEvent():
                 self._worker(event)
             case Retry():
@@ -185,7 +199,7 @@ class HeadlessPrinter:
                 f"denied {request.summary}: permission needed and no terminal to ask "
                 "(use --permission-mode allow)",
             )
-            request.decide("deny")
+            request.decide("deny", reason=NO_TERMINAL_TEXT)
             return
         # The loop waits for the decision, not for send(): the question runs beside it.
         task = asyncio.get_running_loop().create_task(self._ask(request, self.lines))
@@ -201,7 +215,7 @@ class HeadlessPrinter:
             self._write(
                 self.err,
                 f"\n{request.tool_name} wants to run with:\n{shown}\n"
-                "Allow? [y]es / [a]lways for this tool / [N]o: ",
+                f"Allow? [y]es / [a]lways for {always_scope(request.tool_name)} / [N]o: ",
             )
             reader = asyncio.get_running_loop().create_task(lines.readline())
             answered = False

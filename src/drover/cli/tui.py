@@ -38,6 +38,7 @@ from drover.events import (
     Done,
     Error,
     Event,
+    HookRun,
     Incomplete,
     PermissionRequest,
     Retry,
@@ -55,6 +56,7 @@ from drover.events import (
     WorkerEvent,
 )
 from drover.messages import Message, Usage
+from drover.rules import always_scope
 from drover.summaries import summarise_input, summarise_output
 
 #: Lines of a file shown for a new ``write_file``; the rest is counted, not shown.
@@ -263,6 +265,8 @@ class TurnView:
                 self._progress(event)
             case ToolResults():
                 pass
+            case HookRun():
+                self._hook(event)
             case PermissionRequest():
                 self._questions.append(event)
                 self._next_question()
@@ -284,6 +288,17 @@ class TurnView:
             case _:
                 assert_never(event)
 
+    def _hook(self, event: HookRun, tag: str = "") -> None:
+        """A hook that did anything but pass is worth a line."""
+        if event.outcome == "passed":
+            return
+        what = event.outcome.replace("_", " ")
+        said = f": {event.message.strip().splitlines()[0]}" if event.message.strip() else ""
+        style = "yellow" if event.outcome == "blocked" else "red"
+        self.console.print(
+            Text(f"{tag}{event.point} hook ({event.hook}) {what} {event.name}{said}", style=style)
+        )
+
     def _worker(self, wrapped: WorkerEvent) -> None:
         """A worker of the ``task`` tool: its tool calls get spinners and rows like direct
         ones, marked with the worker; its text does not show (the parent gets its answer)."""
@@ -299,6 +314,8 @@ class TurnView:
                     row.sandbox = inner.sandbox
             case ToolProgress():
                 self._progress(inner, key=f"{wrapped.call_id}/{wrapped.worker}/")
+            case HookRun():
+                self._hook(inner, tag)
             case Done():
                 self.console.print(Text(f"{tag}finished", style="dim"))
             case Incomplete() | Error():
@@ -409,7 +426,8 @@ class TurnView:
         if request is None:
             return False
         request.decide(decision)
-        label = {"allow": "allowed once", "always": "allowed always", "deny": "denied"}[decision]
+        always = f"allowed always ({always_scope(request.tool_name)})"
+        label = {"allow": "allowed once", "always": always, "deny": "denied"}[decision]
         self.console.print(Text(f"{request.summary}: {label}", style="dim"))
         self._asked = None
         self._next_question()
@@ -443,7 +461,10 @@ class TurnView:
             ask = Text(f"Allow {self._asked.summary}?", style="bold cyan")
             ask.truncate(room + 2, overflow="ellipsis")
             parts.append(ask)
-            parts.append(Text("y once · a always · n deny · Esc stops", style="bold"))
+            scope = always_scope(self._asked.tool_name)
+            keys = Text(f"y once · a always ({scope}) · n deny · Esc stops", style="bold")
+            keys.truncate(room + 2, overflow="ellipsis")
+            parts.append(keys)
         elif not parts:
             parts.append(Spinner("dots", Text("working…  (Esc interrupts)", style="dim")))
         status = self.status()

@@ -85,6 +85,7 @@ from drover.events import (
     Done,
     Error,
     Event,
+    HookRun,
     Incomplete,
     PermissionRequest,
     Retry,
@@ -364,7 +365,7 @@ class Journal(JournalLog):
                 else:
                     self._defer()
                 return
-            case ToolStart() | ToolDone() | UsageReport() | Compacted():
+            case ToolStart() | ToolDone() | UsageReport() | Compacted() | HookRun():
                 # Nothing waits on these: they go with the next write a guarantee needs.
                 await self._log(event)
                 self._defer()

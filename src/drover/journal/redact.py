@@ -36,6 +36,7 @@ from typing import Any, assert_never
 from drover.errors import ConfigError
 from drover.messages import (
     ContentBlock,
+    ImageBlock,
     Message,
     TextBlock,
     ThinkingBlock,
@@ -260,6 +261,8 @@ class Redactor:
             case ToolResultBlock():
                 content = self.redact(block.content)
                 return block if content == block.content else replace(block, content=content)
+            case ImageBlock():
+                return block  # bytes, not text: a pattern matching inside base64 would break it
             case _:
                 assert_never(block)
 

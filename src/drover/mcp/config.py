@@ -29,11 +29,14 @@ redactor, so a server that echoes a secret back has it redacted before it is per
 Files are read in order and a later definition of a name replaces an earlier one: the
 user-level file (``mcp.json`` next to drover's ``config.toml``), the workdir's ``.mcp.json``,
 then each file given (``--mcp-config``). A file that is not valid JSON or not of this shape is
-a :class:`~drover.errors.ConfigError` naming the file and the problem.
+a :class:`~drover.errors.ConfigError` naming the file and the problem. A file may be given as
+an :class:`McpFile` to take only some of its servers (the command line takes a project's
+servers only once approved: :mod:`drover.mcp.approval`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -122,8 +125,23 @@ def default_config_files(workdir: Path, env: Mapping[str, str] | None = None) ->
     return [path for path in candidates if path.is_file()]
 
 
+@dataclass(frozen=True, slots=True)
+class McpFile:
+    """A config file of which only some servers are taken (a project's ``.mcp.json``, whose
+    servers start only once approved).
+
+    ``servers`` names the servers taken (None: all). ``sha256`` is the content the choice was
+    made on: a file whose content changed since is refused, so a server approved as one
+    program never starts as another.
+    """
+
+    path: Path
+    servers: frozenset[str] | None = None
+    sha256: str | None = None
+
+
 def load_servers(
-    files: Iterable[Path | str] = (),
+    files: Iterable[Path | str | McpFile] = (),
     servers: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     env: Mapping[str, str] | None = None,
@@ -132,9 +150,16 @@ def load_servers(
     mapping itself), a later definition of a name replacing an earlier one."""
     env = os.environ if env is None else env
     found: dict[str, McpServerConfig] = {}
-    for path in files:
-        where = str(Path(path).expanduser())
-        for name, raw in _read_file(Path(where)).items():
+    for item in files:
+        chosen = item if isinstance(item, McpFile) else McpFile(Path(item))
+        path = chosen.path.expanduser()
+        where = str(path)
+        data = read_config_bytes(path)
+        if chosen.sha256 is not None and hashlib.sha256(data).hexdigest() != chosen.sha256:
+            raise ConfigError(f"{path}: changed while drover started; start it again")
+        for name, raw in parse_config_bytes(data, path).items():
+            if chosen.servers is not None and name not in chosen.servers:
+                continue
             found.pop(name, None)  # (a redefinition moves to the end)
             found[name] = parse_server(name, raw, where, env)
     if servers is not None:
@@ -145,15 +170,22 @@ def load_servers(
     return list(found.values())
 
 
-def _read_file(path: Path) -> Mapping[str, Any]:
+def read_config_bytes(path: Path) -> bytes:
+    """A config file's content (what its approval is keyed by, and what is parsed)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such MCP config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read the MCP config file: {exc}") from None
+
+
+def parse_config_bytes(content: bytes, path: Path) -> Mapping[str, Any]:
+    """The ``mcpServers`` mapping of a file's content, its shape checked."""
     try:
-        data = json.loads(text)
+        data = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read the MCP config file: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict) or "mcpServers" not in data:

@@ -7,6 +7,7 @@
   (ids from other APIs are made to match ``^[a-zA-Z0-9_-]+$``); ``is_error`` is kept.
 * Same-role runs are merged, tool results come first in their user message, empty text blocks
   are left out (the API refuses them), and the first message is a user message.
+* An image of a user's message is an ``image`` block with a ``base64`` source.
 """
 
 from __future__ import annotations
@@ -15,13 +16,22 @@ from collections.abc import Iterable, Sequence
 from typing import assert_never
 
 from anthropic.types import (
+    Base64ImageSourceParam,
     ContentBlockParam,
+    ImageBlockParam,
     MessageParam,
     ToolParam,
     ToolResultBlockParam,
 )
 
-from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
+from drover.messages import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+)
 from drover.messages import ToolUseBlock as NeutralToolUse
 from drover.model_stream import ToolSpec
 from drover.providers.convert_common import has_text, normalise_history
@@ -39,6 +49,8 @@ def _sendable(block: ContentBlock) -> bool:
             return block.redacted_data is not None or bool(block.signature)
         case NeutralToolUse() | ToolResultBlock():
             return True
+        case ImageBlock():
+            return bool(block.data)
         case _:
             assert_never(block)
 
@@ -72,6 +84,14 @@ def _block_param(block: ContentBlock, ids: ToolIdMapper) -> ContentBlockParam:
             if block.is_error:
                 result["is_error"] = True
             return result
+        case ImageBlock():
+            source: Base64ImageSourceParam = {
+                "type": "base64",
+                "media_type": block.media_type,  # type: ignore[typeddict-item]
+                "data": block.data,
+            }
+            image: ImageBlockParam = {"type": "image", "source": source}
+            return image
         case _:
             assert_never(block)
 

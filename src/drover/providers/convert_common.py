@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from drover.messages import (
     ContentBlock,
+    ImageBlock,
     Message,
     TextBlock,
     ToolResultBlock,
@@ -40,16 +41,21 @@ def has_text(block: TextBlock) -> bool:
     return bool(block.text) and not block.text.isspace()  # as ``text.strip()``, copying nothing
 
 
-def split_user(message: Message) -> tuple[list[ToolResultBlock], str]:
-    """A user message's tool results in order, and its text blocks joined by blank lines."""
+def user_parts(message: Message) -> tuple[list[ToolResultBlock], list[TextBlock | ImageBlock]]:
+    """A user message's tool results, and its text and image blocks, each in order."""
     results: list[ToolResultBlock] = []
-    texts: list[str] = []
+    parts: list[TextBlock | ImageBlock] = []
     for block in message.content:
         if isinstance(block, ToolResultBlock):
             results.append(block)
-        elif isinstance(block, TextBlock):
-            texts.append(block.text)
-    return results, "\n\n".join(texts)
+        elif isinstance(block, TextBlock | ImageBlock):
+            parts.append(block)
+    return results, parts
+
+
+def data_url(image: ImageBlock) -> str:
+    """An image as the OpenAI APIs take it inline: a ``data:`` URL of its base64."""
+    return f"data:{image.media_type};base64,{image.data}"
 
 
 def normalise_history(

@@ -4,8 +4,9 @@
 * An assistant message carries its text as ``content`` (``None`` when it only calls tools) and
   its calls as ``tool_calls`` with the arguments as a JSON string.
 * Each tool result becomes a ``tool`` message with its ``tool_call_id``, in call order, right
-  after the assistant message; a user message's own text follows them. The Chat API has no
-  error flag, so an error result's content is prefixed with ``Error:``.
+  after the assistant message; a user message's own text follows them (as content parts when
+  it has images: ``text`` and ``image_url`` with a ``data:`` URL). The Chat API has no error
+  flag, so an error result's content is prefixed with ``Error:``.
 * Thinking is dropped, whatever provider it came from. The official API takes no reasoning
   back, and the compatible servers that stream ``reasoning_content`` either ignore it in input
   or refuse it (DeepSeek answers 400), so sending it would gain nothing and risk a failure.
@@ -22,15 +23,23 @@ from typing import assert_never
 
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
+    ChatCompletionContentPartParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
 
-from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
+from drover.messages import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+)
 from drover.messages import ToolUseBlock as NeutralToolUse
 from drover.model_stream import ToolSpec
-from drover.providers.convert_common import has_text, normalise_history, split_user
+from drover.providers.convert_common import data_url, has_text, normalise_history, user_parts
 from drover.providers.ids import CHAT_IDS, ToolIdMapper
 
 ERROR_PREFIX = "Error: "
@@ -44,6 +53,8 @@ def _sendable(block: ContentBlock) -> bool:
             return False
         case NeutralToolUse() | ToolResultBlock():
             return True
+        case ImageBlock():
+            return bool(block.data)
         case _:
             assert_never(block)
 
@@ -85,7 +96,7 @@ def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompl
         if message.role == "assistant":
             out.append(_assistant(message, ids))
             continue
-        results, text = split_user(message)
+        results, parts = user_parts(message)
         for result in results:
             out.append(
                 {
@@ -94,9 +105,18 @@ def to_chat_messages(system: str, messages: Iterable[Message]) -> list[ChatCompl
                     "content": error_content(result),
                 }
             )
-        if text:
+        if any(isinstance(part, ImageBlock) for part in parts):
+            out.append({"role": "user", "content": [_content_part(part) for part in parts]})
+        elif parts:
+            text = "\n\n".join(p.text for p in parts if isinstance(p, TextBlock))
             out.append({"role": "user", "content": text})
     return out
+
+
+def _content_part(part: TextBlock | ImageBlock) -> ChatCompletionContentPartParam:
+    if isinstance(part, ImageBlock):
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    return {"type": "text", "text": part.text}
 
 
 def _assistant(message: Message, ids: ToolIdMapper) -> ChatCompletionAssistantMessageParam:

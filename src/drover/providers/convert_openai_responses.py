@@ -2,7 +2,8 @@
 
 Items, in history order:
 
-* user text → ``{"role": "user", "content": text}``; each tool result →
+* user text → ``{"role": "user", "content": text}`` (with images: ``content`` is a list of
+  ``input_text`` and ``input_image`` parts, the image a ``data:`` URL); each tool result →
   ``{"type": "function_call_output", "call_id", "output"}`` (an error result's output starts
   with ``Error:``, the API having no error flag);
 * assistant text → ``{"type": "message", "role": "assistant", "content": [{"type":
@@ -33,10 +34,17 @@ from typing import Any, assert_never
 
 from openai.types.responses import FunctionToolParam
 
-from drover.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolResultBlock
+from drover.messages import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+)
 from drover.messages import ToolUseBlock as NeutralToolUse
 from drover.model_stream import ToolSpec
-from drover.providers.convert_common import has_text, normalise_history, split_user
+from drover.providers.convert_common import data_url, has_text, normalise_history, user_parts
 from drover.providers.convert_openai_chat import arguments_json, error_content
 from drover.providers.ids import RESPONSES_IDS, ToolIdMapper
 
@@ -63,6 +71,8 @@ def _sendable(block: ContentBlock) -> bool:
             return reasoning_item(block) is not None
         case NeutralToolUse() | ToolResultBlock():
             return True
+        case ImageBlock():
+            return bool(block.data)
         case _:
             assert_never(block)
 
@@ -111,15 +121,15 @@ def _assistant_items(message: Message, ids: ToolIdMapper, stored: bool) -> list[
                 if item_id is not None:
                     call["id"] = item_id
                 items.append(call)
-            case ToolResultBlock():
-                pass  # never in an assistant message once normalised
+            case ToolResultBlock() | ImageBlock():
+                pass  # never in an assistant message
             case _:
                 assert_never(block)
     return items
 
 
 def _user_items(message: Message, ids: ToolIdMapper) -> list[Item]:
-    results, text = split_user(message)
+    results, parts = user_parts(message)
     items: list[Item] = [
         {
             "type": "function_call_output",
@@ -128,9 +138,21 @@ def _user_items(message: Message, ids: ToolIdMapper) -> list[Item]:
         }
         for result in results
     ]
-    if text:
-        items.append({"role": "user", "content": text})
+    if any(isinstance(part, ImageBlock) for part in parts):
+        items.append({"role": "user", "content": [_input_part(part) for part in parts]})
+    elif parts:
+        items.append({"role": "user", "content": "\n\n".join(_text(p) for p in parts)})
     return items
+
+
+def _text(part: TextBlock | ImageBlock) -> str:
+    return part.text if isinstance(part, TextBlock) else ""
+
+
+def _input_part(part: TextBlock | ImageBlock) -> Item:
+    if isinstance(part, ImageBlock):
+        return {"type": "input_image", "image_url": data_url(part), "detail": "auto"}
+    return {"type": "input_text", "text": part.text}
 
 
 def convert_messages(

@@ -68,9 +68,12 @@ or not:
                                                        stopped); 409 ``no_running_turn``
 ``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
 ``{"decision": "allow"|"always"|"deny"}``              when unknown or already answered
-``GET /v1/sessions/{id}/permissions``                  200 ``{"mode", "grants": [{"rule",
-                                                       "created_at"}]}``: the session's "always"
-                                                       answers, kept in the journal
+``GET /v1/sessions/{id}/permissions``                  200 ``{"mode", "rules": [{"kind":
+                                                       "allow"|"deny", "rule", "source"}],
+                                                       "grants": [{"rule", "created_at"}]}``:
+                                                       the config file's and flags' rules, and
+                                                       the session's "always" answers, kept in
+                                                       the journal
 ``DELETE /v1/sessions/{id}/permissions[?rule=R]``      200 ``{"revoked": [rule]}``: withdraw all
                                                        grants, or the one named
 ``GET /v1/sessions/{id}/events[?after=N]``             ``text/event-stream`` (below)
@@ -138,6 +141,10 @@ included), the one exception being redaction, below. Types and their data beyond
 ``tool_start``           ``call_index``, ``id``, ``name``, ``input_summary``
 ``tool_done``            ``call_index``, ``id``, ``name``, ``is_error``, ``output_summary``
 ``tool_results``         ``message`` (the results sent back to the model)
+``hook``                 ``point`` (``pre_tool``/``post_tool``), ``call_id``, ``call_index``,
+                         ``name``, ``hook`` (where it is configured), ``outcome`` (``passed``,
+                         ``blocked``, ``failed``, ``timed_out``), ``exit_code``, ``message``
+                         (its stderr) — a configured hook ran for the call
 ``permission_request``   ``request_id``, ``call_id``, ``tool_name``, ``input``, ``summary`` —
                          answer with the permissions route
 ``usage``                ``usage``, ``total_input``, ``total_output``

@@ -139,9 +139,21 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Permissions": {
         "type": "object",
-        "required": ["mode", "grants"],
+        "required": ["mode", "rules", "grants"],
         "properties": {
             "mode": {"enum": ["ask", "allow", "deny", "sandboxed"]},
+            "rules": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["kind", "rule", "source"],
+                    "properties": {
+                        "kind": {"enum": ["allow", "deny"]},
+                        "rule": {"type": "string"},
+                        "source": {"type": "string"},
+                    },
+                },
+            },
             "grants": {
                 "type": "array",
                 "items": {
@@ -329,7 +341,8 @@ def schema() -> dict[str, Any]:
         },
         f"{sid}/permissions": {
             "get": operation(
-                'The session\'s permission mode and its "always" grants (kept in the journal)',
+                "The session's permission mode, the allow and deny rules that apply and its "
+                '"always" grants (kept in the journal)',
                 {"200": json_content(ref("Permissions"), "the grants"), "404": _NOT_FOUND},
                 params=[_SESSION_ID],
             ),

@@ -201,7 +201,8 @@ async def interrupt(request: Request) -> Response:
 
 
 async def permissions(request: Request) -> Response:
-    """The session's mode and grants (GET), or withdraw them (DELETE, one with ``?rule=``)."""
+    """The session's mode, the rules that apply and its grants (GET), or withdraw grants
+    (DELETE, one with ``?rule=``)."""
     record = await _session(request)
     service = _service(request)
     if request.method == "DELETE":
@@ -210,7 +211,13 @@ async def permissions(request: Request) -> Response:
             raise ApiError(400, "invalid_request", "rule must not be empty")
         return JSONResponse({"revoked": await service.revoke(record, rule)})
     grants = [{"rule": g.rule, "created_at": g.created_at} for g in await service.grants(record)]
-    return JSONResponse({"mode": service.agent.permission_mode, "grants": grants})
+    agent = service.agent
+    rules = [
+        {"kind": kind, "rule": rule.text, "source": rule.source}
+        for kind, kept in (("deny", agent.deny_rules), ("allow", agent.allow_rules))
+        for rule in kept
+    ]
+    return JSONResponse({"mode": agent.permission_mode, "rules": rules, "grants": grants})
 
 
 async def decide(request: Request) -> Response:

@@ -258,6 +258,11 @@ class Service:
                 changed.cancel()
                 if not done:
                     log.info("permission request %s timed out unanswered", request.request_id)
+                    request.decide(
+                        "deny",
+                        reason="Not run: this call needs permission and no client of the server "
+                        f"answered within {self.permission_timeout:g} s, so it was refused.",
+                    )
                     return "deny"
         finally:
             answered.cancel()

@@ -51,7 +51,11 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
     turns = []
     for turn in await store.turns(session_id):
         messages = [
-            {"seq": m.seq, "partial": m.partial, "message": message_to_dict(m.message)}
+            {
+                "seq": m.seq,
+                "partial": m.partial,
+                "message": message_to_dict(m.message, image_data=False),
+            }
             for m in await store.turn_messages(turn.id)
         ]
         turns.append(
@@ -66,7 +70,9 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "ended_at": turn.ended_at,
                 "usage": None if turn.usage is None else turn.usage.to_dict(),
                 "user_message": (
-                    None if turn.user_message is None else message_to_dict(turn.user_message)
+                    None
+                    if turn.user_message is None
+                    else message_to_dict(turn.user_message, image_data=False)
                 ),
                 "messages": messages,
                 "tool_calls": calls.get(turn.id, []),

@@ -8,13 +8,19 @@ wording where it is known, prefixed with where in the body the problem is.
 * Anthropic: messages present, roles ``user``/``assistant`` with a user first, non-empty content
   and text, each assistant ``tool_use`` answered by a ``tool_result`` with its id at the start of
   the very next user message, no ``tool_result`` without a ``tool_use`` in the message before,
-  unique ``tool_use`` ids, object inputs, signed thinking blocks.
+  unique ``tool_use`` ids, object inputs, signed thinking blocks, ``image`` blocks with a
+  ``base64`` (or ``url``) source.
 * Chat Completions: an assistant message with ``tool_calls`` is followed by one ``tool`` message
   per call before anything else, no ``tool`` message without a call, unique ids, string
-  arguments.
+  arguments; content parts ``text`` and ``image_url`` (only in a user message).
 * Responses: over the resolved input (the ``previous_response_id`` chain plus this request's
   input), every ``function_call`` has its ``function_call_output`` and vice versa, and no
-  ``call_id`` repeats.
+  ``call_id`` repeats; a user message's parts are ``input_text`` and ``input_image`` (with its
+  required ``detail``).
+
+An inline image (Anthropic's base64 source, an OpenAI ``data:`` URL) must be valid base64 of an
+image of the type it claims (PNG, JPEG, GIF or WebP, told by its first bytes), as the APIs
+check.
 
 Each also checks the request's structured-output field (Anthropic ``output_config``, Chat
 ``response_format``, Responses ``text.format``): :mod:`drover.testing.validate_output`.
@@ -31,6 +37,8 @@ that carries it):
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -228,12 +236,144 @@ def _check_blocks(i: int, content: str | list[Any], seen_ids: set[str]) -> list[
             seen_ids.add(tool_id)
             if not isinstance(block.get("input"), Mapping):
                 problems.append(f"{where}.tool_use.input: Input should be a valid dictionary")
+        elif kind == "image":
+            problems += _anthropic_image(where, block)
         elif kind == "thinking":
             signature = block.get("signature")
             if not isinstance(signature, str):
                 problems.append(f"{where}.thinking.signature: Field required")
             elif not signature:
                 problems.append(f"{where}: Invalid `signature` in `thinking` block")
+    return problems
+
+
+#: The image types the three APIs take, by the bytes a file of each starts with.
+IMAGE_MAGIC = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_DATA_URL = re.compile(r"data:(image/[a-z]+);base64,(.*)", re.DOTALL)
+
+
+def _image_data_problems(where: str, media_type: object, data: object) -> list[str]:
+    """An inline image's data: valid base64 whose bytes are of the type it says."""
+    if media_type not in IMAGE_MAGIC:
+        return [
+            f"{where}.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or "
+            "'image/webp'"
+        ]
+    if not isinstance(data, str) or not data:
+        return [f"{where}.data: Field required"]
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return [f"{where}.data: invalid base64 data"]
+    if not raw.startswith(IMAGE_MAGIC[str(media_type)]) or (
+        media_type == "image/webp" and raw[8:12] != b"WEBP"
+    ):
+        return [f"{where}: Image does not match the provided media type {media_type}"]
+    return []
+
+
+def _anthropic_image(where: str, block: Mapping[str, Any]) -> list[str]:
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        return [f"{where}.image.source: Field required"]
+    kind = source.get("type")
+    if kind == "base64":
+        return _image_data_problems(
+            f"{where}.image.source.base64", source.get("media_type"), source.get("data")
+        )
+    if kind == "url":
+        url = source.get("url")
+        return (
+            []
+            if isinstance(url, str) and url
+            else [f"{where}.image.source.url.url: Field required"]
+        )
+    return [
+        f"{where}.image.source: Input tag '{kind}' found using 'type' does not match any of the "
+        "expected tags: 'base64', 'url', 'file'"
+    ]
+
+
+def _openai_image_url(where: str, url: object) -> list[str]:
+    """An OpenAI image URL: http(s), or a ``data:`` URL of an image's base64."""
+    if not isinstance(url, str) or not url:
+        return [f"Missing required parameter: '{where}'."]
+    if url.startswith(("http://", "https://")):
+        return []
+    found = _DATA_URL.fullmatch(url)
+    if found is None:
+        return [f"Invalid '{where}': Expected a base64-encoded data URL with an image MIME type."]
+    return [
+        f"Invalid '{where}': {p.split(': ', 1)[-1]}"
+        for p in _image_data_problems(where, found.group(1), found.group(2))
+    ]
+
+
+def _chat_content_problems(i: int, message: Mapping[str, Any]) -> list[str]:
+    """Content parts: ``text`` anywhere parts are taken, ``image_url`` only from the user."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    problems: list[str] = []
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        kind = _block_type(part)
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                problems.append(f"Missing required parameter: '{where}.text'.")
+        elif kind == "image_url":
+            if message.get("role") != "user":
+                problems.append(
+                    f"Invalid 'messages[{i}]': Image URLs are only allowed for messages with "
+                    f"role 'user', but this message with role '{message.get('role')}' contains "
+                    "an image URL."
+                )
+                continue
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else None
+            problems += _openai_image_url(f"{where}.image_url.url", url)
+            detail = image.get("detail") if isinstance(image, Mapping) else None
+            if detail is not None and detail not in _DETAILS:
+                problems.append(f"Invalid value: '{detail}'. Supported values are: {_DETAILS}.")
+        else:
+            problems.append(f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url'.")
+    return problems
+
+
+_DETAILS = ("auto", "low", "high", "original")
+
+
+def _responses_content_problems(i: int, item: Mapping[str, Any]) -> list[str]:
+    """A message item's content parts: ``input_text`` and ``input_image`` from the user."""
+    content = item.get("content")
+    if item.get("role") != "user" or not isinstance(content, list):
+        return []
+    problems: list[str] = []
+    for j, part in enumerate(content):
+        where = f"input[{i}].content[{j}]"
+        kind = _block_type(part)
+        if kind == "input_text":
+            if not isinstance(part.get("text"), str):
+                problems.append(f"Missing required parameter: '{where}.text'.")
+        elif kind == "input_image":
+            if "detail" not in part:
+                problems.append(f"Missing required parameter: '{where}.detail'.")
+            elif part["detail"] not in _DETAILS:
+                problems.append(
+                    f"Invalid value: '{part['detail']}'. Supported values are: {_DETAILS}."
+                )
+            if part.get("file_id") is None:
+                problems += _openai_image_url(f"{where}.image_url", part.get("image_url"))
+        else:
+            problems.append(
+                f"Invalid value: '{kind}'. Supported values are: 'input_text', 'input_image', "
+                "'input_file'."
+            )
     return problems
 
 
@@ -315,6 +455,7 @@ def _chat_history(body: Mapping[str, Any]) -> list[str]:
             continue
         problems += _unanswered_calls(pending)
         pending = {}
+        problems += _chat_content_problems(i, message)
         calls = message.get("tool_calls") if role == "assistant" else None
         if not calls:
             continue
@@ -376,6 +517,9 @@ def validate_responses(body: Mapping[str, Any], resolved_input: Sequence[Any]) -
     problems = text_format_problems(body) + _openai_tools(body.get("tools"), flat=True)
     calls: list[str] = []
     outputs: list[str] = []
+    for i, item in enumerate(responses_input(body)):
+        if isinstance(item, Mapping):
+            problems += _responses_content_problems(i, item)
     for item in resolved_input:
         kind = _block_type(item)
         if kind == "function_call":

@@ -3,7 +3,8 @@
 On a terminal it is the interactive program of :mod:`drover.cli.repl.app`; when stdin or
 stdout is not a terminal, or the terminal cannot draw (``TERM`` unset or ``dumb``), it falls
 back to the line mode of :mod:`drover.cli.repl.line`, which reads lines and prints like the
-headless printer.
+headless printer. Either first asks about the workdir's ``.mcp.json`` servers, once per project
+(the line mode only when stdin is a terminal): they start only once approved.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import argparse
 import os
 import sys
 
-from drover.cli.build import agent_from_args
+from drover.cli.build import agent_from_args, project_of
+from drover.config import load_config
+from drover.mcp.approval import Ask, ask_once
 
 
 def interactive_terminal() -> bool:
@@ -27,7 +30,16 @@ async def run_repl(args: argparse.Namespace) -> int:
         from drover.cli.repl.line import run_line_repl
 
         return await run_line_repl(args)
-    from drover.cli.repl.app import run_interactive
+    from drover.cli.repl.app import ask_at_the_prompt, run_interactive
 
+    await ask_about_project_servers(args, ask_at_the_prompt)
     async with agent_from_args(args) as agent:
         return await run_interactive(args, agent)
+
+
+async def ask_about_project_servers(args: argparse.Namespace, ask: Ask) -> None:
+    """Before the agent starts its MCP servers: ask once about the workdir's ``.mcp.json``
+    servers nobody approved or declined yet, and keep the answer (:mod:`drover.mcp.approval`)."""
+    project = project_of(args, load_config())
+    if project is not None:
+        await ask_once(project, ask)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from collections.abc import Sequence
+from pathlib import Path
 
 from platformdirs import user_data_path
 from prompt_toolkit import PromptSession
@@ -36,10 +38,11 @@ from drover.cli.repl.status import TokenAccount, load_prices, prices_path, statu
 from drover.cli.repl.transcript import print_transcript
 from drover.cli.session_ids import resolve_session
 from drover.cli.tui import TurnView, describe_kept
-from drover.errors import DroverError
+from drover.errors import ConfigError, DroverError
 from drover.events import Done, Error, Incomplete, ToolState
 from drover.handle import Session
-from drover.messages import Usage
+from drover.images import prompt_with_images
+from drover.messages import Prompt, Usage
 
 HISTORY_FILE = "repl_history"
 
@@ -181,11 +184,11 @@ class Repl:
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def run(self, first_prompt: str | None = None) -> int:
+    async def run(self, first_prompt: str | None = None, images: Sequence[Path] = ()) -> int:
         self.console.print(
             Text("Type a request; /help lists commands; Esc interrupts a turn; Ctrl-D leaves.")
         )
-        if first_prompt and await self.turn(first_prompt, echo=True):
+        if first_prompt and await self.turn(first_prompt, echo=True, images=images):
             return 0
         while True:
             line = await self._read()
@@ -242,11 +245,26 @@ class Repl:
 
     # -- one turn -------------------------------------------------------------------------------
 
-    async def turn(self, prompt: str | None, *, echo: bool = False) -> bool:
+    async def turn(
+        self, prompt: str | None, *, echo: bool = False, images: Sequence[Path] = ()
+    ) -> bool:
         """Run a turn (``None`` resumes the unfinished one); True when the user asked to leave.
-        ``echo`` shows a prompt that was not typed at the prompt (the command line's)."""
+        ``echo`` shows a prompt that was not typed at the prompt (the command line's); the
+        prompt's ``@image.png`` words and ``images`` go with it."""
         if prompt is not None and echo:
             self.console.print(Text(f"› {prompt}", style="bold"))
+        message: Prompt | None = prompt
+        if prompt is not None:
+            try:
+                message = prompt_with_images(prompt, self.agent.workdir, images)
+            except ConfigError as refused:
+                self.console.print(Text(f"error: {refused}; nothing was sent", style="red"))
+                return False
+            if not isinstance(message, str):
+                count = len(message.content) - (1 if message.text else 0)
+                self.console.print(
+                    Text(f"(with {count} image{'s' if count > 1 else ''})", style="dim")
+                )
         if prompt is not None and self.session.pending:
             self.console.print(
                 Text(
@@ -259,7 +277,7 @@ class Repl:
             self.console, self.agent.workdir, status=self.status, on_usage=self.add_usage
         )
         loop = asyncio.get_running_loop()
-        running = self.session.start(prompt, live=[view])
+        running = self.session.start(message, live=[view])
         task = running.task
         assert task is not None
         handler = _TurnKeysHandler(view, task, self.console)
@@ -275,9 +293,9 @@ class Repl:
                 loop.remove_signal_handler(signal.SIGINT)
             view.settle(await self._journal_states(view.turn_id))
             if not task.cancelled() and task.exception() is not None:
-                exc = task.exception()
-                assert exc is not None
-                raise exc
+                failure = task.exception()
+                assert failure is not None
+                raise failure
             self._report_end(view, handler)
         self._ctrl_c_armed = handler.quit
         return handler.quit
@@ -322,6 +340,15 @@ class Repl:
         self.console.print(Text(line, style="red" if status == "failed" else "yellow"))
 
 
+async def ask_at_the_prompt(question: str) -> str | None:
+    """One question on the terminal before the REPL starts (None: Ctrl-C or Ctrl-D)."""
+    asker: PromptSession[str] = PromptSession()
+    try:
+        return await asker.prompt_async(question)
+    except (KeyboardInterrupt, EOFError):
+        return None
+
+
 def make_console() -> Console:
     """Output for people: width and colour from the terminal, no colour under ``NO_COLOR``."""
     return Console(highlight=False)
@@ -336,4 +363,4 @@ async def run_interactive(args: argparse.Namespace, agent: Agent) -> int:
     )
     repl = Repl(agent, session, make_console())
     await repl.show_session(transcript=not session.created)
-    return await repl.run(args.initial_prompt)
+    return await repl.run(args.initial_prompt, args.image)

@@ -3,6 +3,8 @@
 /help                    this list
 /model [PROVIDER:MODEL]  show or switch the model (pending work is kept and converted)
 /tokens                  context estimate, calibration ratio, divisor; tokens used and cost
+/context                 what the system prompt holds: drover's prompt (or --system-prompt),
+                         each AGENTS.md/CLAUDE.md read, --append-system-prompt; their sizes
 /compact                 summarise older history now to free context
 /sessions                stored sessions, latest first
 /resume [ID]             finish the unfinished turn, or open another stored session (any
@@ -14,14 +16,17 @@
 /clear                   start a new session (this one stays stored)
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
-/permissions [revoke R]  the permission mode and this session's "always" answers; withdraw
-                         one (revoke TOOL) or all (revoke all)
+/permissions [revoke R]  what decides tool calls: the mode, the allow and deny rules (config
+                         file, --allow/--deny) and this session's "always" answers, each with
+                         where it comes from; withdraw an answer (revoke RULE) or all
 /exit                    leave (also Ctrl-D, or Ctrl-C twice)
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from rich.console import Console
@@ -52,7 +57,9 @@ class Repl(Protocol):
 
     async def show_session(self, *, transcript: bool) -> None: ...
 
-    async def turn(self, prompt: str | None, *, echo: bool = False) -> bool: ...
+    async def turn(
+        self, prompt: str | None, *, echo: bool = False, images: Sequence[Path] = ()
+    ) -> bool: ...
 
     async def confirm(self, question: str) -> bool: ...
 
@@ -81,6 +88,8 @@ async def run_command(repl: Repl, line: str) -> bool:
         await _model(repl, arg)
     elif name == "/tokens":
         _tokens(repl)
+    elif name == "/context":
+        _say_lines(repl, context_command(repl.agent, repl.session))
     elif name == "/compact":
         engine = repl.session.engine
         keep = engine.settings.keep_tail
@@ -115,34 +124,54 @@ async def run_command(repl: Repl, line: str) -> bool:
     return False
 
 
+def context_command(agent: Agent, session: Session) -> list[str]:
+    """``/context`` (both REPL modes): the parts of the system prompt, and the context used."""
+    convo = session.engine.convo
+    lines = agent.prompt.describe(convo.chars_per_token)
+    used = convo.calibrated_tokens(session.pending)
+    lines.append(
+        f"context: ~{used:,} of {convo.context_limit:,} tokens in use (system prompt, history "
+        "and unfinished work); /tokens has the details"
+    )
+    return lines
+
+
 def _say_lines(repl: Repl, lines: list[str]) -> None:
     for line in lines:
         repl.console.print(Text(line))
 
 
 async def permissions_command(session: Session, arg: str) -> list[str]:
-    """``/permissions`` (both REPL modes): list the session's grants, or withdraw them."""
+    """``/permissions`` (both REPL modes): what decides this session's tool calls — the mode,
+    the deny and allow rules (config file, flags) and the session's "always" answers, each
+    with where it comes from — or withdraw "always" answers."""
     verb, _, rule = arg.partition(" ")
     rule = rule.strip()
     if verb == "revoke":
         if not rule:
-            return ["usage: /permissions revoke TOOL (or: /permissions revoke all)"]
+            return ["usage: /permissions revoke RULE (or: /permissions revoke all)"]
         revoked = await session.revoke(None if rule == "all" else rule)
         if not revoked:
             return [f"no grant {rule!r} in this session"]
         return [f"withdrawn: {', '.join(revoked)} (it asks again from now on)"]
     if arg:
-        return ["usage: /permissions, or /permissions revoke TOOL|all"]
-    mode = session.engine.policy.mode
-    lines = [f"permission mode: {mode}"]
+        return ["usage: /permissions, or /permissions revoke RULE|all"]
+    policy = session.engine.policy
+    lines = [f"permission mode: {policy.mode}"]
     grants = await session.grants()
-    if not grants:
-        lines.append('no "always" answers in this session')
+    rows = [("deny", r.text, r.source) for r in policy.deny_rules]
+    rows += [("allow", r.text, r.source) for r in policy.allow_rules]
     for grant in grants:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(grant.created_at))
-        lines.append(f"  always: {grant.rule}  (since {when})")
+        rows.append(("always", grant.rule, f'an "always" answer in this session, {when}'))
+    if not rows:
+        lines.append('no rules, and no "always" answers in this session')
+    width = max((len(text) for _, text, _ in rows), default=0)
+    lines += [f"  {kind:<6} {text:<{width}}  ({source})" for kind, text, source in rows]
+    if rows:
+        lines.append("deny wins over allow; a deny rule refuses even in allow mode")
     if grants:
-        lines.append("withdraw with /permissions revoke TOOL (or revoke all)")
+        lines.append('withdraw an "always" answer with /permissions revoke RULE (or revoke all)')
     return lines
 
 

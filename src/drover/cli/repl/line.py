@@ -16,15 +16,19 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from drover.agent import Agent
 from drover.cli.build import agent_from_args
 from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
-from drover.errors import DroverError
+from drover.errors import ConfigError, DroverError
 from drover.events import Error, Incomplete, turn_status
 from drover.handle import Session
+from drover.images import prompt_with_images
+from drover.messages import Prompt
 
 HELP = __doc__.split("Slash commands:", 1)[1].strip() if __doc__ else ""
 
@@ -50,6 +54,10 @@ async def _read_line(lines: StdinLines, prompt: str) -> str | None:
 async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
+    if stdin_is_terminal():
+        from drover.cli.repl import ask_about_project_servers
+
+        await ask_about_project_servers(args, lambda question: _read_line(lines, question))
     async with agent_from_args(args) as agent:
         named = args.resume or args.session
         if named is not None:
@@ -64,7 +72,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
         if session.pending:
             print(f"This session has unfinished work ({_messages(len(session.pending))}): /resume")
         if args.initial_prompt:
-            await _turn(session, args.initial_prompt, lines)
+            await _turn(session, args.initial_prompt, lines, images=args.image)
         while True:
             line = await _read_line(lines, "› ")
             if line is None:
@@ -76,7 +84,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
             try:
                 if line.startswith("/"):
                     if not await _manage(line, agent, session, lines) and await _command(
-                        line, session, lines
+                        line, agent, session, lines
                     ):
                         return 0
                     continue
@@ -91,12 +99,20 @@ async def _turn(
     prompt: str | None,
     lines: StdinLines,
     note: str | None = None,
+    images: Sequence[Path] = (),
 ) -> None:
+    message: Prompt | None = prompt
+    if prompt is not None:
+        try:
+            message = prompt_with_images(prompt, session.engine.workdir, images)
+        except ConfigError as exc:
+            print(f"error: {exc}; nothing was sent")
+            return
     asks = lines if stdin_is_terminal() else None
     printer = HeadlessPrinter(output_format="text", lines=asks, preamble=note)
     loop = asyncio.get_running_loop()
     try:
-        running = session.start(prompt, live=[printer])
+        running = session.start(message, live=[printer])
         loop.add_signal_handler(signal.SIGINT, running.interrupt)
         try:
             await running.finished()
@@ -149,7 +165,7 @@ async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) 
     return True
 
 
-async def _command(line: str, session: Session, lines: StdinLines) -> bool:
+async def _command(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:
     """Run a slash command; True means leave."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
@@ -205,6 +221,10 @@ async def _command(line: str, session: Session, lines: StdinLines) -> bool:
             print(text)
     elif name == "/session":
         print(session.id)
+    elif name == "/context":
+        from drover.cli.repl.commands import context_command
+
+        print("\n".join(context_command(agent, session)))
     else:
         print(f"unknown command {name}; /help lists them")
     return False

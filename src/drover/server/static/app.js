@@ -23,6 +23,7 @@ const EVENT_TYPES = [
   "tool_start",
   "tool_done",
   "tool_results",
+  "hook",
   "permission_request",
   "usage",
   "compacted",

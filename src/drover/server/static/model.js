@@ -109,6 +109,15 @@ export class Transcript {
       case "worker":
         applyWorkerEvent(turn, ev);
         break;
+      case "hook":
+        if (ev.outcome !== "passed") {
+          const said = (ev.message || "").trim().split("\n")[0];
+          turn.notices.push(
+            `${ev.point} hook (${ev.hook}) ${ev.outcome.replace("_", " ")} ${ev.name}` +
+              (said ? `: ${said}` : ""),
+          );
+        }
+        break;
       case "compacted":
         turn.notices.push(
           `conversation compacted: ${ev.messages_before} → ${ev.messages_after} messages`,

@@ -140,6 +140,10 @@ class BashTool:
     def read_only(self) -> bool:
         return False
 
+    def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The validated arguments (a :class:`~drover.errors.ToolError` when they are not)."""
+        return self._tool.validate(args)
+
     @property
     def contained(self) -> bool:
         """Every command runs sandboxed, writing at most in the workdir, without network."""
