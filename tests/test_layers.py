@@ -38,6 +38,8 @@ LAYERS: dict[str, int] = {
     "workers": 2,
     # MCP servers' tools (over the tool seam and the config)
     "mcp": 2,
+    # what an operator sees of turns: spans, metrics, log ids (over events and the journal)
+    "telemetry": 2,
     # turns over the journal
     "runner": 3,
     # the library's entry point, over the runner: the agent, its session handles and streams

@@ -49,6 +49,7 @@ from drover.store import open_store
 from drover.store.base import Store
 from drover.store.redact import Redactor
 from drover.stream import TurnStream
+from drover.telemetry import Telemetry
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
 from drover.tools.sandbox import (
@@ -194,9 +195,12 @@ class Agent(Generic[OutputT]):
         mcp_config: Iterable[Path | str] = (),
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
         mcp_log_dir: Path | str | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
-        agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
+        agent opens (``drover serve``) instead of ``bash`` refusing its commands.
+        ``telemetry`` is what the turns are observed with — spans, metrics (see
+        :mod:`drover.telemetry`); None: nothing. The caller closes it."""
         self._config = config
         self._model = model
         self._tools = None if tools is None else list(tools)
@@ -216,6 +220,7 @@ class Agent(Generic[OutputT]):
         self._mcp_config = list(mcp_config)
         self._mcp_servers = mcp_servers
         self._mcp_log_dir = None if mcp_log_dir is None else Path(mcp_log_dir)
+        self.telemetry = telemetry
         self._open: _Open | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -346,6 +351,7 @@ class Agent(Generic[OutputT]):
                 # The MCP servers' secrets too: what a server echoes back is redacted.
                 redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
                 lease_seconds=self._lease_seconds,
+                telemetry=self.telemetry,
             )
             coordinator = None
             if self._tools is None:

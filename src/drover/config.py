@@ -17,6 +17,9 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     [aliases]                                               # short names for --model
     fast = "anthropic:claude-haiku-4-5"
 
+    otel = false                                            # traces (--otel; OTEL_* vars)
+    log_format = "text"                                     # text | json (--log-format)
+
     [sandbox]                                               # where `bash` runs its commands
     mode = "workdir"                                        # off | workdir | read-only
     network = false                                         # --sandbox-network
@@ -79,12 +82,15 @@ _FILE_KEYS = (
     "base_urls",
     "chars_per_token",
     "context_limit",
+    "log_format",
     "max_turns",
+    "otel",
     "redact_patterns",
     "sandbox",
     "stall_timeout",
 )
 SANDBOX_MODES = ("off", "workdir", "read-only")
+LOG_FORMATS = ("text", "json")
 _SANDBOX_KEYS = (
     "mode",
     "network",
@@ -143,6 +149,10 @@ class Config:
     #: Processes a command may have at once, memory per process (MiB); None: the defaults.
     sandbox_processes: int | None = None
     sandbox_memory_mb: int | None = None
+    #: Whether turns are traced (the flag ``--otel`` and the ``OTEL_*`` variables may too).
+    otel: bool = False
+    #: How the command line writes its log: ``text`` or ``json`` (``--log-format`` wins).
+    log_format: str = "text"
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -285,6 +295,14 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         out.update(_sandbox(data["sandbox"], where))
     if "stall_timeout" in data:
         out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
+    if "otel" in data:
+        if not isinstance(data["otel"], bool):
+            raise ConfigError(f"{where}: 'otel' must be true or false")
+        out["otel"] = data["otel"]
+    if "log_format" in data:
+        if data["log_format"] not in LOG_FORMATS:
+            raise ConfigError(f"{where}: 'log_format' must be one of {', '.join(LOG_FORMATS)}")
+        out["log_format"] = data["log_format"]
     return out, dict.fromkeys(out, where)
 
 

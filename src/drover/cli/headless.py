@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Any
 
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
@@ -84,7 +84,7 @@ def headless_prompt(args: argparse.Namespace) -> str | None:
 
 
 async def run_headless(args: argparse.Namespace, prompt: str | None) -> int:
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         if agent.sandbox is not None and agent.sandbox.unavailable:
             _note(f"drover: warning: {agent.sandbox.describe()}")
         named = args.session

@@ -13,6 +13,7 @@ a disconnect, which cancels the generator, only unsubscribes.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,7 +90,10 @@ async def event_stream(
             "last_event_id": max(feed.last_seq, await service.store.last_event_seq(record.id)),
         }
         yield b"retry: %d\n\n" % RETRY_MS + _frame("status", status)
+        began = time.perf_counter()
         chunk = await stream.catch_up(after)
+        if service.metrics is not None:
+            service.metrics.replay.observe(time.perf_counter() - began)
         if chunk:
             yield chunk
         while not subscription.closed:

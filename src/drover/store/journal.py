@@ -155,6 +155,7 @@ class Journal(JournalLog):
         numbering: Numbering | None = None,
         wrap: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         hold_messages: bool = False,
+        on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
@@ -170,7 +171,8 @@ class Journal(JournalLog):
         while :attr:`holds_back` is true (:class:`~drover.sinks.Fanout` does), so a step's
         assistant message with tool calls need not be durable when ``send`` returns: it is
         written with the next write that is (the call's ``running``, a permission question
-        or the call's end), and shown only then."""
+        or the call's end), and shown only then. ``on_commit(writes, seconds)`` hears of each
+        transaction made (its workers' journals' too)."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -184,8 +186,13 @@ class Journal(JournalLog):
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        self._on_commit = on_commit
         self._writes = WriteQueue(
-            store, max_attempts=max_attempts, retry_delay=retry_delay, on_failure=self._fail
+            store,
+            max_attempts=max_attempts,
+            retry_delay=retry_delay,
+            on_failure=self._fail,
+            on_commit=on_commit,
         )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
@@ -326,6 +333,7 @@ class Journal(JournalLog):
                 on_failure=lambda failure: self._fail(what, failure),
                 numbering=self._numbers,
                 wrap=partial(worker_event, event.call_id, event.worker),
+                on_commit=self._on_commit,
             )
         return journal
 

@@ -12,12 +12,16 @@ again one write at a time, so a write that keeps failing is found and counted al
 before it are kept. One that still fails — or any write refused because this process no longer
 holds the turn (:class:`~drover.errors.LeaseLostError`) — fails the queue: ``on_failure`` is
 told, nothing more is written, and the durable record stays a consistent prefix of the turn.
+
+``on_commit`` (the metrics' observer, when a server keeps them) hears of each transaction made:
+how many writes it held and how long it took.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,8 +52,10 @@ class WriteQueue:
         max_attempts: int,
         retry_delay: float,
         on_failure: Callable[[str, Exception], None],
+        on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_commit = on_commit
         self._batching = isinstance(store, BatchWriter)
         self._max_attempts = max_attempts
         self._retry_delay = retry_delay
@@ -100,6 +106,8 @@ class WriteQueue:
 
     async def _batch(self, batch: list[Queued]) -> None:
         writes = [q.write for q in batch]
+        observe = self._on_commit
+        began = 0.0 if observe is None else time.perf_counter()
         try:
             results: list[Any] = await self._store.write_batch(writes)
         except asyncio.CancelledError:
@@ -115,10 +123,14 @@ class WriteQueue:
             )
             self._solo = len(batch)
             return
+        if observe is not None:
+            observe(len(batch), time.perf_counter() - began)
         self._made(batch, results)
 
     async def _one(self, queued: Queued) -> None:
         queued.attempts += 1
+        observe = self._on_commit
+        began = 0.0 if observe is None else time.perf_counter()
         try:
             result = await apply(self._store, queued.write)
         except asyncio.CancelledError:
@@ -132,6 +144,8 @@ class WriteQueue:
             delay = self._retry_delay * 2 ** (queued.attempts - 1)
             await asyncio.sleep(min(1.0, delay))
             return
+        if observe is not None:
+            observe(1, time.perf_counter() - began)
         self._made([queued], [result])
 
     def _made(self, writes: list[Queued], results: list[Any] | None = None) -> None:

@@ -50,6 +50,7 @@ from drover.store.dialect import Plan, Row, atomic, execute, rows
 from drover.store.rows import json_value, session_from_row, turn_from_row
 from drover.store.sql_log import Held, first_value
 from drover.store.sql_work import RECLAIM_CHECK_BYTES, TERMINAL_SQL, SqlWork
+from drover.store.turn_traces import TurnTraceRows
 
 _TERMINAL = TERMINAL_SQL
 #: How a comparison of ids says "in byte order" (UTF-8 bytes sort as code points).
@@ -58,7 +59,7 @@ _BYTE_ORDER = {"sqlite": "", "postgres": ' COLLATE "C"'}
 _LAST_CHAR = "\U0010ffff"
 
 
-class SqlStore(SqlWork):
+class SqlStore(SqlWork, TurnTraceRows):
     """The shared logic; a backend sets :attr:`dialect` and ``_clock`` and supplies
     :meth:`~drover.store.sql_log.SqlLog._perform`."""
 

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 
 
 def interactive_terminal() -> bool:
@@ -29,5 +29,5 @@ async def run_repl(args: argparse.Namespace) -> int:
         return await run_line_repl(args)
     from drover.cli.repl.app import run_interactive
 
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         return await run_interactive(args, agent)

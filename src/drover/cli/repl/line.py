@@ -18,7 +18,7 @@ import signal
 import sys
 
 from drover.agent import Agent
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
@@ -50,7 +50,7 @@ async def _read_line(lines: StdinLines, prompt: str) -> str | None:
 async def run_line_repl(args: argparse.Namespace) -> int:
     # The one reader of stdin: the prompt below and every permission question share it.
     lines = StdinLines()
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         named = args.resume or args.session
         if named is not None:
             named = await resolve_session(agent.store, named, may_create=args.resume is None)
