@@ -297,5 +297,6 @@ def test_the_web_page_and_the_schema(fake_llm: FakeLLMServer, serve: Callable[..
         "/v1/sessions/{session_id}/permissions",
         "/v1/sessions/{session_id}/permissions/{request_id}",
         "/v1/sessions/{session_id}/events",
+        "/metrics",
     }
     assert set(schema["paths"]["/v1/sessions/{session_id}"]) == {"get", "patch", "delete"}

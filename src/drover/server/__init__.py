@@ -71,9 +71,15 @@ or not:
 ``DELETE /v1/sessions/{id}/permissions[?rule=R]``      200 ``{"revoked": [rule]}``: withdraw all
                                                        grants, or the one named
 ``GET /v1/sessions/{id}/events[?after=N]``             ``text/event-stream`` (below)
+``GET /metrics``                                       the process's metrics, Prometheus text
+                                                       format (behind the token when one is set;
+                                                       see :mod:`drover.telemetry.metrics`)
 ``GET /openapi.json``                                  the OpenAPI 3.1 schema
 ``GET /``                                              the web page (``static/index.html``)
 =====================================================  =========================================
+
+With traces on (``--otel`` or the ``OTEL_*`` variables, :mod:`drover.telemetry`), the W3C
+``traceparent`` header of ``POST /v1/sessions/{id}/messages`` is the parent of the turn's span.
 
 ``SessionSummary``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id"}``
 (times are Unix seconds; ``title`` and ``running_turn_id`` may be null).
