@@ -236,14 +236,15 @@ class Runner:
                 found[turn_id] = session_id
             elif (turn := await self.store.get_turn(turn_id)) is not None:
                 found[turn_id] = turn.session_id
-        if self.telemetry is not None and found:
-            await watch_recovery(self.telemetry, self.store, found)
         if self.on_recovered is not None:
             for each in dict.fromkeys(found.values()):
                 try:
                     self.on_recovered(each)
                 except Exception:
                     log.exception("runner: the recovery observer failed")
+        if self.telemetry is not None and found:
+            # (after the followers were told: a cancellation here loses only spans)
+            await watch_recovery(self.telemetry, self.store, found)
         return found
 
     async def open_session(
