@@ -107,9 +107,7 @@ def test_headless_exports_its_spans_before_it_exits(
     assert {s.name for s in spans} == {"invoke_agent drover", "chat test"}
 
 
-def test_traces_without_the_extra_say_how_to_get_it(
-    fake_llm: FakeLLMServer, tmp_path: Path
-) -> None:
+def test_traces_without_the_extra_say_how_to_get_it(tmp_path: Path) -> None:
     # The SDK cannot be imported (``opentelemetry`` is a namespace package: a portion
     # first on the path whose ``sdk`` fails to import hides the installed one).
     blocker = tmp_path / "block" / "opentelemetry" / "sdk"
