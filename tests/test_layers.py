@@ -47,6 +47,8 @@ LAYERS: dict[str, int] = {
     "workers": 3,
     # MCP servers' tools (over the tool seam and the config)
     "mcp": 3,
+    # what an operator sees of turns: spans, metrics, log ids (over events and the journal)
+    "telemetry": 3,
     # turns over the journal
     "runner": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams

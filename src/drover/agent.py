@@ -53,6 +53,7 @@ from drover.resources import (
 from drover.rules import Rule
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
 from drover.stream import TurnStream
+from drover.telemetry import Telemetry
 from drover.tools.base import Tool
 from drover.tools.sandbox import SandboxStatus
 
@@ -132,9 +133,12 @@ class Agent(Generic[OutputT]):
         append_system_prompt: str | None = None,
         instructions: bool = False,
         hooks: Iterable[HookSpec] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """``require_sandbox`` makes a wanted sandbox that cannot run here an error when the
-        agent opens (``drover serve``) instead of ``bash`` refusing its commands."""
+        agent opens (``drover serve``) instead of ``bash`` refusing its commands.
+        ``telemetry`` is what the turns are observed with (spans, metrics: see
+        :mod:`drover.telemetry`); None: nothing. The caller closes it."""
         self._model = model
         PermissionPolicy(permission_mode)  # checks the mode now
         self.permission_mode: PermissionMode = permission_mode
@@ -162,7 +166,9 @@ class Agent(Generic[OutputT]):
             append_system_prompt=append_system_prompt,
             instructions=instructions,
             hooks=None if hooks is None else list(hooks),
+            telemetry=telemetry,
         )
+        self.telemetry = telemetry
         self._open: Resources | None = None
         #: Serialises opening, per event loop (a lock belongs to one loop).
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None

@@ -10,6 +10,8 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     max_turns = 25
     stall_timeout = 30                                      # seconds without data from a model
     redact_patterns = ["internal-[0-9]+"]
+    otel = false                                            # traces (--otel; OTEL_* vars)
+    log_format = "text"                                     # text | json (--log-format)
 
     [base_urls]                                             # per provider
     openai = "http://localhost:11434/v1"
@@ -96,14 +98,17 @@ _FILE_KEYS = (
     "chars_per_token",
     "context_limit",
     "hooks",
+    "log_format",
     "max_turns",
     "mcp",
+    "otel",
     "permissions",
     "redact_patterns",
     "sandbox",
     "stall_timeout",
 )
 SANDBOX_MODES = ("off", "workdir", "read-only")
+LOG_FORMATS = ("text", "json")
 _SANDBOX_KEYS = (
     "mode",
     "network",
@@ -170,6 +175,10 @@ class Config:
     #: ``[mcp] approve_project``: a workdir's ``.mcp.json`` servers that start without asking
     #: (True: all of them; names: those).
     mcp_approve_project: bool | frozenset[str] = False
+    #: Whether turns are traced (the flag ``--otel`` and the ``OTEL_*`` variables may too).
+    otel: bool = False
+    #: How the command line writes its log: ``text`` or ``json`` (``--log-format`` wins).
+    log_format: str = "text"
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -318,6 +327,14 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         out.update(mcp_table(data["mcp"], where))
     if "stall_timeout" in data:
         out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
+    if "otel" in data:
+        if not isinstance(data["otel"], bool):
+            raise ConfigError(f"{where}: 'otel' must be true or false")
+        out["otel"] = data["otel"]
+    if "log_format" in data:
+        if data["log_format"] not in LOG_FORMATS:
+            raise ConfigError(f"{where}: 'log_format' must be one of {', '.join(LOG_FORMATS)}")
+        out["log_format"] = data["log_format"]
     return out, dict.fromkeys(out, where)
 
 

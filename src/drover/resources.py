@@ -32,6 +32,7 @@ from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.runner import Runner
 from drover.store import open_store
+from drover.telemetry import Telemetry
 from drover.tools.base import Tool
 from drover.tools.registry import ToolRegistry, default_registry
 from drover.tools.sandbox import (
@@ -121,6 +122,8 @@ class Wanted:
     instructions: bool = False
     #: The hooks (None: the config file's ``[[hooks]]``).
     hooks: Sequence[HookSpec] | None = None
+    #: What the turns are observed with (None: nothing).
+    telemetry: Telemetry | None = None
 
 
 @dataclass(slots=True)
@@ -193,6 +196,7 @@ async def open_resources(wanted: Wanted) -> Resources:
             # The MCP servers' secrets too: what a server echoes back is redacted.
             redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
             lease_seconds=wanted.lease_seconds,
+            telemetry=wanted.telemetry,
         )
         coordinator = None
         if wanted.tools is None:

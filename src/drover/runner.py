@@ -15,7 +15,11 @@ serve``) starts its turns here. The runner
 - runs the turn with the journal as a reliable event sink next to the caller's live sinks,
   holds an owner lease on it and renews it, and ends it truthfully whatever stops it;
 - routes permission questions: each waits in :attr:`RunningTurn.requests` for an answer from
-  :meth:`decide` (any front door), a live sink, or the session's permission handler.
+  :meth:`decide` (any front door), a live sink, or the session's permission handler;
+- with a :class:`~drover.telemetry.Telemetry`, observes each turn (its spans and metrics, as
+  live sinks next to the caller's; see :mod:`drover.telemetry.watch`) and each recovery; the
+  ids of the turn a task works for are on its log records either way
+  (:data:`~drover.telemetry.logs.TURN_LOG`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.session import AgentSession, TurnOutcome
 from drover.sinks import EventSink, Fanout
+from drover.telemetry.logs import TURN_LOG, TurnLog
+from drover.telemetry.setup import Telemetry
+from drover.telemetry.watch import TurnWatch, watch_recovery
 from drover.tools.registry import ToolRegistry
 
 LEASE_SECONDS = 30.0
@@ -196,13 +203,16 @@ class Runner:
         lease_seconds: float = LEASE_SECONDS,
         on_event: SessionPublish | None = None,
         on_recovered: Callable[[str], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """``on_event(session_id, seq, turn_id, payload, prev)`` sees every event of every
         turn as the journal numbers it, live text deltas included, in increasing order, with
         the number of the event before it in the log (the server's hub).
         ``on_recovered(session_id)`` hears of a dead process's turn this runner ended: its
-        events reached the log without being published, so followers go back to the log."""
+        events reached the log without being published, so followers go back to the log.
+        ``telemetry``: what turns and recoveries are observed with (None: nothing)."""
         self.store = store
+        self.telemetry = telemetry
         self.on_event = on_event
         self.on_recovered = on_recovered
         self.redactor = redactor or Redactor()
@@ -238,6 +248,9 @@ class Runner:
                     self.on_recovered(each)
                 except Exception:
                     log.exception("runner: the recovery observer failed")
+        if self.telemetry is not None and found:
+            # (after the followers were told: a cancellation here loses only spans)
+            await watch_recovery(self.telemetry, self.store, found)
         return found
 
     async def open_session(
@@ -313,6 +326,10 @@ class Runner:
     def running(self, session_id: str) -> RunningTurn | None:
         """The turn running on the session in this process, if any."""
         return self._running.get(session_id)
+
+    def running_count(self) -> int:
+        """How many turns run in this process."""
+        return len(self._running)
 
     def start(
         self,
@@ -429,17 +446,23 @@ class Runner:
         stored_message = prepared.user_message
         if stored_message is not None:
             stored_message = self.redactor.redact_message(stored_message)
-        begin = asyncio.ensure_future(
-            self.store.begin_turn(session.id, stored_message, self.owner, self.lease_seconds)
-        )
+        watch = None if self.telemetry is None else self._watch(session)
+        begin = asyncio.ensure_future(self._begin(session, stored_message, watch))
         try:
             turn = await asyncio.shield(begin)
-        except asyncio.CancelledError:
+        except BaseException as exc:
+            if watch is not None:
+                watch.abandon(exc)
+            if not isinstance(exc, asyncio.CancelledError):
+                raise
             # Interrupted while the turn row was being written: it must not stay running.
             with contextlib.suppress(Exception):
                 started = await begin
                 await self._end_unrecorded(session.id, started.id)
             raise
+        TURN_LOG.set(TurnLog(session.id, turn.id) if watch is None else watch.log_fields(turn.id))
+        if watch is not None:
+            live = (*live, *watch.sinks)
         tools = session.tools
 
         def is_read_only(name: str) -> bool:
@@ -458,6 +481,7 @@ class Runner:
             on_failure=lambda failure: control.stop("error", str(failure)),
             publish=None if on_event is None else functools.partial(on_event, session.id),
             hold_messages=True,  # the Fanout shows what the journal holds back only later
+            on_commit=self._on_commit,
         )
         sink = Fanout([journal], live=live)
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
@@ -469,6 +493,8 @@ class Runner:
             renewal.cancel()
             await asyncio.wait([renewal])
             await journal.aclose()
+            if watch is not None:
+                watch.close()
             if not journal.ended and journal.failure is None:
                 await self._end_unrecorded(session.id, turn.id)
             # The session's last turn as the journal now holds it (None: unsure; the next
@@ -482,6 +508,37 @@ class Runner:
             # The turn finished, but the journal could not record that it did.
             raise journal.failure
         return outcome
+
+    def _watch(self, session: AgentSession) -> TurnWatch:
+        assert self.telemetry is not None
+        provider = session.provider
+        return TurnWatch(
+            self.telemetry,
+            session_id=session.id,
+            protocol=provider.name,
+            model=provider.model,
+            max_tokens=session.settings.max_tokens,
+            redactor=self.redactor,
+        )
+
+    @property
+    def _on_commit(self) -> Callable[[int, float], None] | None:
+        metrics = None if self.telemetry is None else self.telemetry.metrics
+        return None if metrics is None else metrics.journal_committed
+
+    async def _begin(
+        self, session: AgentSession, message: Message | None, watch: TurnWatch | None
+    ) -> TurnRecord:
+        """Record the turn's start; with traces, keep where its span is and link it to the
+        span of the unfinished turn it continues (the session's last, when work is pending)."""
+        turn = await self.store.begin_turn(session.id, message, self.owner, self.lease_seconds)
+        if watch is not None:
+            mark = session.journal_mark
+            continues = None
+            if session.pending and mark is not None and mark[1] != "completed":
+                continues = mark[0]
+            await watch.began(self.store, turn.id, continues)
+        return turn
 
     async def _end_unrecorded(self, session_id: str, turn_id: str) -> None:
         """The turn ended without its end reaching the journal (interrupted again while it

@@ -4,8 +4,11 @@ serve`` run their turns through the same public objects a library user has."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drover.agent import Agent
 from drover.config import Config, load_config
@@ -14,7 +17,12 @@ from drover.mcp.config import McpFile, user_config_file
 from drover.providers.base import Provider
 from drover.resources import resolve_workdir
 from drover.runner import LEASE_SECONDS
+from drover.telemetry import Telemetry
+from drover.telemetry.logs import configure_logging
 from drover.tools.base import Tool
+
+if TYPE_CHECKING:
+    from drover.telemetry.metrics import Metrics
 
 
 def agent_from_args(
@@ -25,6 +33,7 @@ def agent_from_args(
     config: Config | None = None,
     require_sandbox: bool = False,
     lease_seconds: float = LEASE_SECONDS,
+    telemetry: Telemetry | None = None,
 ) -> Agent:
     """The agent the run flags describe (``--model``, ``--db``, ``--workdir``,
     ``--mcp-config``, ``--allow``/``--deny``, ``--system-prompt``, …), with the project
@@ -54,7 +63,42 @@ def agent_from_args(
         system_prompt=getattr(args, "system_prompt", None),
         append_system_prompt=getattr(args, "append_system_prompt", None),
         instructions=True,
+        telemetry=telemetry,
     )
+
+
+@contextlib.asynccontextmanager
+async def cli_agent(
+    args: argparse.Namespace,
+    *,
+    provider: Provider | None = None,
+    config: Config | None = None,
+    metrics: Metrics | None = None,
+    require_sandbox: bool = False,
+    lease_seconds: float = LEASE_SECONDS,
+) -> AsyncIterator[Agent]:
+    """The open agent of a command (``-p``, the REPL, ``serve``): its log written as
+    ``--log-format`` says, its turns traced when ``--otel``, the config file or the ``OTEL_*``
+    variables ask (:mod:`drover.telemetry`) and counted into ``metrics`` (the server's);
+    the spans still buffered are exported when it closes."""
+    config = config or load_config()
+    configure_logging(getattr(args, "log_format", None) or config.log_format)
+    asked = bool(getattr(args, "otel", False)) or config.otel
+    telemetry = Telemetry.from_env(traces=asked, metrics=metrics)
+    try:
+        agent = agent_from_args(
+            args,
+            provider=provider,
+            config=config,
+            require_sandbox=require_sandbox,
+            lease_seconds=lease_seconds,
+            telemetry=telemetry,
+        )
+        async with agent:
+            yield agent
+    finally:
+        if telemetry is not None:
+            await telemetry.aclose()
 
 
 def project_of(args: argparse.Namespace, config: Config) -> ProjectServers | None:

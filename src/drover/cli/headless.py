@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Any
 
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
@@ -92,7 +92,7 @@ async def run_headless(args: argparse.Namespace, text: str | None) -> int:
         prompt = prompt_with_images(text, resolve_workdir(args.workdir), args.image)
     elif args.image:
         raise ConfigError("--image goes with a prompt (after -p or on standard input)")
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         if agent.sandbox is not None and agent.sandbox.unavailable:
             _note(f"drover: warning: {agent.sandbox.describe()}")
         named = args.session

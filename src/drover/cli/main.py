@@ -190,6 +190,20 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "deny wins over allow; the model is told which rule refused it)",
     )
     _add_mcp_config(parser)
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="export traces of every turn, model call and tool call with OpenTelemetry, "
+        "configured by the standard OTEL_* variables (OTLP over HTTP to localhost:4318 by "
+        "default; also on when OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_ENDPOINT is set); "
+        "needs pip install 'drover[otel]'",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="how warnings and errors are logged on stderr: text (default) or json, one object "
+        "a line with the session, turn and trace ids",
+    )
 
 
 def _add_mcp_config(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from types import FrameType
 import uvicorn
 
 from drover.cli import serve_pool
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 from drover.cluster import takeover
 from drover.cluster.shared import DEFAULT_LEASE, Shared, is_shared
 from drover.config import Config, load_config
@@ -30,6 +30,7 @@ from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
+from drover.telemetry.metrics import Metrics
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -200,17 +201,21 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
     lease = lease_from(args)
     redis_url = args.redis or os.environ.get("DROVER_REDIS") or None
     hub = Hub()
+    metrics = Metrics()
+    metrics.watch_sse_clients(hub.subscribers)
     # A server runs commands for whoever holds a token: never without a sandbox, unless the
     # operator said --sandbox off.
-    agent = agent_from_args(
+    opened = cli_agent(
         args,
         provider=provider,
         config=drover_config,
+        metrics=metrics,
         require_sandbox=True,
         lease_seconds=lease,
     )
-    async with agent:
+    async with opened as agent:
         runner = agent.runner
+        metrics.watch_running_turns(runner.running_count)
         shared = (
             Shared.open(agent.store, runner.owner, hub, redis_url)
             if is_shared(agent.store)
@@ -232,10 +237,14 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             send_control=None if shared is None else shared.relay.control,
             relay=None if shared is None else shared.relay,
             running_anywhere=None if shared is None else shared.running_turns,
+            metrics=metrics,
         )
         app = create_app(service, settings)
+        json_logs = (args.log_format or drover_config.log_format) == "json"
         config = uvicorn.Config(
             app,
+            # JSON logs: uvicorn's records go to the root logger's JSON handler.
+            log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=5,

@@ -157,6 +157,7 @@ class Journal(JournalLog):
         numbering: Numbering | None = None,
         wrap: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         hold_messages: bool = False,
+        on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         """``on_finished_content`` gets each finished message (a complete assistant message or
         a tool results message) as persisted, never partial content. ``is_read_only`` tells
@@ -172,7 +173,8 @@ class Journal(JournalLog):
         while :attr:`holds_back` is true (:class:`~drover.sinks.Fanout` does), so a step's
         assistant message with tool calls need not be durable when ``send`` returns: it is
         written with the next write that is (the call's ``running``, a permission question
-        or the call's end), and shown only then."""
+        or the call's end), and shown only then. ``on_commit(writes, seconds)`` hears of each
+        transaction made (its workers' journals' too)."""
         self.store = store
         self.session_id = session_id
         self._clock = clock
@@ -186,6 +188,7 @@ class Journal(JournalLog):
         self._retry_delay = retry_delay
         self._owner = owner
         self._on_failure = on_failure
+        self._on_commit = on_commit
         # A worker's log stores no messages (its events carry them): its writes are made one
         # at a time and none refers to a message by its number.
         self._writes = WriteQueue(
@@ -194,6 +197,7 @@ class Journal(JournalLog):
             max_attempts=max_attempts,
             retry_delay=retry_delay,
             on_failure=self._fail,
+            on_commit=on_commit,
         )
         self._turn_id: str | None = turn_id
         #: Why the journal stopped writing, if it did.
@@ -334,6 +338,7 @@ class Journal(JournalLog):
                 on_failure=lambda failure: self._fail(what, failure),
                 numbering=self._numbers,
                 wrap=partial(worker_event, event.call_id, event.worker),
+                on_commit=self._on_commit,
             )
         return journal
 

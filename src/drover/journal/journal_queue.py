@@ -13,12 +13,16 @@ again one write at a time, so a write that keeps failing is found and counted al
 before it are kept. One that still fails — or any write refused because this process no longer
 holds the turn (:class:`~drover.errors.LeaseLostError`) — fails the queue: ``on_failure`` is
 told, nothing more is written, and the durable record stays a consistent prefix of the turn.
+
+``on_commit`` (the metrics' observer, when a server keeps them) hears of each transaction made:
+how many writes it held and how long it took.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,9 +55,11 @@ class WriteQueue:
         max_attempts: int,
         retry_delay: float,
         on_failure: Callable[[str, Exception], None],
+        on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         self._store = store
         self._together = together
+        self._on_commit = on_commit
         self._max_attempts = max_attempts
         self._retry_delay = retry_delay
         self._on_failure = on_failure
@@ -103,6 +109,8 @@ class WriteQueue:
 
     async def _batch(self, batch: list[Queued]) -> None:
         writes = [q.write for q in batch]
+        observe = self._on_commit
+        began = 0.0 if observe is None else time.perf_counter()
         try:
             results: list[Any] = await self._store.write_batch(writes)
         except asyncio.CancelledError:
@@ -119,9 +127,13 @@ class WriteQueue:
             self._solo = len(batch)
             return
         self._made(batch, results)
+        if observe is not None:
+            self._observe(observe, len(batch), began)
 
     async def _one(self, queued: Queued) -> None:
         queued.attempts += 1
+        observe = self._on_commit
+        began = 0.0 if observe is None else time.perf_counter()
         try:
             (result,) = await self._store.write_batch([queued.write])
         except asyncio.CancelledError:
@@ -136,6 +148,17 @@ class WriteQueue:
             await asyncio.sleep(min(1.0, delay))
             return
         self._made([queued], [result])
+        if observe is not None:
+            self._observe(observe, 1, began)
+
+    @staticmethod
+    def _observe(observe: Callable[[int, float], None], writes: int, began: float) -> None:
+        """Tell the observer of a transaction made; one that fails is logged, never taken for
+        a failed write (the writes are made: making them again would double them)."""
+        try:
+            observe(writes, time.perf_counter() - began)
+        except Exception:
+            log.exception("journal: the commit observer failed")
 
     def _made(self, writes: list[Queued], results: list[Any] | None = None) -> None:
         # (the writes are the queue's head: counted at once, then each one's outcome told)

@@ -90,9 +90,15 @@ or not:
 &starting_after=N]``                                   ``N``
 ``POST /v1/responses/{id}/cancel`` ``{}``              the ``Response``, ``cancelled``; 409
                                                        ``not_running`` when it ended otherwise
+``GET /metrics``                                       the process's metrics, Prometheus text
+                                                       format (behind the token when one is set;
+                                                       see :mod:`drover.telemetry.metrics`)
 ``GET /openapi.json``                                  the OpenAPI 3.1 schema
 ``GET /``                                              the web page (``static/index.html``)
 =====================================================  =========================================
+
+With traces on (``--otel`` or the ``OTEL_*`` variables, :mod:`drover.telemetry`), the W3C
+``traceparent`` header of ``POST /v1/sessions/{id}/messages`` is the parent of the turn's span.
 
 ``SessionSummary``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id"}``
 (times are Unix seconds; ``title`` and ``running_turn_id`` may be null).

@@ -53,6 +53,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
     table = [
         Route("/", routes.index, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
+        Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/v1/sessions", routes.sessions, methods=["GET", "POST"]),
         Route(sid, routes.session, methods=["GET", "PATCH", "DELETE"]),
         Route(f"{sid}/messages", routes.post_message, methods=["POST"]),

@@ -265,6 +265,10 @@ class Hub:
             feed = self._feeds[session_id] = SessionFeed(self._ring_size)
         return feed
 
+    def subscribers(self) -> int:
+        """Event streams open now, across every session."""
+        return sum(feed.subscribers for feed in self._feeds.values())
+
     def publish(
         self, session_id: str, seq: int, turn_id: str | None, payload: dict[str, Any], prev: int
     ) -> None:

@@ -322,7 +322,16 @@ def schema() -> dict[str, Any]:
                     "409": error_response("a turn is running on the session (turn_id says which)"),
                     **BAD_BODY,
                 },
-                params=[_SESSION_ID],
+                params=[
+                    _SESSION_ID,
+                    {
+                        "name": "traceparent",
+                        "in": "header",
+                        "description": "W3C trace context: the parent of the turn's span when "
+                        "the server exports traces",
+                        "schema": {"type": "string"},
+                    },
+                ],
                 body=object_schema({"content": {"type": "string", "minLength": 1}}, ["content"]),
             )
         },
@@ -413,6 +422,17 @@ def schema() -> dict[str, Any]:
                     "404": _NOT_FOUND,
                 },
                 params=events_params,
+            )
+        },
+        "/metrics": {
+            "get": operation(
+                "The process's metrics in the Prometheus text format",
+                {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                },
             )
         },
     }

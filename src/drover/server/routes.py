@@ -181,7 +181,7 @@ async def post_message(request: Request) -> Response:
     if len(content) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")
     try:
-        turn_id = await _service(request).post_message(record, content)
+        turn_id = await _service(request).post_message(record, content, request.headers)
     except SessionBusyError as exc:
         message = f"turn {exc.turn_id} is running on this session"
         raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
@@ -245,6 +245,18 @@ async def events(request: Request) -> Response:
     body = event_stream(_service(request), record, after, heartbeat=_settings(request).heartbeat)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+
+async def metrics(request: Request) -> Response:
+    """The process's metrics in the Prometheus text format (behind the token, when one is
+    set)."""
+    principal(request)
+    kept = _service(request).metrics
+    if kept is None:
+        raise ApiError(404, "not_found", "this server keeps no metrics")
+    from drover.telemetry.metrics import CONTENT_TYPE
+
+    return Response(kept.exposition(), media_type=CONTENT_TYPE)
 
 
 async def openapi(request: Request) -> Response:

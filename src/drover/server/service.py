@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from drover.agent import Agent
@@ -42,6 +42,7 @@ from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
+from drover.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,11 @@ class Service:
         send_control: SendControl | None = None,
         relay: Relay | None = None,
         running_anywhere: RunningAnywhere | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
-        the process running a session's turn when it is not this one."""
+        the process running a session's turn when it is not this one. ``metrics``: what
+        ``GET /metrics`` serves (None: the route answers 404)."""
         self.agent = agent
         self.hub = hub
         self.permission_timeout = permission_timeout
@@ -85,6 +88,7 @@ class Service:
         self._anywhere = running_anywhere
         #: Carries other processes' live events to this one's clients (None: one process).
         self.relay = relay
+        self.metrics = metrics
 
     @property
     def store(self) -> Store:
@@ -177,11 +181,22 @@ class Service:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def post_message(self, record: SessionRecord, content: str | None) -> str:
+    async def post_message(
+        self,
+        record: SessionRecord,
+        content: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
-        id once the runner has recorded it."""
+        id once the runner has recorded it. With traces on, the trace context of ``headers``
+        (the request's ``traceparent``) is the parent of the turn's span."""
         handle = await self._handle(record)
-        running = handle.start(content, live=[_Transient(self.hub, record.id)])
+        telemetry = self.agent.telemetry
+        parent: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if telemetry is not None and headers is not None:
+            parent = telemetry.parent_from(headers)
+        with parent:  # (the turn's task copies the context it is started in)
+            running = handle.start(content, live=[_Transient(self.hub, record.id)])
         assert running.task is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
         return await running.wait_started()

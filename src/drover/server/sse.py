@@ -13,6 +13,7 @@ a disconnect, which cancels the generator, only unsubscribes.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -53,7 +54,10 @@ async def event_stream(
             ),
         }
         yield b"retry: %d\n\n" % RETRY_MS + _frame("status", status)
+        began = time.perf_counter()
         chunk = _encode(await follower.catch_up(after))
+        if service.metrics is not None:
+            service.metrics.replay.observe(time.perf_counter() - began)
         if chunk:
             yield chunk
         while True:

@@ -255,6 +255,18 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "0008_turn_traces",
+        (
+            # The W3C traceparent of a turn's span (when traces were on): the process that
+            # recovers or continues the turn links its own spans to it.
+            """CREATE TABLE turn_traces (
+                turn_id TEXT PRIMARY KEY REFERENCES turns (id) ON DELETE CASCADE,
+                traceparent TEXT NOT NULL,
+                created_at {time} NOT NULL
+            ){no_rowid}""",
+        ),
+    ),
 )
 
 

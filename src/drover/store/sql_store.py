@@ -29,7 +29,7 @@ from drover.journal.records import (
 )
 from drover.journal.writes import JournalWrite
 from drover.messages import Message, Usage
-from drover.store import sql_log, sql_sessions, sql_turns, sql_work
+from drover.store import sql_log, sql_sessions, sql_turns, sql_work, turn_traces
 from drover.store.dialect import Dialect
 from drover.store.plan import Connection, Mode
 from drover.store.sql_batch import BULK_CHARS, batch, together, write_plan
@@ -214,6 +214,15 @@ class SqlStore:
     async def running_usage(self, session_id: str, turn_id: str) -> Usage | None:
         plan = sql_log.running_usage(self.dialect, session_id, turn_id)
         return await self.connection.perform(plan, "read")
+
+    # -- where each turn's span is ---------------------------------------------------------------
+
+    async def record_turn_trace(self, turn_id: str, traceparent: str) -> None:
+        plan = turn_traces.record_turn_trace(turn_id, traceparent, self._clock())
+        await self.connection.perform(plan, "write")
+
+    async def turn_trace(self, turn_id: str) -> str | None:
+        return await self.connection.perform(turn_traces.turn_trace(turn_id), "read")
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from drover.cli.build import agent_from_args, project_of
+from drover.cli.build import cli_agent, project_of
 from drover.config import load_config
 from drover.mcp.approval import Ask, ask_once
 
@@ -33,7 +33,7 @@ async def run_repl(args: argparse.Namespace) -> int:
     from drover.cli.repl.app import ask_at_the_prompt, run_interactive
 
     await ask_about_project_servers(args, ask_at_the_prompt)
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         return await run_interactive(args, agent)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from drover.agent import Agent
-from drover.cli.build import agent_from_args
+from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
@@ -58,7 +58,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
         from drover.cli.repl import ask_about_project_servers
 
         await ask_about_project_servers(args, lambda question: _read_line(lines, question))
-    async with agent_from_args(args) as agent:
+    async with cli_agent(args) as agent:
         named = args.resume or args.session
         if named is not None:
             named = await resolve_session(agent.store, named, may_create=args.resume is None)
