@@ -36,6 +36,7 @@ SUBCOMMANDS = (
     "models",
     "demo",
     "mcp",
+    "doctor",
 )
 #: What ``drover SUBCOMMAND --help`` says first.
 DESCRIPTIONS = {
@@ -49,6 +50,8 @@ DESCRIPTIONS = {
     "models": "List the models drover knows of, and where each comes from.",
     "demo": "A tool-using turn that breaks mid-answer, then resumes.",
     "mcp": "The MCP servers configured here, their status and their tools.",
+    "doctor": "Check this machine's set-up (Python, config, keys, journal, sandbox, servers); "
+    "one line each, exit status 1 when a check fails.",
 }
 #: How an ID argument is described.
 ID_HELP = (
@@ -139,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (drover SUBCOMMAND --help)",
     )
     parser.add_argument(
+        "--version", action="version", version=f"drover {_version()}", help="print the version"
+    )
+    parser.add_argument(
         "-p",
         "--print",
         dest="prompt",
@@ -184,6 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="open the REPL with this first message sent (after -- when it is a subcommand name)",
     )
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (its metadata, as the wheel or the checkout set it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("drover")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "unknown"
 
 
 def build_subparser(name: str) -> argparse.ArgumentParser:
@@ -247,6 +263,10 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "--workdir", type=Path, help="where the demo works (default: a temp dir)"
         )
         parser.add_argument("--db", help="store of the demo session (default: inside the workdir)")
+    elif name == "doctor":
+        from drover.cli.doctor import add_doctor_options
+
+        add_doctor_options(parser)
     elif name == "serve":
         from drover.cli.serve import add_serve_options
 
@@ -379,6 +399,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.admin import print_models
 
         return print_models()
+    if name == "doctor":
+        from drover.cli.doctor import run_doctor
+
+        return run_doctor(args)
     if name == "mcp":
         import asyncio
 
