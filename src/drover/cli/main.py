@@ -141,9 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With no arguments, opens the REPL in the current directory.",
         epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (drover SUBCOMMAND --help)",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"drover {_version()}", help="print the version"
-    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     parser.add_argument(
         "-p",
         "--print",
@@ -192,14 +190,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    """The installed package's version (its metadata, as the wheel or the checkout set it)."""
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked for (reading
+    the package metadata costs more than the rest of the command's start-up)."""
 
-    try:
-        return version("drover")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "unknown"
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("drover")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            found = "unknown"
+        print(f"drover {found}")
+        parser.exit(EXIT_OK)
 
 
 def build_subparser(name: str) -> argparse.ArgumentParser:
