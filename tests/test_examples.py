@@ -1,4 +1,5 @@
-"""The README's library example and the programs in examples/ run, as written, with no API key."""
+"""The library examples of the README and the site (docs/), and the programs in examples/, run, as
+written, with no API key."""
 
 from __future__ import annotations
 
@@ -46,21 +47,25 @@ def _run(
     )
 
 
-def readme_library_examples() -> list[str]:
-    """The ```python blocks of the README's library section, in order."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Use as a library\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert blocks, "the 'Use as a library' section has no ```python block"
+def python_blocks(page: Path, section: str) -> list[str]:
+    """The ```python blocks of one ``## section`` of a Markdown page, in order."""
+    text = page.read_text(encoding="utf-8")
+    part = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```$", part, re.S | re.M)
+    assert blocks, f"{page.name}: the {section!r} section has no ```python block"
     return blocks
 
 
 def readme_library_example() -> str:
-    return readme_library_examples()[0]
+    return python_blocks(ROOT / "README.md", "Use as a library")[0]
 
 
-def test_the_readme_library_example_runs_as_written(tmp_path: Path) -> None:
-    code = readme_library_example()
+@pytest.mark.parametrize(
+    ("page", "section"), [("README.md", "Use as a library"), ("docs/quickstart.md", "The library")]
+)
+def test_the_library_example_runs_as_written(tmp_path: Path, page: str, section: str) -> None:
+    code = python_blocks(ROOT / page, section)[0]
+    assert code == readme_library_example()  # the README's taste is the quickstart's program
     assert len(code.splitlines()) <= 25
     (tmp_path / "example.py").write_text(code, encoding="utf-8")
     done = _run(["example.py"], tmp_path, tmp_path)
@@ -69,8 +74,8 @@ def test_the_readme_library_example_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "journal.db").exists()
 
 
-def test_the_readme_deps_and_output_type_example_runs_as_written(tmp_path: Path) -> None:
-    code = readme_library_examples()[1]
+def test_the_deps_and_output_type_example_runs_as_written(tmp_path: Path) -> None:
+    code = python_blocks(ROOT / "docs" / "library.md", "Deps and structured output")[0]
     assert "deps=" in code and "output_type=" in code
     assert len(code.splitlines()) <= 25
     (tmp_path / "example.py").write_text(code, encoding="utf-8")
@@ -123,6 +128,17 @@ def _load(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_fake_llm_example(tmp_path: Path) -> None:
+    # drover's pytest plugin brings the fake_llm fixture (autoloading is off, as above).
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    target = str(EXAMPLES / "test_agent_with_fake_llm.py")
+    options = ["-q", "-p", "no:cacheprovider", "-c", "pytest.ini", "--rootdir", ".", "-W", "error"]
+    options += ["-p", "drover.testing.pytest_plugin"]
+    done = _run(["-m", "pytest", *options, target], tmp_path, tmp_path, plugins=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
 
 
 async def test_the_fastapi_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.builtin.bash import BashTool
-from drover.tools.sandbox import SandboxStatus
+from drover.tools.sandbox import SandboxStatus, probe_sandbox, sandbox_settings
 
 from .conftest import SandboxFactory
 
@@ -98,6 +98,23 @@ async def test_hidden_files_and_directories_cannot_be_read(
     assert out.is_error
     assert "is hidden from commands on purpose" in out.content
     assert secret.read_text() == "TOKEN=planted-secret-1\n"  # hidden, not harmed
+
+
+async def test_a_hidden_file_inside_a_hidden_directory_is_hidden_with_it(
+    sandbox: SandboxStatus, workdir: Path, tmp_path: Path
+) -> None:
+    # As DROVER_CONFIG naming the default config.toml, inside the config directory.
+    config = tmp_path / "config" / "drover"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("planted-secret-3\n")
+    settings = sandbox_settings(
+        mode="workdir", network=False, hidden=[config, config / "config.toml"]
+    )
+    status = probe_sandbox(settings)
+    assert status.active, status.reason  # (this machine runs bubblewrap: `sandbox` says so)
+    out = await run(status, f"ls {config}; cat {config / 'config.toml'}; echo ran", workdir)
+    assert "ran" in out.content, out.content
+    assert "planted-secret" not in out.content
 
 
 async def test_drovers_own_data_and_credential_stores_are_hidden_by_default(

@@ -37,6 +37,7 @@ SUBCOMMANDS = (
     "models",
     "demo",
     "mcp",
+    "doctor",
 )
 #: What ``drover SUBCOMMAND --help`` says first.
 DESCRIPTIONS = {
@@ -50,6 +51,8 @@ DESCRIPTIONS = {
     "models": "List the models drover knows of, and where each comes from.",
     "demo": "A tool-using turn that breaks mid-answer, then resumes.",
     "mcp": "The MCP servers configured here, their status and their tools.",
+    "doctor": "Check this machine's set-up (Python, config, keys, journal, sandbox, servers); "
+    "one line each, exit status 1 when a check fails.",
 }
 #: How an ID argument is described.
 ID_HELP = (
@@ -226,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With no arguments, opens the REPL in the current directory.",
         epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (drover SUBCOMMAND --help)",
     )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     parser.add_argument(
         "-p",
         "--print",
@@ -281,6 +285,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="open the REPL with this first message sent (after -- when it is a subcommand name)",
     )
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked for (reading
+    the package metadata costs more than the rest of the command's start-up)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("drover")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            found = "unknown"
+        print(f"drover {found}")
+        parser.exit(EXIT_OK)
 
 
 def build_subparser(name: str) -> argparse.ArgumentParser:
@@ -360,6 +379,10 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "--workdir", type=Path, help="where the demo works (default: a temp dir)"
         )
         parser.add_argument("--db", help="store of the demo session (default: inside the workdir)")
+    elif name == "doctor":
+        from drover.cli.doctor import add_doctor_options
+
+        add_doctor_options(parser)
     elif name == "serve":
         from drover.cli.serve import add_serve_options
 
@@ -494,6 +517,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.admin import print_models
 
         return print_models()
+    if name == "doctor":
+        from drover.cli.doctor import run_doctor
+
+        return run_doctor(args)
     if name == "mcp":
         import asyncio
 

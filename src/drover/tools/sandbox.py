@@ -269,6 +269,10 @@ def _bwrap_options(
     # over the binds and the protections (a secret inside the workdir stays hidden).
     outer = [h for h in hidden if any(b.is_relative_to(h) for b in binds)]
     inner = [h for h in hidden if h not in outer]
+    # A path inside another one covered last is gone with it; covering it again would make
+    # bubblewrap create its mount point in a read-only tmpfs (DROVER_CONFIG pointing into the
+    # config directory, which is hidden too), and every command would fail.
+    inner = [h for h in inner if not any(h != o and h.is_relative_to(o) for o in inner)]
     for path in outer:
         args += _hide(path)
     for path in writable:
