@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     # turns over the journal
     "runner": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams
+    "result": 4,
     "handle": 5,
     "stream": 5,
     "resources": 5,

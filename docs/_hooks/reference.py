@@ -214,6 +214,7 @@ def _event_stream() -> str:
 _GROUPS = {
     "drover.agent": "The agent",
     "drover.handle": "Sessions and results",
+    "drover.result": "Sessions and results",
     "drover.stream": "Streaming a turn",
     "drover.tools.decorator": "Tools",
     "drover.tools.base": "Tools",

@@ -42,7 +42,7 @@ if _typing.TYPE_CHECKING:
         TurnStatus,
         event_to_dict,
     )
-    from drover.handle import RunResult, Session
+    from drover.handle import Session
     from drover.messages import (
         ContentBlock,
         Message,
@@ -52,6 +52,7 @@ if _typing.TYPE_CHECKING:
         ToolUseBlock,
         Usage,
     )
+    from drover.result import RunResult
     from drover.stream import TurnStream
     from drover.tools.base import Tool, ToolContext, ToolOutput
     from drover.tools.decorator import tool
@@ -114,7 +115,7 @@ _ORIGINS: dict[str, str] = {
     "PermissionCallback": "drover.agent",
     "PermissionRequest": "drover.events",
     "ProviderError": "drover.errors",
-    "RunResult": "drover.handle",
+    "RunResult": "drover.result",
     "Session": "drover.handle",
     "SessionBusyError": "drover.errors",
     "StoreError": "drover.errors",

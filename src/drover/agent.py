@@ -35,7 +35,7 @@ from drover.config import Config
 from drover.config_tables import HookSpec
 from drover.conversation import ConversationManager
 from drover.errors import DroverError, SessionBusyError
-from drover.handle import OutputT, RunOutputT, RunResult, Session, output_schema
+from drover.handle import Session
 from drover.instructions import PromptParts
 from drover.journal.protocol import Store
 from drover.loop import LoopSettings
@@ -50,6 +50,7 @@ from drover.resources import (
     close_resources,
     open_resources,
 )
+from drover.result import OutputT, RunOutputT, RunResult, output_schema
 from drover.rules import Rule
 from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
 from drover.stream import TurnStream

@@ -23,21 +23,38 @@ permission question or the terminal event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic
+from typing import Generic, Protocol
 
 from pydantic import BaseModel
 
 from drover.errors import DroverError
 from drover.events import Event, is_terminal
-from drover.handle import OutputT, RunResult, result_of
 from drover.messages import Prompt
+from drover.result import OutputT, RunResult, result_of
 from drover.runner import RunningTurn
-from drover.sinks import EventChannel
+from drover.session import AgentSession
+from drover.sinks import EventChannel, EventSink
 
-if TYPE_CHECKING:
-    from drover.handle import Session
+
+class TurnSource(Protocol):
+    """What a stream starts its turn on: a session handle (:class:`drover.handle.Session`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def engine(self) -> AgentSession: ...
+
+    def start(
+        self,
+        prompt: Prompt | None,
+        *,
+        live: Sequence[EventSink] = (),
+        deps: object = None,
+        output_type: type[BaseModel | str] | None = None,
+    ) -> RunningTurn: ...
 
 
 class TurnStream(Generic[OutputT]):
@@ -47,7 +64,7 @@ class TurnStream(Generic[OutputT]):
 
     def __init__(
         self,
-        session: Session[Any] | None,
+        session: TurnSource | None,
         prompt: Prompt | None,
         *,
         deps: object = None,
@@ -68,7 +85,7 @@ class TurnStream(Generic[OutputT]):
             raise DroverError("the stream's session opens when the block is entered")
         return self._session.id
 
-    async def _open_session(self) -> Session[Any]:
+    async def _open_session(self) -> TurnSource:
         assert self._session is not None
         return self._session
 

@@ -52,7 +52,7 @@ async def main() -> None:
     plain = Agent("openai:gpt-x", tools=[lookup, untyped])
     reveal_type(plain)  # -> drover.agent.Agent[str]
     text = await plain.run("hi", deps=Deps({"a": 1}))
-    reveal_type(text)  # -> drover.handle.RunResult[str]
+    reveal_type(text)  # -> drover.result.RunResult[str]
     reveal_type(text.output)  # -> str | None
     reason: EndReason | None = text.reason
     reveal_type(text.pending)  # -> tuple[drover.messages.Message, ...]
@@ -66,17 +66,17 @@ async def main() -> None:
     other = await typed.run("hi", output_type=Other)
     reveal_type(other.output)  # -> typed_api.Other | None
     resumed = await typed.resume("id", deps=Deps({}))
-    reveal_type(resumed)  # -> drover.handle.RunResult[typed_api.Answer]
-    reveal_type(typed.run_sync("hi"))  # -> drover.handle.RunResult[typed_api.Answer]
+    reveal_type(resumed)  # -> drover.result.RunResult[typed_api.Answer]
+    reveal_type(typed.run_sync("hi"))  # -> drover.result.RunResult[typed_api.Answer]
 
     session = await typed.session()
     reveal_type(session)  # -> drover.handle.Session[typed_api.Answer]
     other_run = await session.run("hi", output_type=Other)
-    reveal_type(other_run)  # -> drover.handle.RunResult[typed_api.Other]
+    reveal_type(other_run)  # -> drover.result.RunResult[typed_api.Other]
     async with typed.run_stream("hi") as stream:
         async for _ in stream:
             pass
-    reveal_type(stream.result)  # -> drover.handle.RunResult[typed_api.Answer]
+    reveal_type(stream.result)  # -> drover.result.RunResult[typed_api.Answer]
     async with session.run_stream("hi", output_type=Other) as other_stream:
         pass
     reveal_type(other_stream.result.output)  # -> typed_api.Other | None

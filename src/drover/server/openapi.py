@@ -11,39 +11,17 @@ from typing import Any
 
 from drover import __name__ as _package
 from drover.journal.rules import MAX_TITLE_CHARS
+from drover.server import openapi_doors
+from drover.server.openapi_parts import (
+    BAD_BODY,
+    error_response,
+    json_content,
+    object_schema,
+    operation,
+    ref,
+)
 
-ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
-
-
-def ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def json_content(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def error_response(description: str) -> dict[str, Any]:
-    return json_content(ref("Error"), description)
-
-
-_UNAUTHORIZED = error_response("missing or unknown bearer token (only when the server has tokens)")
-#: What the guard answers on every route (drover.server.guard).
-_GUARDED = {
-    "403": error_response(
-        "sent from a web page of another origin (not the server's own, not a --cors-origin)"
-    ),
-    "421": error_response(
-        "the Host header names neither loopback, the bound address nor --allowed-host"
-    ),
-}
 _NOT_FOUND = error_response("no such session, or not this token's")
-BAD_BODY = {
-    "400": error_response("the body is not JSON"),
-    "413": error_response("the body is too large"),
-    "415": error_response("no Content-Type: application/json (required even for an empty body)"),
-    "422": error_response("the body does not match the schema"),
-}
 _SESSION_ID: dict[str, Any] = {
     "name": "session_id",
     "in": "path",
@@ -202,35 +180,6 @@ _SCHEMAS: dict[str, Any] = {
         },
     },
 }
-
-
-def operation(
-    summary: str,
-    responses: dict[str, Any],
-    *,
-    params: list[dict[str, Any]] | None = None,
-    body: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "responses": {**responses, "401": _UNAUTHORIZED, **_GUARDED},
-    }
-    if params:
-        op["parameters"] = params
-    if body is not None:
-        # Required: the Content-Type is, even when the JSON object is empty.
-        content = {"application/json": {"schema": body}}
-        op["requestBody"] = {"required": True, "content": content}
-    return op
-
-
-def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
 
 
 def schema() -> dict[str, Any]:
@@ -436,9 +385,6 @@ def schema() -> dict[str, Any]:
             )
         },
     }
-    # (imported here: the doors' paths are built with this module's helpers)
-    from drover.server import openapi_doors
-
     paths.update(openapi_doors.paths())
     return {
         "openapi": "3.1.0",

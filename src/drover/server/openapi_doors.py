@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.server.openapi import (
+from drover.server.openapi_parts import (
     BAD_BODY,
     ID_PATTERN,
     error_response,
