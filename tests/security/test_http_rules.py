@@ -59,10 +59,20 @@ def _routes(sid: str) -> list[tuple[str, str, Any]]:
     ]
 
 
-def _body_routes(sid: str) -> list[tuple[str, str, dict[str, str]]]:
-    """Every route of the schema that takes a body (a route added later is covered): method,
-    path and a valid body."""
-    bodies = {"content": "go", "decision": "allow", "title": "a title"}
+def _body_routes(sid: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every route of the schema that takes a body (a route added later is covered, the other
+    protocols' doors too): method, path and a valid body."""
+    chat = [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]
+    bodies: dict[str, Any] = {
+        "content": "go",
+        "decision": "allow",
+        "title": "a title",
+        "id": sid,
+        "messages": chat,
+        "model": "drover",
+        "input": "go",
+        "background": True,
+    }
     out = []
     for path, operations in openapi.schema()["paths"].items():
         for method, operation in operations.items():
@@ -71,8 +81,9 @@ def _body_routes(sid: str) -> list[tuple[str, str, dict[str, str]]]:
             schema = operation["requestBody"]["content"]["application/json"]["schema"]
             body = {name: bodies[name] for name in schema["required"]}
             where = path.replace("{session_id}", sid).replace("{request_id}", "r1")
+            where = where.replace("{response_id}", "resp_1")
             out.append((method.upper(), where, body))
-    assert sorted(method for method, _, _ in out) == ["PATCH", "POST", "POST", "POST", "POST"]
+    assert sorted(method for method, _, _ in out) == ["PATCH", *["POST"] * 7]
     return out
 
 
