@@ -87,7 +87,9 @@ def test_a_tool_turn_asks_with_a_diff_and_renders_markdown(
     done = screen.wait_for("• a.txt", after="allowed once")
     assert "✓ edit_file: a.txt  [done]" in done
     assert "**one**" not in done and "Changed one line:" in done  # markdown, not raw
-    status = screen.wait_for(PROMPT, after="• a.txt")
+    screen.wait_for(PROMPT, after="• a.txt")
+    # The status line is redrawn once the turn's usage is in: wait for it, not only the prompt.
+    status = screen.wait_for("context left", after="• a.txt")
     assert "anthropic:test │" in status and "tokens" in status and "context left" in status
     assert "sandbox: " in status  # the start-up line says where bash runs its commands
     assert (tmp_path / "a.txt").read_text() == "hello\nthere\n"

@@ -65,7 +65,7 @@ def test_a_post_to_another_session_leaves_the_dead_turn_to_its_takeover(
     assert [t["status"] for t in _snapshot(bystander, dead_sid)["turns"]] == ["running"]
     # The takeover (a process starting: its first look) ends it and resumes it; the
     # follower on the bystander sees both, over Redis and the log.
-    spawn()
+    taker = spawn()
     events = follower.result(bystander)
     snap = _snapshot(bystander, dead_sid)
     assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed"]
@@ -73,6 +73,10 @@ def test_a_post_to_another_session_leaves_the_dead_turn_to_its_takeover(
     both = [first, snap["turns"][1]["id"]]
     assert _ended_in_order(events, both) == both
     _check_final(events, snap)
+    # The processes share the module's journal: none of them may take over the next test's
+    # dead turn (the taker looks every few seconds).
+    for served in (bystander, taker):
+        served.close()
 
 
 def test_a_post_to_the_dead_turns_session_recovers_and_continues_it(
