@@ -1,0 +1,103 @@
+"""Retention: which sessions the journal lets go, and pruning them in bounded batches.
+
+A session is pruned when it was last updated more than ``older_than`` seconds ago, is not
+among the ``keep_last`` most recently updated sessions of the journal, and has no ``running``
+turn (checked in the transaction that deletes it: a running session is never pruned). Its
+turns, messages, tool calls, streamed text, events and grants go with it. Webhook deliveries
+done or given up before the cut-off are pruned too.
+
+:func:`prune` deletes batch after batch (each one short transaction, see
+:meth:`~drover.journal.protocol.Retention.prune_batch`) until a batch finds fewer than its
+limit, yielding to the event loop between batches so a server's live turns go on meanwhile.
+``drover gc`` runs it once; ``drover serve`` runs it on a schedule (the ``[retention]`` config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drover.journal.protocol import Retention
+
+#: Sessions a batch deletes at most (one write transaction each).
+BATCH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What to keep: sessions updated within ``older_than`` seconds, and the ``keep_last``
+    most recently updated whatever their age."""
+
+    older_than: float
+    keep_last: int = 0
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What a prune deleted (or, dry, would delete), and the journal's size around it."""
+
+    sessions: int = 0
+    turns: int = 0
+    events: int = 0
+    deliveries: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    #: Free space left inside the journal after it (SQLite without incremental vacuum).
+    free_after: int = 0
+    dry_run: bool = False
+
+    def describe(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        line = (
+            f"{verb} {self.sessions} session(s), {self.turns} turn(s), {self.events} event "
+            f"row(s), {self.deliveries} webhook delivery row(s)"
+        )
+        if not self.dry_run:
+            line += (
+                f" in {self.seconds:.2f} s ({self.batches} batch(es)); journal "
+                f"{_size(self.bytes_before)} -> {_size(self.bytes_after)}"
+            )
+            if self.free_after:
+                line += f" ({_size(self.free_after)} free inside it, reused by later writes)"
+        return line
+
+
+def _size(count: int) -> str:
+    return f"{count / 1_000_000:.1f} MB" if count >= 100_000 else f"{count / 1000:.1f} kB"
+
+
+async def prune(
+    store: Retention,
+    policy: Policy,
+    *,
+    dry_run: bool = False,
+    batch: int = BATCH,
+    clock: Callable[[], float] = time.time,
+) -> PruneReport:
+    """Prune what ``policy`` lets go (``dry_run``: only count it)."""
+    cutoff = clock() - policy.older_than
+    report = PruneReport(dry_run=dry_run)
+    if dry_run:
+        seen = await store.prune_preview(cutoff, policy.keep_last)
+        report.sessions, report.turns = seen.sessions, seen.turns
+        report.events, report.deliveries = seen.events, seen.deliveries
+        return report
+    report.bytes_before = (await store.journal_bytes())[0]
+    started = time.perf_counter()
+    while True:
+        done = await store.prune_batch(cutoff, policy.keep_last, batch)
+        report.batches += 1
+        report.sessions += done.sessions
+        report.turns += done.turns
+        report.events += done.events
+        report.deliveries += done.deliveries
+        if done.sessions < batch and done.deliveries < batch:
+            break
+        await asyncio.sleep(0)  # the live turns' writes go between two batches
+    report.seconds = time.perf_counter() - started
+    report.bytes_after, report.free_after = await store.journal_bytes()
+    return report
