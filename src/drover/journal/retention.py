@@ -15,11 +15,14 @@ limit, yielding to the event loop between batches so a server's live turns go on
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from drover.journal.protocol import Retention
+
+log = logging.getLogger(__name__)
 
 #: Sessions a batch deletes at most (one write transaction each).
 BATCH = 200
@@ -101,3 +104,19 @@ async def prune(
     report.seconds = time.perf_counter() - started
     report.bytes_after, report.free_after = await store.journal_bytes()
     return report
+
+
+async def keep(store: Retention, policy: Policy, every: float) -> None:
+    """Run until cancelled: a prune now, then one every ``every`` seconds (``drover serve``'s
+    ``[retention]``). A failed prune is logged and tried again at the next time."""
+    while True:
+        try:
+            report = await prune(store, policy)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("retention: prune failed (%s); next try in %g s", exc, every)
+        else:
+            if report.sessions or report.deliveries:
+                log.info("retention: %s", report.describe())
+        await asyncio.sleep(every)

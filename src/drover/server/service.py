@@ -42,6 +42,7 @@ from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
+from drover.server.webhooks import Targets
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ class NoRunningTurnError(DroverError):
     """Nothing to interrupt."""
 
 
+class WebhookRefused(DroverError):
+    """A message named a webhook this server does not deliver to."""
+
+
 class Service:
     def __init__(
         self,
@@ -74,9 +79,11 @@ class Service:
         send_control: SendControl | None = None,
         relay: Relay | None = None,
         running_anywhere: RunningAnywhere | None = None,
+        webhooks: Targets | None = None,
     ) -> None:
         """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
-        the process running a session's turn when it is not this one."""
+        the process running a session's turn when it is not this one; ``webhooks`` says which
+        URLs a posted message may name as its turn's webhook (None: none)."""
         self.agent = agent
         self.hub = hub
         self.permission_timeout = permission_timeout
@@ -85,6 +92,7 @@ class Service:
         self._anywhere = running_anywhere
         #: Carries other processes' live events to this one's clients (None: one process).
         self.relay = relay
+        self.webhooks = webhooks
 
     @property
     def store(self) -> Store:
@@ -177,11 +185,21 @@ class Service:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def post_message(self, record: SessionRecord, content: str | None) -> str:
+    async def post_message(
+        self, record: SessionRecord, content: str | None, *, webhook: str | None = None
+    ) -> str:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
-        id once the runner has recorded it."""
+        id once the runner has recorded it. ``webhook`` (checked against :attr:`webhooks`:
+        :class:`WebhookRefused` otherwise) replaces the server's for this turn."""
+        if webhook is not None:
+            if self.webhooks is None:
+                raise WebhookRefused("this server delivers no webhooks (see --webhook-secret)")
+            try:
+                self.webhooks.allow(webhook)
+            except DroverError as exc:
+                raise WebhookRefused(str(exc)) from None
         handle = await self._handle(record)
-        running = handle.start(content, live=[_Transient(self.hub, record.id)])
+        running = handle.start(content, live=[_Transient(self.hub, record.id)], webhook=webhook)
         assert running.task is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
         return await running.wait_started()
