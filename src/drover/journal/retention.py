@@ -24,8 +24,14 @@ from drover.journal.protocol import Retention
 
 log = logging.getLogger(__name__)
 
-#: Sessions a batch deletes at most (one write transaction each).
-BATCH = 200
+#: Sessions the first batch deletes at most (one write transaction each). Later batches
+#: grow or shrink (between MIN_BATCH and MAX_BATCH) so that each takes about BATCH_SECONDS:
+#: on SQLite a batch holds the journal's write lock, which is what a live turn's next write
+#: waits for.
+BATCH = 50
+MIN_BATCH = 5
+MAX_BATCH = 2000
+BATCH_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +84,11 @@ async def prune(
     policy: Policy,
     *,
     dry_run: bool = False,
-    batch: int = BATCH,
+    batch: int | None = None,
     clock: Callable[[], float] = time.time,
 ) -> PruneReport:
-    """Prune what ``policy`` lets go (``dry_run``: only count it)."""
+    """Prune what ``policy`` lets go (``dry_run``: only count it); ``batch`` fixes the size of
+    every batch (None: sized as the module docstring says)."""
     cutoff = clock() - policy.older_than
     report = PruneReport(dry_run=dry_run)
     if dry_run:
@@ -91,15 +98,23 @@ async def prune(
         return report
     report.bytes_before = (await store.journal_bytes())[0]
     started = time.perf_counter()
+    limit = batch or BATCH
     while True:
-        done = await store.prune_batch(cutoff, policy.keep_last, batch)
+        begun = time.perf_counter()
+        done = await store.prune_batch(cutoff, policy.keep_last, limit)
+        took = time.perf_counter() - begun
         report.batches += 1
         report.sessions += done.sessions
         report.turns += done.turns
         report.events += done.events
         report.deliveries += done.deliveries
-        if done.sessions < batch and done.deliveries < batch:
+        if done.sessions < limit and done.deliveries < limit:
             break
+        if batch is None:
+            if took < BATCH_SECONDS / 2:
+                limit = min(limit * 2, MAX_BATCH)
+            elif took > BATCH_SECONDS * 2:
+                limit = max(limit // 2, MIN_BATCH)
         await asyncio.sleep(0)  # the live turns' writes go between two batches
     report.seconds = time.perf_counter() - started
     report.bytes_after, report.free_after = await store.journal_bytes()
