@@ -3,7 +3,7 @@
 A SQLite journal of ``--prune + --keep`` sessions is built as ``admin_scale.py`` builds one (one
 real tool-using turn recorded through the store, copied with SQL under new ids, an hour apart),
 then pruned down to the ``--keep`` newest (``keep_last``) — in this process through the library
-(:func:`drover.journal.retention.prune`, batches sized to take ~50 ms each)
+(:func:`drover.journal.retention.prune`, transactions sized to ~150 ms, 110 ms apart)
 while a live turn on a kept session writes one event every 5 ms, whose slowest write shows
 what a batch makes a live turn wait. Then the same prune again as ``drover gc`` (a new
 process, start-up included) on a fresh copy. Printed: sessions pruned, seconds, sessions/s,
@@ -27,7 +27,7 @@ from pathlib import Path
 from admin_scale import copy_sessions, record_one
 from common import REPO, median, print_environment, src_env, table
 
-from drover.journal.retention import BATCH_SECONDS, Policy, prune
+from drover.journal.retention import GAP_SECONDS, STEP_SECONDS, Policy, prune
 from drover.journal.writes import AppendEvent, EndTurn
 from drover.messages import user_message
 from drover.store import SqliteStore
@@ -113,7 +113,8 @@ def main() -> None:
     print(table(["journal file (+ -wal)", "size"], sizes))
     print()
     print(
-        f"batches sized to ~{BATCH_SECONDS * 1000:.0f} ms; "
+        f"transactions sized to ~{STEP_SECONDS * 1000:.0f} ms, {GAP_SECONDS * 1000:.0f} ms "
+        "apart; "
         f"a live turn wrote {len(latencies)} events meanwhile:"
     )
     print(

@@ -234,8 +234,13 @@ class Retention(Protocol):
         """Delete, in one transaction, up to ``limit`` sessions last updated before ``cutoff``
         (oldest first) that are not among the ``keep_last`` most recently updated and have
         no ``running`` turn (checked in that transaction), with everything they hold; and up
-        to ``limit`` outbox rows delivered or given up before ``cutoff``. Freed space goes
-        back to the file system where the backend can (SQLite in incremental mode)."""
+        to ``limit`` outbox rows delivered or given up before ``cutoff``."""
+        ...
+
+    async def reclaim_space(self, most: int) -> int:
+        """Give up to ``most`` pages of free space back to the file system, in one transaction,
+        where the backend can (SQLite in incremental mode); the free pages left to give (0:
+        none, or the backend cannot)."""
         ...
 
     async def prune_preview(self, cutoff: float, keep_last: int) -> PruneBatch:

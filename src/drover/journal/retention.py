@@ -8,7 +8,12 @@ done or given up before the cut-off are pruned too.
 
 :func:`prune` deletes batch after batch (each one short transaction, see
 :meth:`~drover.journal.protocol.Retention.prune_batch`) until a batch finds fewer than its
-limit, yielding to the event loop between batches so a server's live turns go on meanwhile.
+limit, then gives the freed space back the same way
+(:meth:`~drover.journal.protocol.Retention.reclaim_space`). Each transaction is sized to take
+about :data:`STEP_SECONDS` and is followed by a pause of :data:`GAP_SECONDS`: on
+SQLite a transaction holds the journal's write lock, and a live turn's writer in another
+process polls for it (SQLite's busy handler, at most 100 ms apart) — without pauses a prune
+that took the lock back at once would starve it until its busy timeout failed the write.
 ``drover gc`` runs it once; ``drover serve`` runs it on a schedule (the ``[retention]`` config).
 """
 
@@ -24,14 +29,33 @@ from drover.journal.protocol import Retention
 
 log = logging.getLogger(__name__)
 
-#: Sessions the first batch deletes at most (one write transaction each). Later batches
-#: grow or shrink (between MIN_BATCH and MAX_BATCH) so that each takes about BATCH_SECONDS:
-#: on SQLite a batch holds the journal's write lock, which is what a live turn's next write
-#: waits for.
+#: Sessions the first batch deletes, and free pages the first reclaim gives back; later
+#: ones grow or shrink (see :class:`_Sizer`) so that each transaction takes about
+#: STEP_SECONDS.
 BATCH = 50
-MIN_BATCH = 5
-MAX_BATCH = 2000
-BATCH_SECONDS = 0.05
+RECLAIM_PAGES = 500
+STEP_SECONDS = 0.15
+#: The pause after each transaction (see the module docstring).
+GAP_SECONDS = 0.11
+
+
+class _Sizer:
+    """The size of the next transaction's work: doubled after one that took less than half
+    of :data:`STEP_SECONDS`, halved after one that took more than twice that; ``fixed``
+    keeps it."""
+
+    def __init__(self, first: int, fixed: bool) -> None:
+        self.size = first
+        self._fixed = fixed
+        self._least, self._most = max(first // 20, 1), first * 40
+
+    def took(self, seconds: float) -> None:
+        if self._fixed:
+            return
+        if seconds < STEP_SECONDS / 2:
+            self.size = min(self.size * 2, self._most)
+        elif seconds > STEP_SECONDS * 2:
+            self.size = max(self.size // 2, self._least)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +109,12 @@ async def prune(
     *,
     dry_run: bool = False,
     batch: int | None = None,
+    gap: float = GAP_SECONDS,
     clock: Callable[[], float] = time.time,
 ) -> PruneReport:
     """Prune what ``policy`` lets go (``dry_run``: only count it); ``batch`` fixes the size of
-    every batch (None: sized as the module docstring says)."""
+    every batch (None: sized as the module docstring says); ``gap`` is the pause after each
+    transaction."""
     cutoff = clock() - policy.older_than
     report = PruneReport(dry_run=dry_run)
     if dry_run:
@@ -98,11 +124,11 @@ async def prune(
         return report
     report.bytes_before = (await store.journal_bytes())[0]
     started = time.perf_counter()
-    limit = batch or BATCH
+    sizer = _Sizer(batch or BATCH, fixed=batch is not None)
     while True:
+        limit = sizer.size
         begun = time.perf_counter()
         done = await store.prune_batch(cutoff, policy.keep_last, limit)
-        took = time.perf_counter() - begun
         report.batches += 1
         report.sessions += done.sessions
         report.turns += done.turns
@@ -110,15 +136,22 @@ async def prune(
         report.deliveries += done.deliveries
         if done.sessions < limit and done.deliveries < limit:
             break
-        if batch is None:
-            if took < BATCH_SECONDS / 2:
-                limit = min(limit * 2, MAX_BATCH)
-            elif took > BATCH_SECONDS * 2:
-                limit = max(limit // 2, MIN_BATCH)
-        await asyncio.sleep(0)  # the live turns' writes go between two batches
+        await _pause(sizer, time.perf_counter() - begun, gap)
+    sizer = _Sizer(RECLAIM_PAGES, fixed=False)
+    while True:
+        begun = time.perf_counter()
+        if not await store.reclaim_space(sizer.size):
+            break
+        await _pause(sizer, time.perf_counter() - begun, gap)
     report.seconds = time.perf_counter() - started
     report.bytes_after, report.free_after = await store.journal_bytes()
     return report
+
+
+async def _pause(sizer: _Sizer, took: float, gap: float) -> None:
+    """After a transaction that took ``took`` seconds: size the next, then let others write."""
+    sizer.took(took)
+    await asyncio.sleep(gap)
 
 
 async def keep(store: Retention, policy: Policy, every: float) -> None:

@@ -302,9 +302,23 @@ def schema() -> dict[str, Any]:
                     "404": _NOT_FOUND,
                     "409": _error("a turn is running on the session (turn_id says which)"),
                     **_BAD_BODY,
+                    "422": _error(
+                        "the body does not match the schema, or its webhook is not one this "
+                        "server delivers to (webhook_refused)"
+                    ),
                 },
                 params=[_SESSION_ID],
-                body=_object({"content": {"type": "string", "minLength": 1}}, ["content"]),
+                body=_object(
+                    {
+                        "content": {"type": "string", "minLength": 1},
+                        "webhook": {
+                            "type": "string",
+                            "description": "http(s) URL told of this turn's end (signed, "
+                            "retried; its origin must be allowed by the server's operator)",
+                        },
+                    },
+                    ["content"],
+                ),
             )
         },
         f"{sid}/interrupt": {

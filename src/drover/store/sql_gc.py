@@ -9,10 +9,12 @@ of a session's content references it, or one of its turns, ``ON DELETE CASCADE``
 Each batch is one short write transaction of at most ``limit`` sessions, so live turns' writes
 interleave with a long prune instead of waiting for it. On PostgreSQL the batch locks the rows
 it deletes and skips any a live write holds (``SKIP LOCKED``): it never waits on a live turn.
-On SQLite the pages a batch frees go back to the file system in the same transaction
-(incremental vacuum) when the file was made with ``auto_vacuum = INCREMENTAL``, as every file
-this version creates is; an older file keeps them for later writes until :func:`vacuum`
-rewrites it once.
+On SQLite the pages the batches free go back to the file system afterwards, a bounded number per
+transaction (:func:`reclaim`, incremental vacuum), when the file was made with ``auto_vacuum =
+INCREMENTAL`` as every file this version creates is: after the deletes most free pages are at
+the file's end and are cut off without moving a live page (giving them back after each batch
+instead moved the live pages at the end again and again: 2-3x the time). An older file keeps
+them for later writes until :func:`vacuum` rewrites it once.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _skip_locked(d: Dialect) -> str:
 
 def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[PruneBatch]:
     """Delete up to ``limit`` prunable sessions (oldest first) and up to ``limit`` spent
-    outbox rows, then give the freed pages back (SQLite); run it in a write transaction."""
+    outbox rows; run it in a write transaction."""
     found = yield from rows(
         f"SELECT s.id {_CANDIDATES} ORDER BY s.updated_at, s.id LIMIT ?{_skip_locked(d)}",
         cutoff,
@@ -76,7 +78,6 @@ def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[P
         cutoff,
         limit,
     )
-    yield from reclaim_all(d)
     return PruneBatch(sessions=len(ids), turns=turns, events=events, deliveries=spent)
 
 
@@ -101,19 +102,22 @@ def preview(d: Dialect, cutoff: float, keep_last: int) -> Plan[PruneBatch]:
     )
 
 
-def reclaim_all(d: Dialect) -> Plan[None]:
-    """Give every free page back to the file system (SQLite, in incremental mode)."""
+def reclaim(d: Dialect, most: int) -> Plan[int]:
+    """Give up to ``most`` free pages back to the file system (SQLite in incremental mode);
+    run it in a write transaction. The free pages left (0: none, or nothing to give back)."""
     if not d.reclaim:
-        return
+        return 0
     found = yield from rows(
         "SELECT a.auto_vacuum AS mode, f.freelist_count AS free "
         "FROM pragma_auto_vacuum a, pragma_freelist_count f"
     )
     if int(found[0]["mode"]) != 2:
-        return  # a file made before auto_vacuum was set: see vacuum()
+        return 0  # a file made before auto_vacuum was set: see vacuum()
+    free = int(found[0]["free"])
     # The driver steps the statement once, and each step gives back one page.
-    for _ in range(int(found[0]["free"])):
+    for _ in range(min(free, most)):
         yield from execute(d.reclaim)
+    return max(free - most, 0)
 
 
 def journal_bytes(d: Dialect) -> Plan[tuple[int, int]]:

@@ -263,6 +263,9 @@ class SqlStore:
         plan = sql_gc.preview(self.dialect, cutoff, keep_last)
         return await self.connection.perform(plan, "snapshot")
 
+    async def reclaim_space(self, most: int) -> int:
+        return await self.connection.perform(sql_gc.reclaim(self.dialect, most), "bulk")
+
     async def journal_bytes(self) -> tuple[int, int]:
         return await self.connection.perform(sql_gc.journal_bytes(self.dialect), "read")
 
