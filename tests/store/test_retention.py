@@ -3,14 +3,17 @@ hold, the latest kept, a session whose turn runs never touched; SQLite gives the
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import psycopg
 import support.writes as writes
 
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, prune
 from drover.messages import user_message
 from drover.store.plan import rows
+from drover.store.postgres import PostgresStore
 from drover.store.sql_store import SqlStore
 from drover.store.sqlite import SqliteStore
 
@@ -86,3 +89,20 @@ async def test_sqlite_gives_the_pruned_space_back(tmp_path: Path) -> None:
         assert done.sessions == 150 and done.bytes_before == before
         assert done.bytes_after < before / 5, (before, done.bytes_after)
         assert done.free_after < 64 * 1024
+
+
+async def test_postgres_skips_a_session_a_live_write_holds(pg_url: str) -> None:
+    clock = Clock(1000.0)
+    async with PostgresStore(pg_url, clock=clock) as store:
+        for name in ("held", "free"):
+            await _finished_session(store, name)
+        clock.now = 2000.0
+        before, _ = await store.journal_bytes()
+        assert before > 0
+        with psycopg.connect(pg_url) as conn:  # a live turn's write, mid-transaction
+            conn.execute("SELECT 1 FROM sessions WHERE id = 'held' FOR UPDATE")
+            done = await asyncio.wait_for(store.prune_batch(1500.0, 0, 10), 10)
+            assert done.sessions == 1
+        assert [s.id for s in await store.list_sessions()] == ["held"]
+        # Once the write committed, the next prune takes it.
+        assert (await store.prune_batch(1500.0, 0, 10)).sessions == 1

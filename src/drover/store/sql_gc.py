@@ -9,12 +9,12 @@ of a session's content references it, or one of its turns, ``ON DELETE CASCADE``
 Each batch is one short write transaction of at most ``limit`` sessions, so live turns' writes
 interleave with a long prune instead of waiting for it. On PostgreSQL the batch locks the rows
 it deletes and skips any a live write holds (``SKIP LOCKED``): it never waits on a live turn.
-On SQLite the pages the batches free go back to the file system afterwards, a bounded number per
-transaction (:func:`reclaim`, incremental vacuum), when the file was made with ``auto_vacuum =
-INCREMENTAL`` as every file this version creates is: after the deletes most free pages are at
-the file's end and are cut off without moving a live page (giving them back after each batch
-instead moved the live pages at the end again and again: 2-3x the time). An older file keeps
-them for later writes until :func:`vacuum` rewrites it once.
+On SQLite the pages a batch frees go back to the file system in the same transaction
+(:func:`reclaim`, incremental vacuum), when the file was made with ``auto_vacuum =
+INCREMENTAL`` as every file this version creates is. Each step of it costs more the longer the
+free list is: giving back a batch's pages at once, while the list is short, took a third of
+the time that giving back all of them after the last batch did (``bench/gc.py``). An older
+file keeps the pages for later writes until :func:`vacuum` rewrites it once.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ _CANDIDATES = (
     "AND s.id NOT IN (SELECT k.id FROM sessions k ORDER BY k.updated_at DESC LIMIT ?) "
     "AND NOT EXISTS (SELECT 1 FROM turns r WHERE r.session_id = s.id AND r.status = 'running')"
 )
+#: More pages than any batch frees.
+_NO_LIMIT = 1 << 62
 #: Deliveries done or given up before the cut-off (parameters: the cut-off, twice).
 _SPENT = "(delivered_at < ? OR failed_at < ?)"
 
@@ -52,7 +54,8 @@ def _skip_locked(d: Dialect) -> str:
 
 def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[PruneBatch]:
     """Delete up to ``limit`` prunable sessions (oldest first) and up to ``limit`` spent
-    outbox rows; run it in a write transaction."""
+    outbox rows, and give the pages they freed back (SQLite); run it in a write
+    transaction."""
     found = yield from rows(
         f"SELECT s.id {_CANDIDATES} ORDER BY s.updated_at, s.id LIMIT ?{_skip_locked(d)}",
         cutoff,
@@ -78,6 +81,7 @@ def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[P
         cutoff,
         limit,
     )
+    yield from reclaim(d, _NO_LIMIT)
     return PruneBatch(sessions=len(ids), turns=turns, events=events, deliveries=spent)
 
 
