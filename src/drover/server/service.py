@@ -193,7 +193,7 @@ class Service:
         :class:`WebhookRefused` otherwise) replaces the server's for this turn."""
         if webhook is not None:
             if self.webhooks is None:
-                raise WebhookRefused("this server delivers no webhooks (see --webhook-secret)")
+                raise WebhookRefused("this server delivers no webhooks (its operator enables them)")
             try:
                 self.webhooks.allow(webhook)
             except DroverError as exc:
