@@ -4,6 +4,7 @@ hold, the latest kept, a session whose turn runs never touched; SQLite gives the
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import psycopg
@@ -106,3 +107,22 @@ async def test_postgres_skips_a_session_a_live_write_holds(pg_url: str) -> None:
         assert [s.id for s in await store.list_sessions()] == ["held"]
         # Once the write committed, the next prune takes it.
         assert (await store.prune_batch(1500.0, 0, 10)).sessions == 1
+
+
+async def test_an_older_sqlite_file_keeps_its_pages_until_vacuumed(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # made before auto_vacuum was set: mode none
+        conn.execute("CREATE TABLE older (x)")
+    clock = Clock(1000.0)
+    async with SqliteStore(path, clock=clock) as store:
+        for i in range(60):
+            await _finished_session(store, f"s{i}", "y" * 8000)
+        clock.now = 5000.0
+        done = await prune(store, Policy(older_than=60), clock=clock)
+        assert done.sessions == 60 and done.free_after > 400_000
+        assert "free inside it, reused by later writes" in done.describe()
+        await store.vacuum()
+        size, free = await store.journal_bytes()
+        assert free == 0 and size < done.bytes_after / 4
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental from now on
