@@ -12,6 +12,7 @@ from drover.journal.protocol import Store
 from drover.messages import Usage, user_message
 
 from .conftest import StoreFactory
+from .test_store_recovery import dead_process, this_process
 
 OWNER = "elsewhere:42:7"
 HOOK = "http://127.0.0.1:9/hook"
@@ -96,3 +97,17 @@ async def test_claims_retries_and_settling(make_store: StoreFactory) -> None:
         assert await store.claim_deliveries("a", 30) == []
         (given_up,) = await store.deliveries(other.id)
         assert given_up["failed_at"] == 5000.0 and given_up["last_error"] == "HTTP 404"
+
+
+async def test_a_claim_of_a_dead_process_is_free_at_once(store: Store) -> None:
+    sid = await _session(store)
+    turn = await store.begin_turn(sid, user_message("x"), OWNER, 30, webhook=HOOK)
+    await writes.end_turn(store, turn.id, "completed")
+    (first,) = await store.claim_deliveries(this_process(), 30)
+    assert await store.claim_deliveries("another", 30) == []  # a live claimer holds it
+    # Its claim is the only one of a process that died (killed mid-delivery, say).
+    other = await store.begin_turn(sid, user_message("y"), OWNER, 30, webhook=HOOK)
+    await writes.end_turn(store, other.id, "completed")
+    (second,) = await store.claim_deliveries(dead_process(), 30)
+    (again,) = await store.claim_deliveries("another", 30)
+    assert again.id == second.id != first.id

@@ -265,7 +265,8 @@ class WebhookOutbox(Protocol):
         self, claimer: str, hold_seconds: float, limit: int = 16
     ) -> list[Delivery]:
         """Claim due deliveries for ``hold_seconds`` (oldest first): no other claimer gets
-        them until the claim is settled or runs out."""
+        them until the claim is settled or runs out — at once when ``claimer`` (a process id,
+        :func:`~drover.journal.owners.owner_id`) is a process of this machine that is gone."""
         ...
 
     async def settle_delivery(

@@ -5,14 +5,16 @@ the turn — its own process, or recovery after that process died — writes one
 same transaction (:func:`enqueue`): the delivery's id and the exact body to send, so a turn
 never ends without its announcement, nor is announced without ending. Deliverers take due rows
 under a claim that expires (:func:`claim_due`): a deliverer that dies mid-delivery leaves its
-rows to the next one once the claim runs out, which is why delivery is at least once (the id
-lets the receiver drop a repeat).
+rows to the next one once the claim runs out (at once, when the next one sees the claimer was
+a process of its machine that is gone), which is why delivery is at least once (the id lets
+the receiver drop a repeat).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 
 from drover.journal.records import Delivery
 from drover.store.dialect import Dialect
@@ -53,10 +55,30 @@ def enqueue(d: Dialect, turn_id: str, now: float) -> Plan[None]:
 
 
 def claim_due(
-    d: Dialect, claimer: str, now: float, hold_seconds: float, limit: int
+    d: Dialect,
+    claimer: str,
+    now: float,
+    hold_seconds: float,
+    limit: int,
+    alive: Callable[[str], bool],
 ) -> Plan[list[Delivery]]:
-    """Claim up to ``limit`` deliveries that are due and not claimed by a live claim, oldest
-    first, for ``hold_seconds``; run it in a write transaction."""
+    """Claim up to ``limit`` deliveries that are due and not held by a live claim, oldest
+    first, for ``hold_seconds``; run it in a write transaction. A claim runs out at its time,
+    or at once when its claimer is not ``alive`` (a process of this machine that died
+    mid-delivery: a restart sends it again without waiting for the claim's end)."""
+    held = yield from rows(
+        "SELECT DISTINCT claimed_by FROM webhook_outbox WHERE delivered_at IS NULL "
+        "AND failed_at IS NULL AND claimed_until > ? AND next_attempt_at <= ?",
+        now,
+        now,
+    )
+    for row in held:
+        if not alive(str(row["claimed_by"])):
+            yield from execute(
+                "UPDATE webhook_outbox SET claimed_by = NULL, claimed_until = NULL "
+                "WHERE claimed_by = ? AND delivered_at IS NULL AND failed_at IS NULL",
+                row["claimed_by"],
+            )
     found = yield from rows(
         "SELECT id FROM webhook_outbox WHERE delivered_at IS NULL AND failed_at IS NULL "
         "AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?) "

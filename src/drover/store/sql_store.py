@@ -275,7 +275,8 @@ class SqlStore:
     async def claim_deliveries(
         self, claimer: str, hold_seconds: float, limit: int = 16
     ) -> list[Delivery]:
-        plan = sql_outbox.claim_due(self.dialect, claimer, self._clock(), hold_seconds, limit)
+        now = self._clock()
+        plan = sql_outbox.claim_due(self.dialect, claimer, now, hold_seconds, limit, owner_alive)
         return await self.connection.perform(plan, "write")
 
     async def settle_delivery(
