@@ -1,7 +1,8 @@
 """Webhooks of a real ``drover serve``: a receiver (a real HTTP server in the test) that fails
 twice then accepts gets exactly one accepted delivery, every attempt validly signed with the
 same id; a SIGKILL of the server between a failed attempt and the next still delivers, from
-the outbox, after a restart; a message may name its own webhook only under an allowed origin."""
+the outbox, after a restart, and so does one killed while the receiver had not answered yet
+(at least once, the same id); a message may name its own webhook only under an allowed origin."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class Receiver:
 
     answers: list[int]
     got: list[tuple[str, dict[str, str], bytes, int]] = field(default_factory=list)
+    #: An answer of 0 holds the request until this is set (a receiver still thinking).
+    release: threading.Event = field(default_factory=threading.Event)
     changed: threading.Condition = field(default_factory=threading.Condition)
     url: str = ""
 
@@ -52,6 +55,9 @@ def receiver() -> Iterator[Receiver]:
                 status = box.answers.pop(0) if box.answers else 200
                 box.got.append((self.path, dict(self.headers.items()), body, status))
                 box.changed.notify_all()
+            if status == 0:
+                box.release.wait(BOUND)
+                return  # no answer: the connection closes
             self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -64,6 +70,7 @@ def receiver() -> Iterator[Receiver]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield box
+    box.release.set()
     server.shutdown()
     server.server_close()
     thread.join(BOUND)
@@ -141,6 +148,31 @@ def test_a_restart_between_failure_and_success_still_delivers(
     assert [status for *_, status in receiver.got] == [500, 200]
     assert len(_check_signed(receiver)) == 1
     assert receiver.accepted()[0]["turn_id"] == turn_id
+
+
+def test_a_server_killed_mid_delivery_sends_it_again_after_a_restart(
+    fake_llm: FakeLLMServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    fake_llm.script({"text": "Hello."})
+    receiver.answers = [0]  # the first attempt gets no answer before the server dies
+    flags = ("--webhook-secret", SECRET)
+    first = start_server(fake_llm, tmp_path, "--webhook", receiver.url + "/hook", *flags)
+    try:
+        _turn(first)
+        receiver.wait_for(1)
+        first.proc.send_signal(signal.SIGKILL)  # our own server, by its pid
+        first.proc.wait(BOUND)
+    finally:
+        first.close()
+    receiver.release.set()
+    second = start_server(fake_llm, tmp_path, *flags)
+    try:
+        receiver.wait_for(2)
+    finally:
+        second.close()
+    # At least once: the delivery the dead server never saw answered is sent again, same id.
+    assert [status for *_, status in receiver.got] == [0, 200]
+    assert len(_check_signed(receiver)) == 1
 
 
 def _wait_recorded(db: Path, turn_id: str) -> None:
