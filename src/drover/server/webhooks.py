@@ -49,6 +49,10 @@ MAX_BACKOFF = 600.0
 MAX_ATTEMPTS = 16
 #: Seconds between two looks at the outbox when nothing wakes the deliverer sooner.
 POLL = 1.0
+#: Deliveries claimed at a time: each is held long enough for all of them to be attempted
+#: one after the other before its claim runs out.
+CLAIMED = 4
+HOLD = TIMEOUT * (CLAIMED + 2)
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -172,7 +176,7 @@ class Deliverer:
             while True:
                 self._wake.clear()
                 try:
-                    due = await self._outbox.claim_deliveries(self._claimer, TIMEOUT * 3)
+                    due = await self._outbox.claim_deliveries(self._claimer, HOLD, CLAIMED)
                 except DroverError as exc:
                     log.warning("webhooks: cannot read the outbox (%s)", exc)
                     due = []
@@ -196,7 +200,7 @@ class Deliverer:
             answer = await client.post(delivery.url, content=body, headers=headers)
             if not 200 <= answer.status_code < 300:
                 error = f"HTTP {answer.status_code}"
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         attempts = delivery.attempts + 1
         retry_at: float | None = None
