@@ -130,7 +130,9 @@ class Deliverer:
 
     Each look claims a few due rows for longer than an attempt may take, POSTs them one after
     another, and records each answer; :meth:`wake` makes it look at once (a turn just ended
-    here). ``claimer`` names this process in the claims."""
+    here). ``claimer`` names this process in the claims: its owner id
+    (:func:`~drover.journal.owners.owner_id`, ``agent.runner.owner``), so that a deliverer
+    after a crash finds the claims of the dead process free at once."""
 
     def __init__(
         self,
