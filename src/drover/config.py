@@ -43,6 +43,11 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     processes = 4096                                        # processes at once per command
     memory_mb = 8192                                        # memory per process
 
+    [retention]                                             # applied by `drover serve`
+    older_than = "30d"                                      # prune sessions idle this long
+    keep_last = 100                                         # but never the 100 latest
+    every = "1h"                                            # how often serve prunes
+
 Environment: ``DROVER_MODEL``, ``DROVER_CHARS_PER_TOKEN`` (1..32), ``DROVER_MAX_TURNS``,
 ``DROVER_STALL_TIMEOUT`` (seconds, > 0),
 ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (both OpenAI protocols) and the API keys
@@ -104,6 +109,7 @@ _FILE_KEYS = (
     "otel",
     "permissions",
     "redact_patterns",
+    "retention",
     "sandbox",
     "stall_timeout",
 )
@@ -179,6 +185,11 @@ class Config:
     otel: bool = False
     #: How the command line writes its log: ``text`` or ``json`` (``--log-format`` wins).
     log_format: str = "text"
+    #: ``[retention]``: seconds a session may sit idle before ``drover serve`` prunes it (None:
+    #: never), the latest sessions kept whatever their age, seconds between two prunes.
+    retention_older_than: float | None = None
+    retention_keep_last: int = 0
+    retention_every: float = 3600.0
     #: The config file read, if one existed.
     path: Path | None = None
     #: Where each setting that is not a default came from (file path, variable, ``flag``).
@@ -325,6 +336,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         out["hooks"] = hooks_table(data["hooks"], where)
     if "mcp" in data:
         out.update(mcp_table(data["mcp"], where))
+    if "retention" in data:
+        out.update(_retention(data["retention"], where))
     if "stall_timeout" in data:
         out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
     if "otel" in data:
@@ -511,4 +524,44 @@ def _sandbox(value: object, where: str) -> dict[str, Any]:
             if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
                 raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")
             out[f"sandbox_{key}"] = list(item)
+    return out
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (``0s`` too); ``ValueError``
+    saying why not."""
+    found = _DURATION.match(text)
+    if found is None:
+        raise ValueError(f"not a duration: {text!r} (expected a number and s, m, h, d or w: 30d)")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+_RETENTION_KEYS = ("older_than", "keep_last", "every")
+
+
+def _retention(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [retention] must be a table ({', '.join(_RETENTION_KEYS)})")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _RETENTION_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'retention.{key}' "
+                f"(expected {', '.join(_RETENTION_KEYS)})"
+            )
+        if key == "keep_last":
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise ConfigError(f"{where}: retention.keep_last must be a whole number >= 0")
+            out["retention_keep_last"] = item
+            continue
+        try:
+            out[f"retention_{key}"] = parse_duration(str(item))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: retention.{key}: {exc}") from None
+    if out.get("retention_every", 1.0) <= 0:
+        raise ConfigError(f"{where}: retention.every must be more than zero")
     return out

@@ -125,10 +125,12 @@ class Session(Generic[OutputT]):
         on_permission: PermissionHandler | None = None,
         deps: object = None,
         output_type: type[BaseModel | str] | None = None,
+        webhook: str | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
         :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
-        ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's."""
+        ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's;
+        ``webhook`` (a URL) is where the turn's end is announced (see :mod:`drover.webhooks`)."""
         output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
             self.engine,
@@ -136,6 +138,7 @@ class Session(Generic[OutputT]):
             live,
             on_permission=on_permission or self.on_permission,
             options=TurnOptions(deps=deps, output=output),
+            webhook=webhook,
         )
 
     @overload

@@ -217,6 +217,9 @@ class Runner:
         self.on_recovered = on_recovered
         self.redactor = redactor or Redactor()
         self.lease_seconds = lease_seconds
+        #: The URL whose webhook every turn started here announces its end to, unless the turn
+        #: names its own (``drover serve --webhook``); kept on the turn's row.
+        self.webhook: str | None = None
         self.owner = owner_id()
         self._running: dict[str, RunningTurn] = {}
         self._closing = False
@@ -339,10 +342,13 @@ class Runner:
         *,
         on_permission: PermissionHandler | None = None,
         options: TurnOptions | None = None,
+        webhook: str | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task of its own, which outlives its
         caller; :meth:`RunningTurn.wait_started` gives its id once recorded. ``options`` (the
         turn's ``deps`` and output schema) are this turn's only: the journal never keeps them.
+        ``webhook`` (else the runner's :attr:`webhook`) is kept on the turn's row: its end is
+        announced there, by whichever process ends it.
 
         Raises :class:`~drover.errors.SessionBusyError` at once when this process runs a turn
         on the session (the task raises it when another live process does). Permission
@@ -358,7 +364,8 @@ class Runner:
         running = RunningTurn(session_id=session.id, started=loop.create_future())
         self._running[session.id] = running  # before any await: a second start sees it
         sinks = [_Watch(running, on_permission), *live]
-        running.task = loop.create_task(self._drive(session, prompt, sinks, running, options))
+        hook = webhook or self.webhook
+        running.task = loop.create_task(self._drive(session, prompt, sinks, running, options, hook))
         running.task.add_done_callback(functools.partial(self._forget, running))
         return running
 
@@ -440,6 +447,7 @@ class Runner:
         live: Sequence[EventSink],
         running: RunningTurn,
         options: TurnOptions | None = None,
+        webhook: str | None = None,
     ) -> TurnOutcome:
         await self._refresh(session)
         prepared = session.prepare(prompt)
@@ -447,7 +455,7 @@ class Runner:
         if stored_message is not None:
             stored_message = self.redactor.redact_message(stored_message)
         watch = None if self.telemetry is None else self._watch(session)
-        begin = asyncio.ensure_future(self._begin(session, stored_message, watch))
+        begin = asyncio.ensure_future(self._begin(session, stored_message, watch, webhook))
         try:
             turn = await asyncio.shield(begin)
         except BaseException as exc:
@@ -527,11 +535,18 @@ class Runner:
         return None if metrics is None else metrics.journal_committed
 
     async def _begin(
-        self, session: AgentSession, message: Message | None, watch: TurnWatch | None
+        self,
+        session: AgentSession,
+        message: Message | None,
+        watch: TurnWatch | None,
+        webhook: str | None,
     ) -> TurnRecord:
-        """Record the turn's start; with traces, keep where its span is and link it to the
-        span of the unfinished turn it continues (the session's last, when work is pending)."""
-        turn = await self.store.begin_turn(session.id, message, self.owner, self.lease_seconds)
+        """Record the turn's start (with the ``webhook`` its end is announced to); with traces,
+        keep where its span is and link it to the span of the unfinished turn it continues (the
+        session's last, when work is pending)."""
+        turn = await self.store.begin_turn(
+            session.id, message, self.owner, self.lease_seconds, webhook=webhook
+        )
         if watch is not None:
             mark = session.journal_mark
             continues = None

@@ -32,6 +32,7 @@ SUBCOMMANDS = (
     "rename",
     "rm",
     "export",
+    "gc",
     "serve",
     "fake-llm",
     "models",
@@ -46,6 +47,7 @@ DESCRIPTIONS = {
     "rename": "Give a session a title (later turns keep it).",
     "rm": "Delete a session and everything it holds (asks first unless --yes).",
     "export": "Write a session out as Markdown or JSON Lines, on stdout.",
+    "gc": "Prune old sessions from the journal and return the space (serve: [retention]).",
     "serve": "Serve the HTTP API, its event streams and the web page.",
     "fake-llm": "Run drover's scripted fake LLM server (for tests and demos).",
     "models": "List the models drover knows of, and where each comes from.",
@@ -339,6 +341,11 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "the session, then each turn with its messages and tool calls)",
         )
         _db_option(parser)
+    elif name == "gc":
+        from drover.cli.gc import add_gc_options
+
+        add_gc_options(parser)
+        _db_option(parser)
     elif name == "fake-llm":
         parser.add_argument("scenario", type=Path)
         parser.add_argument("--host", default="127.0.0.1")
@@ -552,6 +559,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.manage import remove_session
 
         return remove_session(args)
+    if name == "gc":
+        from drover.cli.gc import run_gc
+
+        return run_gc(args)
     import asyncio
 
     if name == "demo":

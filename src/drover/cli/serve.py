@@ -24,8 +24,10 @@ from drover.cluster import takeover
 from drover.cluster.shared import DEFAULT_LEASE, Shared, is_shared
 from drover.config import Config, load_config
 from drover.errors import ConfigError
+from drover.journal.protocol import Store
+from drover.journal.retention import Policy, keep
 from drover.providers.base import Provider
-from drover.server import gc_settings
+from drover.server import gc_settings, webhooks
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
 from drover.server.hub import Hub
@@ -98,6 +100,45 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="start N server processes sharing the port (SO_REUSEPORT; needs PostgreSQL)",
     )
     scale.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    hooks = parser.add_argument_group("webhooks (a turn's end, POSTed signed; see README)")
+    hooks.add_argument(
+        "--webhook",
+        metavar="URL",
+        default=None,
+        help="http(s) URL told of every turn's end (env DROVER_WEBHOOK; none)",
+    )
+    hooks.add_argument(
+        "--webhook-secret",
+        metavar="SECRET",
+        default=None,
+        help=f"key of the HMAC-SHA256 signature of each delivery (env {webhooks.SECRET_ENV}); "
+        "required with --webhook or --webhook-origin",
+    )
+    hooks.add_argument(
+        "--webhook-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="http(s)://host[:port] a posted message may name as its own webhook, repeatable "
+        "(--webhook's origin always may; no other)",
+    )
+    # Seconds before the first retry of a failed delivery (tests shorten it).
+    hooks.add_argument("--webhook-backoff", type=float, default=None, help=argparse.SUPPRESS)
+
+
+def webhooks_from(args: argparse.Namespace) -> tuple[webhooks.Targets | None, str]:
+    """Where this server's turns may announce their end (None: nowhere), and the secret."""
+    url = args.webhook or os.environ.get("DROVER_WEBHOOK") or None
+    secret = args.webhook_secret or os.environ.get(webhooks.SECRET_ENV) or ""
+    if url is None and not args.webhook_origin:
+        return None, secret
+    if not secret:
+        raise ConfigError(
+            f"webhooks are signed: give a secret (--webhook-secret or {webhooks.SECRET_ENV})"
+        )
+    if args.webhook_backoff is not None and not args.webhook_backoff > 0:
+        raise ConfigError("--webhook-backoff must be positive")
+    return webhooks.Targets(url, args.webhook_origin), secret
 
 
 def settings_from(args: argparse.Namespace, config: Config) -> ServerSettings:
@@ -181,6 +222,26 @@ def lease_from(args: argparse.Namespace) -> float:
     return lease
 
 
+def _housekeeping(
+    store: Store, config: Config, secret: str, owner: str, args: argparse.Namespace
+) -> list[asyncio.Task[None]]:
+    """The server's periodic work besides takeover: delivering the webhook outbox (whenever
+    a secret is known: deliveries a previous process left are sent too) and pruning on the
+    ``[retention]`` schedule."""
+    loop = asyncio.get_running_loop()
+    tasks = []
+    if secret:
+        backoff = args.webhook_backoff or webhooks.BACKOFF
+        deliverer = webhooks.Deliverer(store, secret, owner, backoff=backoff)
+        tasks.append(loop.create_task(deliverer.run()))
+    if config.retention_older_than is not None:
+        policy = Policy(
+            older_than=config.retention_older_than, keep_last=config.retention_keep_last
+        )
+        tasks.append(loop.create_task(keep(store, policy, config.retention_every)))
+    return tasks
+
+
 async def run_serve(args: argparse.Namespace, *, provider: Provider | None = None) -> int:
     """Serve until stopped; ``provider`` replaces the one ``--model`` names (benchmarks; it is
     closed at the end)."""
@@ -199,6 +260,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
         lease_from(args)
         return await serve_pool.run_pool(args, sys.argv[1:])
     lease = lease_from(args)
+    targets, secret = webhooks_from(args)
     redis_url = args.redis or os.environ.get("DROVER_REDIS") or None
     hub = Hub()
     metrics = Metrics()
@@ -216,6 +278,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
     async with opened as agent:
         runner = agent.runner
         metrics.watch_running_turns(runner.running_count)
+        runner.webhook = None if targets is None else targets.default
         shared = (
             Shared.open(agent.store, runner.owner, hub, redis_url)
             if is_shared(agent.store)
@@ -238,6 +301,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             relay=None if shared is None else shared.relay,
             running_anywhere=None if shared is None else shared.running_turns,
             metrics=metrics,
+            webhooks=targets,
         )
         app = create_app(service, settings)
         json_logs = (args.log_format or drover_config.log_format) == "json"
@@ -257,6 +321,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
         resume = service.resume if args.takeover == "resume" else None
         interval = args.takeover_interval or min(lease / 3, takeover.MAX_WATCH_INTERVAL)
         watching: asyncio.Task[None] | None = None
+        helpers: list[asyncio.Task[None]] = []
         try:
             if shared is not None:
                 await shared.start(service)
@@ -265,6 +330,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             watching = asyncio.get_running_loop().create_task(
                 takeover.watch(runner.recover, resume, interval=interval, first=False)
             )
+            helpers = _housekeeping(agent.store, drover_config, secret, runner.owner, args)
             if agent.sandbox is not None:
                 print(f"drover serve: bash {agent.sandbox.describe()}", file=sys.stderr, flush=True)
             if shared is not None:
@@ -273,10 +339,10 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             gc_settings.settle()
             await server.serve(sockets=[sock])
         finally:
-            if watching is not None:
-                watching.cancel()
+            for task in [*helpers, *([] if watching is None else [watching])]:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await watching
+                    await task
             with contextlib.suppress(Exception):
                 await service.shutdown()
             if shared is not None:

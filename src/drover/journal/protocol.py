@@ -22,8 +22,10 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from drover.journal.records import (
+    Delivery,
     EventRecord,
     GrantRecord,
+    PruneBatch,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
@@ -112,9 +114,17 @@ class TurnLeases(Protocol):
     """Who runs which turn: starting one, holding it, and taking back the abandoned."""
 
     async def begin_turn(
-        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+        self,
+        session_id: str,
+        user_message: Message | None,
+        owner: str,
+        lease_seconds: float,
+        *,
+        webhook: str | None = None,
     ) -> TurnRecord:
-        """A new ``running`` turn at the end of the session, leased to ``owner``.
+        """A new ``running`` turn at the end of the session, leased to ``owner``. With
+        ``webhook`` (a URL), whatever ends the turn also writes its announcement to the
+        outbox, in the same transaction (see :class:`WebhookOutbox`).
 
         Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is still
         ``running`` (checked and created atomically: never two running turns in a session).
@@ -216,7 +226,72 @@ class EventLog(Protocol):
         ...
 
 
-class Store(SessionStore, PermissionGrants, TurnLeases, TurnJournal, EventLog, Protocol):
+class Retention(Protocol):
+    """Pruning old sessions in bounded batches, and the journal's size (see
+    :mod:`drover.journal.retention` for the rules)."""
+
+    async def prune_batch(self, cutoff: float, keep_last: int, limit: int) -> PruneBatch:
+        """Delete, in one transaction, up to ``limit`` sessions last updated before ``cutoff``
+        (oldest first) that are not among the ``keep_last`` most recently updated and have
+        no ``running`` turn (checked in that transaction), with everything they hold; and up
+        to ``limit`` outbox rows delivered or given up before ``cutoff``."""
+        ...
+
+    async def reclaim_space(self, most: int) -> int:
+        """Give up to ``most`` pages of free space back to the file system, in one transaction,
+        where the backend can (SQLite in incremental mode); the free pages left to give (0:
+        none, or the backend cannot)."""
+        ...
+
+    async def prune_preview(self, cutoff: float, keep_last: int) -> PruneBatch:
+        """What pruning with these settings would delete now; deletes nothing."""
+        ...
+
+    async def journal_bytes(self) -> tuple[int, int]:
+        """The journal's size in bytes and the part of it that is free space (0: unknown)."""
+        ...
+
+    async def vacuum(self) -> None:
+        """Rewrite the journal once to return its free space (holds the write lock for the
+        rewrite; SQLite also switches an older file to incremental vacuum)."""
+        ...
+
+
+class WebhookOutbox(Protocol):
+    """Announcements of turns' ends waiting for delivery (written by whatever ends a turn
+    that began with a webhook, in the same transaction)."""
+
+    async def claim_deliveries(
+        self, claimer: str, hold_seconds: float, limit: int = 16
+    ) -> list[Delivery]:
+        """Claim due deliveries for ``hold_seconds`` (oldest first): no other claimer gets
+        them until the claim is settled or runs out — at once when ``claimer`` (a process id,
+        :func:`~drover.journal.owners.owner_id`) is a process of this machine that is gone."""
+        ...
+
+    async def settle_delivery(
+        self, delivery_id: str, claimer: str, *, error: str | None, retry_at: float | None
+    ) -> bool:
+        """Record an attempt: delivered (``error`` None), to retry at ``retry_at``, or given up
+        (``retry_at`` None); False when ``claimer`` no longer held the claim."""
+        ...
+
+    async def deliveries(self, turn_id: str | None = None) -> list[dict[str, object]]:
+        """The outbox's rows (one turn's, or all), oldest first: id, session_id, turn_id, url,
+        attempts, delivered_at, failed_at, last_error."""
+        ...
+
+
+class Store(
+    SessionStore,
+    PermissionGrants,
+    TurnLeases,
+    TurnJournal,
+    EventLog,
+    Retention,
+    WebhookOutbox,
+    Protocol,
+):
     """The durable record of sessions, turns, messages, tool calls and events.
 
     Writes are atomic; one that has started completes even if the awaiting task is cancelled.

@@ -118,3 +118,29 @@ class GrantRecord:
     #: What it allows: a tool's name (every call of that tool).
     rule: str
     created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """A turn's end to announce to a webhook, as a deliverer claimed it from the outbox."""
+
+    #: The delivery's id, also in its body: a receiver drops a repeat by it.
+    id: str
+    session_id: str
+    turn_id: str
+    url: str
+    #: The exact JSON text to send (and sign).
+    body: str
+    #: Attempts made before this one.
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneBatch:
+    """What one bounded batch of retention deleted (or, dry, would delete)."""
+
+    sessions: int
+    turns: int
+    events: int
+    #: Outbox rows of deliveries done or given up, older than the cut-off.
+    deliveries: int = 0

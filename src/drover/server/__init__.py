@@ -62,8 +62,11 @@ or not:
                                                        event streams end); 409 ``session_busy``
                                                        with the ``turn_id`` while a turn of it
                                                        runs in any process
-``POST /v1/sessions/{id}/messages`` ``{"content"}``    202 ``{"turn_id"}``; 409 ``session_busy``
-                                                       with the running ``turn_id``
+``POST /v1/sessions/{id}/messages`` ``{"content",    202 ``{"turn_id"}``; 409 ``session_busy``
+"webhook"?}``                                          with the running ``turn_id``; 422
+                                                       ``webhook_refused`` when ``webhook`` is
+                                                       not under an origin the server allows
+                                                       (below)
 ``POST /v1/sessions/{id}/interrupt`` ``{}``            202 ``{"turn_id"}`` (the turn being
                                                        stopped); 409 ``no_running_turn``
 ``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
@@ -118,6 +121,21 @@ work); ``status`` is ``running|completed|incomplete|failed|interrupted``.
 ``ToolCall`` is ``{"call_id", "step", "call_index", "name", "state", "input", "output",
 "is_error", "outcome_unknown"}``; ``state`` is ``input-streaming|input-available|
 awaiting-permission|running|output-available|output-error|denied|interrupted``.
+
+Webhooks
+--------
+With ``--webhook URL`` every turn's end is POSTed to URL; a message's ``webhook`` replaces it
+for that turn, but only under an origin the operator allowed (``--webhook-origin``, and the
+``--webhook`` URL's own): a client never makes the server call another address. The body is
+``{"id", "type": "turn.ended", "session_id", "turn_id", "status", "reason", "error", "usage":
+Usage|null, "ended_at"}``; ``X-Drover-Signature: sha256=<hex>`` is HMAC-SHA256 of the exact
+body bytes with the server's secret (``--webhook-secret`` or ``DROVER_WEBHOOK_SECRET``,
+required), ``X-Drover-Delivery`` the ``id``. A 2xx answer delivers it; anything else is
+retried with exponential backoff (2 s doubling, at most 10 min; given up after 16 attempts).
+The announcement is written to the journal's outbox in the transaction that ends the turn
+(whatever ends it: the turn, shutdown, or another server's takeover), so a crash or restart
+does not lose it: delivery is at least once, and a receiver drops a repeat by its ``id``.
+See :mod:`drover.server.webhooks`.
 
 The event stream
 ----------------

@@ -270,6 +270,10 @@ def schema() -> dict[str, Any]:
                     "404": _NOT_FOUND,
                     "409": error_response("a turn is running on the session (turn_id says which)"),
                     **BAD_BODY,
+                    "422": error_response(
+                        "the body does not match the schema, or its webhook is not one this "
+                        "server delivers to (webhook_refused)"
+                    ),
                 },
                 params=[
                     _SESSION_ID,
@@ -281,7 +285,17 @@ def schema() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     },
                 ],
-                body=object_schema({"content": {"type": "string", "minLength": 1}}, ["content"]),
+                body=object_schema(
+                    {
+                        "content": {"type": "string", "minLength": 1},
+                        "webhook": {
+                            "type": "string",
+                            "description": "http(s) URL told of this turn's end (signed, "
+                            "retried; its origin must be allowed by the server's operator)",
+                        },
+                    },
+                    ["content"],
+                ),
             )
         },
         f"{sid}/interrupt": {

@@ -20,7 +20,7 @@ from drover.journal.rules import user_title
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
-from drover.server.service import NoRunningTurnError, NotFoundError, Service
+from drover.server.service import NoRunningTurnError, NotFoundError, Service, WebhookRefused
 from drover.server.snapshot import session_summary
 from drover.server.sse import event_stream
 
@@ -174,14 +174,18 @@ async def delete_session(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     record = await _session(request)
-    data = await json_body(request, {"content": str})
+    data = await json_body(request, {"content": str, "webhook": str})
     content = data.get("content")
     if not isinstance(content, str) or not content.strip():
         raise ApiError(422, "invalid_request", "content must be a non-empty string")
     if len(content) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")
     try:
-        turn_id = await _service(request).post_message(record, content, request.headers)
+        turn_id = await _service(request).post_message(
+            record, content, request.headers, webhook=data.get("webhook")
+        )
+    except WebhookRefused as exc:
+        raise ApiError(422, "webhook_refused", str(exc)) from None
     except SessionBusyError as exc:
         message = f"turn {exc.turn_id} is running on this session"
         raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None

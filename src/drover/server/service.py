@@ -42,6 +42,7 @@ from drover.journal.records import GrantRecord, SessionRecord
 from drover.runner import Runner
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
+from drover.server.webhooks import Targets
 from drover.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ class NoRunningTurnError(DroverError):
     """Nothing to interrupt."""
 
 
+class WebhookRefused(DroverError):
+    """A message named a webhook this server does not deliver to."""
+
+
 class Service:
     def __init__(
         self,
@@ -76,10 +81,12 @@ class Service:
         relay: Relay | None = None,
         running_anywhere: RunningAnywhere | None = None,
         metrics: Metrics | None = None,
+        webhooks: Targets | None = None,
     ) -> None:
         """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
         the process running a session's turn when it is not this one. ``metrics``: what
-        ``GET /metrics`` serves (None: the route answers 404)."""
+        ``GET /metrics`` serves (None: the route answers 404). ``webhooks`` says which URLs a
+        posted message may name as its turn's webhook (None: none)."""
         self.agent = agent
         self.hub = hub
         self.permission_timeout = permission_timeout
@@ -89,6 +96,7 @@ class Service:
         #: Carries other processes' live events to this one's clients (None: one process).
         self.relay = relay
         self.metrics = metrics
+        self.webhooks = webhooks
 
     @property
     def store(self) -> Store:
@@ -186,17 +194,28 @@ class Service:
         record: SessionRecord,
         content: str | None,
         headers: Mapping[str, str] | None = None,
+        *,
+        webhook: str | None = None,
     ) -> str:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
         id once the runner has recorded it. With traces on, the trace context of ``headers``
-        (the request's ``traceparent``) is the parent of the turn's span."""
+        (the request's ``traceparent``) is the parent of the turn's span. ``webhook`` (checked
+        against :attr:`webhooks`: :class:`WebhookRefused` otherwise) replaces the server's for
+        this turn."""
+        if webhook is not None:
+            if self.webhooks is None:
+                raise WebhookRefused("this server delivers no webhooks (its operator enables them)")
+            try:
+                self.webhooks.allow(webhook)
+            except DroverError as exc:
+                raise WebhookRefused(str(exc)) from None
         handle = await self._handle(record)
         telemetry = self.agent.telemetry
         parent: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if telemetry is not None and headers is not None:
             parent = telemetry.parent_from(headers)
         with parent:  # (the turn's task copies the context it is started in)
-            running = handle.start(content, live=[_Transient(self.hub, record.id)])
+            running = handle.start(content, live=[_Transient(self.hub, record.id)], webhook=webhook)
         assert running.task is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
         return await running.wait_started()

@@ -267,6 +267,34 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ){no_rowid}""",
         ),
     ),
+    (
+        "0009_webhook_outbox",
+        (
+            # Where a turn's end is announced: set when the turn begins, read when it ends.
+            "ALTER TABLE turns ADD COLUMN webhook TEXT",
+            # A turn's end to announce, written in the transaction that ends the turn, and
+            # delivered (at least once) by a server's deliverer. Not tied to its session: a
+            # delivery outlives the session's deletion.
+            """CREATE TABLE webhook_outbox (
+                id TEXT PRIMARY KEY,
+                {created}
+                session_id TEXT NOT NULL,
+                turn_id TEXT NOT NULL,
+                url TEXT NOT NULL,
+                body TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at {time} NOT NULL,
+                claimed_by TEXT,
+                claimed_until {time},
+                delivered_at {time},
+                failed_at {time},
+                last_error TEXT,
+                created_at {time} NOT NULL
+            )""",
+            "CREATE INDEX webhook_outbox_due ON webhook_outbox (next_attempt_at) "
+            "WHERE delivered_at IS NULL AND failed_at IS NULL",
+        ),
+    ),
 )
 
 

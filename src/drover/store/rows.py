@@ -55,6 +55,11 @@ def session_from_row(row: Row) -> SessionRecord:
     )
 
 
+def decoded_json(value: Any) -> Any:
+    """A JSON column's value, decoded (text in SQLite, ``jsonb`` in PostgreSQL)."""
+    return _json(value)
+
+
 def turn_from_row(row: Row) -> TurnRecord:
     user, usage = row["user_message"], row["usage"]
     return TurnRecord(

@@ -5,8 +5,10 @@ dialect and a connection.
 concern — sessions and grants (:mod:`~drover.store.sql_sessions`), turns, leases and recovery
 (:mod:`~drover.store.sql_turns`), the turn's messages and tool calls
 (:mod:`~drover.store.sql_work`) and streamed text (:mod:`~drover.store.sql_text`), a batch of
-writes (:mod:`~drover.store.sql_batch`), the event log (:mod:`~drover.store.sql_log`) — in the
-neutral SQL of its :class:`~drover.store.dialect.Dialect`, and hands it to its
+writes (:mod:`~drover.store.sql_batch`), the event log (:mod:`~drover.store.sql_log`),
+retention (:mod:`~drover.store.sql_gc`) and the webhook outbox
+(:mod:`~drover.store.sql_outbox`) — in the neutral SQL of its
+:class:`~drover.store.dialect.Dialect`, and hands it to its
 :class:`~drover.store.plan.Connection` with the mode it needs. The SQLite and PostgreSQL
 stores (:mod:`drover.store.sqlite`, :mod:`drover.store.postgres`) only build one.
 """
@@ -20,8 +22,10 @@ from typing import Any, Self
 
 from drover.journal.owners import owner_alive
 from drover.journal.records import (
+    Delivery,
     EventRecord,
     GrantRecord,
+    PruneBatch,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
@@ -29,7 +33,15 @@ from drover.journal.records import (
 )
 from drover.journal.writes import JournalWrite
 from drover.messages import Message, Usage
-from drover.store import sql_log, sql_sessions, sql_turns, sql_work, turn_traces
+from drover.store import (
+    sql_gc,
+    sql_log,
+    sql_outbox,
+    sql_sessions,
+    sql_turns,
+    sql_work,
+    turn_traces,
+)
 from drover.store.dialect import Dialect
 from drover.store.plan import Connection, Mode
 from drover.store.sql_batch import BULK_CHARS, batch, together, write_plan
@@ -132,13 +144,26 @@ class SqlStore:
     # -- turns ---------------------------------------------------------------------------------
 
     async def begin_turn(
-        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+        self,
+        session_id: str,
+        user_message: Message | None,
+        owner: str,
+        lease_seconds: float,
+        *,
+        webhook: str | None = None,
     ) -> TurnRecord:
         now = self._clock()
         import uuid
 
         plan = sql_turns.begin_turn(
-            self.dialect, uuid.uuid4().hex, session_id, user_message, owner, lease_seconds, now
+            self.dialect,
+            uuid.uuid4().hex,
+            session_id,
+            user_message,
+            owner,
+            lease_seconds,
+            now,
+            webhook,
         )
         return await self.connection.perform(plan, "write")
 
@@ -244,3 +269,40 @@ class SqlStore:
 
     async def log_bounds(self, session_id: str) -> tuple[int, int]:
         return await self.connection.perform(sql_log.log_bounds(self.dialect, session_id), "read")
+
+    # -- retention and the webhook outbox -------------------------------------------------------
+
+    async def prune_batch(self, cutoff: float, keep_last: int, limit: int) -> PruneBatch:
+        plan = sql_gc.prune_batch(self.dialect, cutoff, keep_last, limit)
+        return await self.connection.perform(plan, "bulk")
+
+    async def prune_preview(self, cutoff: float, keep_last: int) -> PruneBatch:
+        plan = sql_gc.preview(self.dialect, cutoff, keep_last)
+        return await self.connection.perform(plan, "snapshot")
+
+    async def reclaim_space(self, most: int) -> int:
+        return await self.connection.perform(sql_gc.reclaim(self.dialect, most), "bulk")
+
+    async def journal_bytes(self) -> tuple[int, int]:
+        return await self.connection.perform(sql_gc.journal_bytes(self.dialect), "read")
+
+    async def vacuum(self) -> None:
+        await self.connection.perform(sql_gc.vacuum(self.dialect), "read")
+
+    async def claim_deliveries(
+        self, claimer: str, hold_seconds: float, limit: int = 16
+    ) -> list[Delivery]:
+        now = self._clock()
+        plan = sql_outbox.claim_due(self.dialect, claimer, now, hold_seconds, limit, owner_alive)
+        return await self.connection.perform(plan, "write")
+
+    async def settle_delivery(
+        self, delivery_id: str, claimer: str, *, error: str | None, retry_at: float | None
+    ) -> bool:
+        plan = sql_outbox.settle_delivery(
+            delivery_id, claimer, self._clock(), error=error, retry_at=retry_at
+        )
+        return await self.connection.perform(plan, "write") > 0
+
+    async def deliveries(self, turn_id: str | None = None) -> list[dict[str, object]]:
+        return await self.connection.perform(sql_outbox.deliveries(turn_id), "read")

@@ -42,6 +42,7 @@ from drover.store.sql_common import (
     turn_session,
 )
 from drover.store.sql_log import last_seq_sql, log
+from drover.store.sql_outbox import enqueue
 from drover.store.sql_text import FreedSpace, deltas, retire
 from drover.store.sql_work import turn_messages
 
@@ -54,6 +55,7 @@ def begin_turn(
     owner: str,
     lease_seconds: float,
     now: float,
+    webhook: str | None = None,
 ) -> Plan[TurnRecord]:
     body = None if user_message is None else d.json(message_to_dict(user_message))
     yield from need_session(d, session_id)
@@ -65,9 +67,10 @@ def begin_turn(
     yield from numbered(
         d,
         "turns",
-        "id, status, user_message, owner, lease_expires_at, created_at, updated_at, session_id",
-        "?, ?, ?::jsonb, ?, ?, ?, ?, ?",
-        (turn_id, "running", body, owner, now + lease_seconds, now, now, session_id),
+        "id, status, user_message, owner, lease_expires_at, created_at, updated_at, webhook, "
+        "session_id",
+        "?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?",
+        (turn_id, "running", body, owner, now + lease_seconds, now, now, webhook, session_id),
         ("session_id",),
     )
     yield from execute(
@@ -175,6 +178,8 @@ def end_turn(
         now,
         w.turn_id,
     )
+    # Announced in the transaction that ends it: never ended without, nor announced before.
+    yield from enqueue(d, w.turn_id, now)
     if w.event is not None:
         seq = None if w.first_seq is None else w.first_seq + len(logged)
         seq = yield from log(d, session_id, w.turn_id, w.event, now, seq)
@@ -302,6 +307,7 @@ def _recover_one(d: Dialect, space: FreedSpace, seen: Row, now: float) -> Plan[b
         now,
         turn_id,
     )
+    yield from enqueue(d, turn_id, now)
     end = Incomplete if worked else Error
     ended = end(reason="interrupted", error=ORPHAN_ERROR, usage=Usage(partial=True))
     yield from log(d, session_id, turn_id, event_to_dict(ended), now)
