@@ -354,9 +354,14 @@ class Journal(JournalLog):
                     urgent = await self._take_text(final=False)
                 # Redacted once, for its log row and the call's row.
                 payload = self._redactor.redact_obj(event_to_dict(event))
-                await self._log(
-                    event, payload=payload, before=partial(self._upsert, event, payload)
-                )
+                if event.state in TERMINAL_TOOL_STATES and self._writes.groups:
+                    # The end's log row refers to the call's row for its output (stored once).
+                    attach = partial(self._upsert_logged, event, payload)
+                    await self._log(event, payload=payload, attach=attach)
+                else:
+                    await self._log(
+                        event, payload=payload, before=partial(self._upsert, event, payload)
+                    )
                 if event.state in TERMINAL_TOOL_STATES:
                     self._results_ahead(event, payload.get("output"))
                 if urgent or event.state in _MADE_AT_ONCE:

@@ -26,7 +26,14 @@ from drover.journal.protocol import TurnJournal
 from drover.journal.redact import Redactor
 from drover.journal.step_results import StepResults, tool_call_write
 from drover.journal.text_buffer import TextBuffers
-from drover.journal.writes import MESSAGE_OF, AppendEvent, AppendMessage, JournalWrite, referring
+from drover.journal.writes import (
+    MESSAGE_OF,
+    AppendEvent,
+    AppendMessage,
+    JournalWrite,
+    referring,
+    referring_output,
+)
 from drover.messages import Message
 
 # The journal's logger: these are its messages.
@@ -88,10 +95,12 @@ class JournalLog:
                 done=self._results.stored,
             )
 
-    def _upsert(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
+    def _upsert(
+        self, event: ToolStateChanged, payload: dict[str, Any], row: AppendEvent | None = None
+    ) -> None:
         """Queue the call's new state, its input and output those of the event's redacted
         ``payload`` (see :data:`_MADE_AT_ONCE` for when it is made before ``send``
-        returns)."""
+        returns); with ``row``, the state's log row in the same write."""
         read_only = False
         if self._is_read_only is not None:
             try:
@@ -101,8 +110,19 @@ class JournalLog:
         step = self._step
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: tool_call_write(event, t, step, read_only, payload),
+            lambda t: tool_call_write(event, t, step, read_only, payload, row),
         )
+
+    def _upsert_logged(
+        self, event: ToolStateChanged, payload: dict[str, Any], row: AppendEvent | None
+    ) -> bool:
+        """Queue a call's end with its log row (``row``), which refers to the call's row for
+        its output when there is one; True when the row went with it (see :meth:`_log`)."""
+        if row is None or self._turn_id is None or not isinstance(payload.get("output"), str):
+            self._upsert(event, payload)
+            return False
+        self._upsert(event, payload, referring_output(row, event.call_id))
+        return True
 
     async def _log(
         self,
