@@ -15,10 +15,11 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from drover.errors import LeaseLostError, StoreError
-from drover.events import Event, ToolStateChanged, event_to_dict
+from drover.events import TERMINAL_TOOL_STATES, Event, ToolStateChanged, event_to_dict
 from drover.journal.flush_timer import FlushTimer
 from drover.journal.journal_queue import WriteQueue
 from drover.journal.numbering import Numbering
@@ -112,6 +113,18 @@ class JournalLog:
             f"record tool call {event.call_id} as {event.state}",
             lambda t: tool_call_write(event, t, step, read_only, payload, row),
         )
+
+    async def _log_state(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
+        """Number a call's new state and queue its log row with the call's write (``payload``:
+        the event, redacted). A call's end goes in the call's write, its row referring to the
+        call's row for the output, which is then stored once (when the store makes writes
+        together; a worker's log keeps the output in its row)."""
+        if event.state in TERMINAL_TOOL_STATES and self._writes.groups:
+            await self._log(
+                event, payload=payload, attach=partial(self._upsert_logged, event, payload)
+            )
+        else:
+            await self._log(event, payload=payload, before=partial(self._upsert, event, payload))
 
     def _upsert_logged(
         self, event: ToolStateChanged, payload: dict[str, Any], row: AppendEvent | None
