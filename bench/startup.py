@@ -10,6 +10,10 @@ the interpreter's own start (``python -c pass``), to show what is drover's and w
 The CPU the child has used by the time its request arrives (the sum of its threads'
 ``/proc/PID/task/*/schedstat`` run time) is the steadier figure on a shared machine.
 ``--before SRC`` measures another commit's ``src/`` beside this one, the runs alternating.
+With ``PYTHONDONTWRITEBYTECODE`` set (as in this sandbox) and drover installed editable, every
+run compiles drover's modules again (~0.1 s of CPU an installed drover does not pay);
+``--bytecode`` gives the children a bytecode cache of their own (a temporary
+``PYTHONPYCACHEPREFIX``, filled by the warm-up run), as an installed drover has.
 
     .venv/bin/python bench/startup.py            # --runs 5
     .venv/bin/python bench/startup.py --before /tmp/before/src --runs 5
@@ -92,12 +96,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 def first_request(
-    provider: str, listener: FirstRequest, tmp: Path, src: Path | None = None
+    provider: str,
+    listener: FirstRequest,
+    tmp: Path,
+    src: Path | None = None,
+    bytecode: Path | None = None,
 ) -> tuple[float, float]:
     """Spawn → the first request's header (wall), and the child's CPU time by then."""
     listener.reset()
     suffix = PROVIDERS[provider][2]
     env = src_env(src, {**os.environ, "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})
+    if bytecode is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     db = tmp / f"{provider}-{time.monotonic_ns()}.db"
     argv = [sys.executable, "-m", "drover.cli.main", "-p", "hi", "--model", f"{provider}:m"]
     argv += ["--base-url", f"http://127.0.0.1:{listener.port}{suffix}", "--db", str(db)]
@@ -141,6 +152,9 @@ def interpreter_ms() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--bytecode", action="store_true", help="children use a bytecode cache (as installed)"
+    )
     add_version_options(parser, "timed beside this checkout's")
     args = parser.parse_args()
     forbid_network()
@@ -149,15 +163,18 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
         print_environment("bench/startup.py — time to first request", Path(tmp))
+        cache = Path(tmp) / "pycache" if args.bytecode else None
+        print(f"bytecode: {'a cache of their own' if cache else 'as the environment says'}")
         python = median([interpreter_ms() for _ in range(args.runs)])
         for provider, (sdk, module, _) in PROVIDERS.items():
             sdk_ms = median([import_ms(sdk) for _ in range(3)])
             times: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in measured}
             for _, src in measured:  # warm the page cache and .pyc files
-                first_request(provider, listener, Path(tmp), src)
+                first_request(provider, listener, Path(tmp), src, cache)
             for i in range(args.runs):
                 for label, src in measured[:: 1 if i % 2 == 0 else -1]:
-                    times[label].append(first_request(provider, listener, Path(tmp), src))
+                    run = first_request(provider, listener, Path(tmp), src, cache)
+                    times[label].append(run)
             for label, src in measured:
                 walls, cpus = zip(*times[label], strict=True)
                 mod_ms = median([import_ms(module, src) for _ in range(3)])

@@ -16,6 +16,7 @@ from drover.journal.writes import (
     JournalWrite,
     UpsertToolCall,
     with_message,
+    with_output,
 )
 from drover.store.sqlite import SqliteStore
 
@@ -105,6 +106,11 @@ def _as_calls(write: JournalWrite) -> list[tuple[str, tuple[Any, ...]]]:
         row = write.logged
         out.append(
             ("append_event", (row.session_id, row.turn_id, with_message(row.event, write.message)))
+        )
+    elif isinstance(write, UpsertToolCall) and write.logged is not None:
+        row = write.logged
+        out.append(
+            ("append_event", (row.session_id, row.turn_id, with_output(row.event, write.output)))
         )
     return out
 

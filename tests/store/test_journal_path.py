@@ -21,7 +21,7 @@ from drover.events import (
 from drover.journal.journal import Journal
 from drover.journal.numbering import Numbering
 from drover.journal.redact import REDACTED, Redactor
-from drover.journal.writes import MESSAGE_OF
+from drover.journal.writes import MESSAGE_OF, OUTPUT_OF
 from drover.messages import (
     TextBlock,
     ThinkingBlock,
@@ -89,10 +89,14 @@ async def test_a_tool_output_is_redacted_once_in_its_step(tmp_path: Path) -> Non
         await journal.aclose()
         (stored_call,) = await store.tool_calls(journal.turn_id)
         messages = await store.turn_messages(journal.turn_id or "")
+        read = await store.events_after(journal.session_id)
     assert redactor.seen.count(output) == 1
     assert stored_call.output == redacted
     assert messages[-1].message.content == (replace(result, content=redacted),)
-    assert [row["output"] for row in _logged(tmp_path / "j.db", "tool_state")] == [redacted]
+    # The end's log row refers to the call's row for its output, read back in place.
+    (ended,) = _logged(tmp_path / "j.db", "tool_state")
+    assert "output" not in ended and ended[OUTPUT_OF] == "c"
+    assert [r.payload["output"] for r in read if r.type == "tool_state"] == [redacted]
     (row,) = _logged(tmp_path / "j.db", "tool_results")
     assert MESSAGE_OF in row  # refers to the message written with the call's end
 

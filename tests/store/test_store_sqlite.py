@@ -220,3 +220,27 @@ async def test_in_memory_store() -> None:
     async with open_store(":memory:") as store:
         session = await store.create_session(workdir="/w", model="m")
         assert await store.get_session(session.id) == session
+
+
+async def test_log_rows_of_a_few_hundred_bytes_stay_on_their_page(tmp_path: Path) -> None:
+    """A tool state, ``tool_done`` or ``usage`` row is 240–310 bytes with its ids: kept whole
+    on its page, not spilling the rest into an overflow page of its own (1 KiB each)."""
+    path = tmp_path / "j.db"
+    async with SqliteStore(path) as store:
+        session = await store.create_session(workdir="/w", model="m")
+        for i in range(60):
+            await append_event(store, session.id, None, {"type": "usage", "n": i, "x": "y" * 250})
+    conn = sqlite3.connect(path)
+    try:
+        try:
+            pages = conn.execute(
+                "SELECT pagetype, COUNT(*) FROM dbstat WHERE name = 'events' GROUP BY pagetype"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite has no dbstat table")
+        (rows,) = conn.execute("SELECT COUNT(*) FROM events").fetchone()
+    finally:
+        conn.close()
+    assert rows == 60
+    assert "overflow" not in dict(pages)
+    assert sum(dict(pages).values()) <= 60 // 2 + 2  # two rows a page (was a page each, and more)

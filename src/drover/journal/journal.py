@@ -29,9 +29,10 @@ the log's tail while the step streams (read back as a coalesced ``text_delta`` e
 ``{"text", "index", "step"}``) and what recovery folds into a partial message. That one row is
 the whole cost of a flush (about one small page). When the step's message is stored, its rows
 move into the log as one row per block whose text refers to the message; the
-``assistant_message`` row refers to the message too, and ``done`` to the answer's message
-(the store puts the text back when the log is read). An n-byte answer thus costs n bytes of
-message and the marks of its deltas once the step ends: O(n), each byte stored once.
+``assistant_message`` row refers to the message too, ``done`` to the answer's message, and a
+call's end to the call's row, which holds its output (the store puts them back when the log is
+read). An n-byte answer thus costs n bytes of message and the marks of its deltas once the step
+ends: O(n), each byte stored once.
 
 Everything persisted is redacted first; streamed text through a
 :class:`~drover.journal.redact.StreamRedactor` (:mod:`drover.journal.text_buffer`).
@@ -360,9 +361,7 @@ class Journal(JournalLog):
                     urgent = await self._take_text(final=False)
                 # Redacted once, for its log row and the call's row.
                 payload = self._redactor.redact_obj(event_to_dict(event))
-                await self._log(
-                    event, payload=payload, before=partial(self._upsert, event, payload)
-                )
+                await self._log_state(event, payload)
                 if event.state in TERMINAL_TOOL_STATES:
                     self._results_ahead(event, payload.get("output"))
                 if urgent or event.state in _MADE_AT_ONCE:

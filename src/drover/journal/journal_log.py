@@ -15,10 +15,11 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from drover.errors import LeaseLostError, StoreError
-from drover.events import Event, ToolStateChanged, event_to_dict
+from drover.events import TERMINAL_TOOL_STATES, Event, ToolStateChanged, event_to_dict
 from drover.journal.flush_timer import FlushTimer
 from drover.journal.journal_queue import WriteQueue
 from drover.journal.numbering import Numbering
@@ -26,7 +27,14 @@ from drover.journal.protocol import TurnJournal
 from drover.journal.redact import Redactor
 from drover.journal.step_results import StepResults, tool_call_write
 from drover.journal.text_buffer import TextBuffers
-from drover.journal.writes import MESSAGE_OF, AppendEvent, AppendMessage, JournalWrite, referring
+from drover.journal.writes import (
+    MESSAGE_OF,
+    AppendEvent,
+    AppendMessage,
+    JournalWrite,
+    referring,
+    referring_output,
+)
 from drover.messages import Message
 
 # The journal's logger: these are its messages.
@@ -88,10 +96,12 @@ class JournalLog:
                 done=self._results.stored,
             )
 
-    def _upsert(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
+    def _upsert(
+        self, event: ToolStateChanged, payload: dict[str, Any], row: AppendEvent | None = None
+    ) -> None:
         """Queue the call's new state, its input and output those of the event's redacted
         ``payload`` (see :data:`_MADE_AT_ONCE` for when it is made before ``send``
-        returns)."""
+        returns); with ``row``, the state's log row in the same write."""
         read_only = False
         if self._is_read_only is not None:
             try:
@@ -101,8 +111,31 @@ class JournalLog:
         step = self._step
         self._turn_write(
             f"record tool call {event.call_id} as {event.state}",
-            lambda t: tool_call_write(event, t, step, read_only, payload),
+            lambda t: tool_call_write(event, t, step, read_only, payload, row),
         )
+
+    async def _log_state(self, event: ToolStateChanged, payload: dict[str, Any]) -> None:
+        """Number a call's new state and queue its log row with the call's write (``payload``:
+        the event, redacted). A call's end goes in the call's write, its row referring to the
+        call's row for the output, which is then stored once (when the store makes writes
+        together; a worker's log keeps the output in its row)."""
+        if event.state in TERMINAL_TOOL_STATES and self._writes.groups:
+            await self._log(
+                event, payload=payload, attach=partial(self._upsert_logged, event, payload)
+            )
+        else:
+            await self._log(event, payload=payload, before=partial(self._upsert, event, payload))
+
+    def _upsert_logged(
+        self, event: ToolStateChanged, payload: dict[str, Any], row: AppendEvent | None
+    ) -> bool:
+        """Queue a call's end with its log row (``row``), which refers to the call's row for
+        its output when there is one; True when the row went with it (see :meth:`_log`)."""
+        if row is None or self._turn_id is None or not isinstance(payload.get("output"), str):
+            self._upsert(event, payload)
+            return False
+        self._upsert(event, payload, referring_output(row, event.call_id))
+        return True
 
     async def _log(
         self,

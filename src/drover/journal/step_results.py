@@ -20,15 +20,20 @@ from dataclasses import replace
 from typing import Any
 
 from drover.events import ToolStateChanged
-from drover.journal.writes import UpsertToolCall
+from drover.journal.writes import AppendEvent, UpsertToolCall
 from drover.messages import Message, ToolResultBlock, tool_result_message
 
 
 def tool_call_write(
-    event: ToolStateChanged, turn_id: str, step: int, read_only: bool, logged: dict[str, Any]
+    event: ToolStateChanged,
+    turn_id: str,
+    step: int,
+    read_only: bool,
+    logged: dict[str, Any],
+    row: AppendEvent | None = None,
 ) -> UpsertToolCall:
     """The write of a call's new state, with the input and output of its redacted log row
-    (``logged``: they are redacted once)."""
+    (``logged``: they are redacted once); ``row``, that log row, to be logged with it."""
     return UpsertToolCall(
         turn_id=turn_id,
         call_id=event.call_id,
@@ -41,6 +46,7 @@ def tool_call_write(
         outcome_unknown=event.outcome_unknown,
         read_only=read_only,
         step=step,
+        logged=row,
     )
 
 

@@ -28,6 +28,10 @@ TEXT_OF = "text_of"
 #: message the event carries: the message is stored once, in ``messages``, and put back in
 #: place (as ``message``) when the log is read.
 MESSAGE_OF = "message_of"
+#: In a stored terminal ``tool_state`` event, in place of its ``output``: the id of the call
+#: (of the event's turn) whose row holds that output. The output is stored once, in
+#: ``tool_calls``, and put back in place (as ``output``) when the log is read.
+OUTPUT_OF = "output_of"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,10 @@ class UpsertToolCall:
     read_only: bool = False
     #: The model call (step) of the turn that made the call; 0 keeps the stored one.
     step: int = 0
+    #: The event-log row of this state, logged in the same write. With :data:`OUTPUT_OF` in
+    #: its payload it refers to the call's row when this write stored ``output`` there; when
+    #: it did not (the call had ended already) the row is logged with ``output`` in place.
+    logged: AppendEvent | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +168,24 @@ def with_message(event: Mapping[str, Any], message: Message) -> dict[str, Any]:
         ("message" if k == MESSAGE_OF else k): (body if k == MESSAGE_OF else v)
         for k, v in event.items()
     }
+
+
+def with_output(event: Mapping[str, Any], output: str | None) -> dict[str, Any]:
+    """A row that refers to its call's output (:data:`OUTPUT_OF`) with the output in place."""
+    return {
+        ("output" if k == OUTPUT_OF else k): (output if k == OUTPUT_OF else v)
+        for k, v in event.items()
+    }
+
+
+def referring_output(row: AppendEvent, call_id: str) -> AppendEvent:
+    """``row`` (a terminal ``tool_state`` event) with its ``output`` replaced by
+    :data:`OUTPUT_OF`, the id of the call whose row holds it."""
+    event = {
+        (OUTPUT_OF if k == "output" else k): (call_id if k == "output" else v)
+        for k, v in row.event.items()
+    }
+    return AppendEvent(row.session_id, row.turn_id, event, row.seq, row.last_seq)
 
 
 def referring(

@@ -19,7 +19,7 @@ from typing import Any
 from drover.errors import StoreError
 from drover.journal.fold import TEXT_AT, resolved
 from drover.journal.records import EventRecord
-from drover.journal.writes import MESSAGE_OF, TEXT_OF, AppendEvent
+from drover.journal.writes import MESSAGE_OF, OUTPUT_OF, TEXT_OF, AppendEvent, with_output
 from drover.messages import Message, Usage, message_from_dict, message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.plan import Exec, Plan, execute, rows
@@ -222,19 +222,33 @@ def events_after(
 
 
 def _resolved(records: list[EventRecord]) -> Plan[list[EventRecord]]:
-    """Rows stored with a reference to a message of their turn, as the log always showed
-    them: ``text_of`` (a terminal event's answer), ``message_of`` (the message an
-    ``assistant_message``/``tool_results`` event carries), ``text_at`` (a folded text
-    row's text). One read of the messages per turn referred to."""
+    """Rows stored with a reference to a message or a tool call of their turn, as the log
+    always showed them: ``text_of`` (a terminal event's answer), ``message_of`` (the message an
+    ``assistant_message``/``tool_results`` event carries), ``text_at`` (a folded text row's
+    text), ``output_of`` (a call's end: the output its call's row holds). One read of the
+    messages, and one of the calls' outputs, per turn referred to."""
     bodies: dict[str, dict[int, Message]] = {}
+    outputs: dict[str, dict[str, str | None]] = {}
     out: list[EventRecord] = []
     for record in records:
         payload = record.payload
         turn_id = record.turn_id
         if turn_id is None or not (
-            TEXT_OF in payload or MESSAGE_OF in payload or TEXT_AT in payload
+            TEXT_OF in payload
+            or MESSAGE_OF in payload
+            or TEXT_AT in payload
+            or OUTPUT_OF in payload
         ):
             out.append(record)
+            continue
+        if OUTPUT_OF in payload:
+            if turn_id not in outputs:
+                found = yield from rows(
+                    "SELECT call_id, output FROM tool_calls WHERE turn_id = ?", turn_id
+                )
+                outputs[turn_id] = {str(r["call_id"]): r["output"] for r in found}
+            new = with_output(payload, outputs[turn_id].get(str(payload[OUTPUT_OF])))
+            out.append(replace(record, payload=new))
             continue
         if turn_id not in bodies:
             found = yield from rows("SELECT seq, body FROM messages WHERE turn_id = ?", turn_id)

@@ -3,7 +3,8 @@
 A running turn's messages are numbered in the turn; a finished step's message retires the
 step's streamed text rows in the same write (:mod:`drover.store.sql_text`), and the log row
 that carries it may refer to it instead of holding a copy. A tool call is one row holding its
-latest state; a call in a terminal state keeps it.
+latest state; a call in a terminal state keeps it. The log row of a call's end may refer to the
+call's row for its output, which is then stored once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 from drover.errors import StoreError
 from drover.journal.records import StoredMessage, ToolCallRecord
 from drover.journal.rules import partial_messages
-from drover.journal.writes import MESSAGE_OF, AppendMessage, ReplaceMessage, UpsertToolCall
+from drover.journal.writes import (
+    MESSAGE_OF,
+    OUTPUT_OF,
+    AppendMessage,
+    ReplaceMessage,
+    UpsertToolCall,
+    with_output,
+)
 from drover.messages import message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.plan import Exec, Plan, execute, rows
@@ -77,13 +85,20 @@ def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = N
     input_json = None if w.input is None else d.json(dict(w.input))
     if held is None or (w.turn_id, None) not in held.turns:
         yield from turn_session(d, w.turn_id, held=held)
-    yield Exec(  # as is (not through ``execute``): the store makes one for every state
+    count = yield Exec(  # as is (not through ``execute``): the store makes one for every state
         _UPSERT_CALL,
         (
             *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
             *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
         ),
     )
+    if w.logged is not None:
+        row = w.logged
+        event = row.event
+        if OUTPUT_OF in event and (not count or w.output is None):
+            # The call had ended already and kept its output: the row carries this one.
+            event = with_output(event, w.output)
+        yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
 
 
 def turn_messages(turn_id: str, now: float) -> Plan[list[StoredMessage]]:

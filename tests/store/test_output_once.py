@@ -1,0 +1,99 @@
+"""A tool call's output is stored once: the log row of the call's end refers to the call's row,
+and every read of the log puts the output back where the live event had it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from drover.events import AssistantMessage, StepStarted, ToolResults, ToolStateChanged, TurnStarted
+from drover.journal.journal import Journal
+from drover.journal.writes import OUTPUT_OF, AppendEvent, UpsertToolCall
+from drover.messages import (
+    ToolResultBlock,
+    ToolUseBlock,
+    assistant_message,
+    tool_result_message,
+    user_message,
+)
+from drover.store.sqlite import SqliteStore
+
+OUTPUT = "page " * 400  # ~2 KB, as a fetched page
+
+
+async def _tool_step(store: Any, published: dict[int, dict[str, Any]]) -> Journal:
+    """One step of one call ending with :data:`OUTPUT`, through the journal."""
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("read"), "h:1:1", 30)
+    journal = Journal(
+        store,
+        session.id,
+        publish=lambda seq, _turn, payload, _prev: published.__setitem__(seq, payload),
+    )
+    await journal.send(TurnStarted(turn_id=turn.id, session_id=session.id, user_message=None))
+    await journal.send(StepStarted(step=1))
+    call = ToolUseBlock(id="c1", name="fetch", input={"n": 1})
+    await journal.send(AssistantMessage(message=assistant_message([call])))
+    base = {"call_id": "c1", "call_index": 0, "name": "fetch", "input": {"n": 1}}
+    await journal.send(ToolStateChanged(**base, state="running"))
+    await journal.send(ToolStateChanged(**base, state="output-available", output=OUTPUT))
+    result = ToolResultBlock(tool_use_id="c1", content=OUTPUT)
+    await journal.send(ToolResults(message=tool_result_message([result])))
+    await journal.aclose()
+    return journal
+
+
+async def test_a_call_end_reads_back_as_it_was_published(store: Any) -> None:
+    """Snapshot, replay, ``drover show`` and export all read the log through ``events_after``:
+    the end's row comes back with its output, the event a live client saw."""
+    published: dict[int, dict[str, Any]] = {}
+    journal = await _tool_step(store, published)
+    records = await store.events_after(journal.session_id)
+    (end,) = [r for r in records if r.payload.get("state") == "output-available"]
+    assert end.payload == published[end.seq]
+    assert end.payload["output"] == OUTPUT and OUTPUT_OF not in end.payload
+    assert [r.seq for r in records] == sorted(published)
+
+
+async def test_the_output_is_stored_once_and_in_its_place(tmp_path: Path) -> None:
+    published: dict[int, dict[str, Any]] = {}
+    async with SqliteStore(tmp_path / "j.db") as store:
+        journal = await _tool_step(store, published)
+        records = await store.events_after(journal.session_id)
+    (end,) = [r for r in records if r.payload.get("state") == "output-available"]
+    # Key order too: a replayed frame is the live frame, byte for byte.
+    assert list(end.payload.items()) == list(published[end.seq].items())
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        logged = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events")]
+        (calls,) = conn.execute("SELECT COUNT(*) FROM tool_calls WHERE output = ?", (OUTPUT,))
+    finally:
+        conn.close()
+    (row,) = [p for p in logged if p.get("state") == "output-available"]
+    assert "output" not in row and row[OUTPUT_OF] == "c1"
+    assert not any(OUTPUT in json.dumps(p) for p in logged)  # no copy anywhere in the log
+    assert calls == (1,)
+
+
+async def test_an_end_the_call_did_not_take_carries_its_own_output(store: Any) -> None:
+    """A call that ended keeps its first end; a later end's row, which would refer to the
+    call's row, is logged with its own output instead."""
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("read"), "h:1:1", 30)
+    base: dict[str, Any] = {"turn_id": turn.id, "call_id": "c1", "call_index": 0, "name": "f"}
+    await store.write_batch([UpsertToolCall(**base, state="output-available", output="first")])
+    event = {"type": "tool_state", "call_id": "c1", "state": "output-error", OUTPUT_OF: "c1"}
+    row = AppendEvent(session.id, turn.id, event)
+    late = UpsertToolCall(**base, state="output-error", output="second", logged=row)
+    await store.write_batch([late])
+    (call,) = await store.tool_calls(turn.id)
+    assert (call.state, call.output) == ("output-available", "first")
+    (record,) = [r for r in await store.events_after(session.id) if r.type == "tool_state"]
+    assert record.payload == {
+        "type": "tool_state",
+        "call_id": "c1",
+        "state": "output-error",
+        "output": "second",
+    }
