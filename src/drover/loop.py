@@ -95,6 +95,7 @@ from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.sinks import EventSink
 from drover.toolrun import ToolBatch
+from drover.tools.base import FileImages
 from drover.tools.registry import ToolRegistry
 
 
@@ -122,6 +123,8 @@ class TurnOptions:
     deps: object = None
     #: The model the final answer must be JSON of (None: free text).
     output: OutputSchema[Any] | None = None
+    #: Records what a file held before a tool of the turn writes it (the runner's: the journal).
+    files: FileImages | None = None
 
 
 @dataclass(slots=True)
@@ -343,6 +346,7 @@ class AgentLoop:
                 sink=self.sink,
                 workdir=self.workdir,
                 deps=self.options.deps,
+                files=self.options.files,
                 may_start=lambda: not self.control.stopped,
                 scope=TurnScope(
                     loop=self,

@@ -27,7 +27,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from drover.events import (
     is_terminal,
     turn_status,
 )
+from drover.journal.file_images import TurnFiles
 from drover.journal.history import CallsConsulted, build_history
 from drover.journal.journal import Journal
 from drover.journal.owners import owner_id
@@ -77,9 +78,14 @@ class SplitHistory:
 
 
 async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
-    """Committed history up to the last completed turn; later turns' work is pending."""
+    """Committed history up to the last completed turn (not rewound); later turns' work is
+    pending."""
     loaded = await store.turns_with_messages(session_id)
-    last_done = max((i for i, (t, _) in enumerate(loaded) if t.status == "completed"), default=-1)
+    # A rewound completed turn does not count: the turns before it are as they were before it.
+    last_done = max(
+        (i for i, (t, _) in enumerate(loaded) if t.status == "completed" and not t.discarded),
+        default=-1,
+    )
     # Stored calls only answer for missing results: none needed, none loaded.
     consulted = CallsConsulted()
     split = SplitHistory(
@@ -292,6 +298,12 @@ class Runner:
         session.journal_mark = mark
         return session
 
+    async def reload(self, session: AgentSession) -> None:
+        """Take the session's history as the journal holds it now (after a rewind)."""
+        history = await load_history(self.store, session.id)
+        session.reload(history.committed, history.pending)
+        session.journal_mark = journal_mark(await self.store.last_turn(session.id))
+
     async def _refresh(self, session: AgentSession) -> None:
         """Bring the session up to date with the journal before a turn starts."""
         await self.recover(session.id)
@@ -457,6 +469,8 @@ class Runner:
             hold_messages=True,  # the Fanout shows what the journal holds back only later
         )
         sink = Fanout([journal], live=live)
+        # The turn's tools record what each file held before they write it (a rewind's).
+        options = replace(options or TurnOptions(), files=TurnFiles(self.store, turn.id))
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
             outcome = await session.execute(

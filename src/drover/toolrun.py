@@ -35,7 +35,7 @@ from drover.messages import ToolResultBlock, ToolUseBlock
 from drover.permissions import PermissionPolicy
 from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
-from drover.tools.base import Tool, ToolContext, ToolOutput
+from drover.tools.base import FileImages, Tool, ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import OutputBuffer
 
@@ -94,10 +94,11 @@ class ToolBatch:
         deps: object = None,
         may_start: Callable[[], bool] = lambda: True,
         scope: object | None = None,
+        files: FileImages | None = None,
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
-        stopped) and the call ends as never run. ``deps`` and ``scope`` reach each tool in its
-        :class:`~drover.tools.base.ToolContext`."""
+        stopped) and the call ends as never run. ``deps``, ``scope`` and ``files`` reach each
+        tool in its :class:`~drover.tools.base.ToolContext`."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
         ]
@@ -108,6 +109,7 @@ class ToolBatch:
         self._may_start = may_start
         self._scope = scope
         self._deps = deps
+        self._files = files
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -269,6 +271,7 @@ class ToolBatch:
             call_index=slot.index,
             scope=self._scope,
             deps=self._deps,
+            files=self._files,
         )
         if not self._may_start():
             raise asyncio.CancelledError()
