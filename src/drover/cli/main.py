@@ -30,6 +30,7 @@ SUBCOMMANDS = (
     "show",
     "rename",
     "rm",
+    "fork",
     "export",
     "serve",
     "fake-llm",
@@ -43,6 +44,7 @@ DESCRIPTIONS = {
     "show": "Show everything the journal holds of a session: turns, messages, tool calls.",
     "rename": "Give a session a title (later turns keep it).",
     "rm": "Delete a session and everything it holds (asks first unless --yes).",
+    "fork": "Copy a session's history up to a turn into a new session (the source is kept).",
     "export": "Write a session out as Markdown or JSON Lines, on stdout.",
     "serve": "Serve the HTTP API, its event streams and the web page.",
     "fake-llm": "Run drover's scripted fake LLM server (for tests and demos).",
@@ -211,6 +213,15 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
         parser.add_argument(
             "-y", "--yes", action="store_true", help="delete without asking for confirmation"
+        )
+        _db_option(parser)
+    elif name == "fork":
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        parser.add_argument(
+            "--turn",
+            metavar="T",
+            help="the last turn to copy: its number in the session (1, 2, …) or its id, or "
+            "any unique start of it (default: every turn not running)",
         )
         _db_option(parser)
     elif name == "export":
@@ -406,6 +417,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.manage import remove_session
 
         return remove_session(args)
+    if name == "fork":
+        from drover.cli.manage import fork_session
+
+        return fork_session(args)
     import asyncio
 
     if name == "demo":
