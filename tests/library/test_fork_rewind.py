@@ -206,3 +206,44 @@ async def test_fork_then_diverge(tmp_path: Path) -> None:
         ]
         with pytest.raises(DroverError, match="no turn"):
             await agent.fork(source.id, turn_id="nope")
+
+
+async def test_rewinding_a_completed_turn_makes_the_work_before_it_pending_again(
+    tmp_path: Path,
+) -> None:
+    provider = ScriptedProvider(
+        [
+            Reply(text="a"),
+            Reply(calls=[call("write_file", path="x.txt", content="x")]),  # then the limit
+            Reply(text="c"),
+        ]
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    agent = Agent(
+        provider,
+        tools=[write_file],
+        store=str(tmp_path / "journal.db"),
+        workdir=work,
+        config=Config(),
+        permission_mode="allow",
+        max_turns=1,
+    )
+    async with agent:
+        session = await agent.session()
+        await session.run("one")
+        second = await session.run("two")
+        assert second.status == "incomplete"
+        third = await session.run("three")
+        assert third.completed and session.pending == ()
+
+        await session.rewind(third.turn_id, files=False)
+        # Turn two's unfinished work is pending again, and can be dropped.
+        assert [m.role for m in session.pending] == ["user", "assistant", "user"]
+        assert await session.discard() == 3
+        turns = await agent.store.turns(session.id)
+        assert [(t.discarded, t.rewound) for t in turns] == [
+            (False, False),
+            (True, False),
+            (True, True),
+        ]
