@@ -4,6 +4,7 @@ outside change, and a fork that the REPL goes on in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from drover.testing.server import FakeLLMServer
 
-from .helpers import Terminal, base_args, clean_env
+from .helpers import Terminal, base_args, clean_env, run_drover
 from .test_repl_tui import PROMPT, open_repl, screens  # noqa: F401 (a fixture)
 from .tmux_screen import Screen, tmux_available
 
@@ -91,10 +92,13 @@ def test_line_mode_rewinds_after_showing_the_diff_and_forks(
     fake_llm.script({"text": "In the fork."})
     term.type("/fork 1")
     term.expect("forked session ")
+    fork_id = term.expect(" from s1").split()[0]
     term.expect("now in the fork")
     term.type("diverge")
     term.expect("In the fork.")
     term.expect("› ")
+    term.type("/session")
+    term.expect(fork_id)
     sent = str(fake_llm.requests[-1].body)
     assert "create the notes" in sent and "change the notes" not in sent
     assert term.close() == 0
@@ -117,5 +121,14 @@ def test_full_repl_shows_the_diff_then_rewinds(
     screen.type("y")
     screen.wait_for(PROMPT, after="marked rewound")
     assert (tmp_path / "notes.txt").read_text() == "v1\n"
+    fake_llm.script({"text": "In the fork."})
+    screen.type("/fork")
+    screen.wait_for(PROMPT, after="(the source stays")
+    screen.type("diverge")
+    screen.wait_for(PROMPT, after="In the fork.")
     screen.keys("C-d")
     assert screen.exit_status() == 0
+    listed = run_drover(["sessions", "--json", "--db", str(tmp_path / "journal.db")])
+    turns = {row["id"]: row["turns"] for row in json.loads(listed.stdout)}
+    assert turns.pop("s2") == 2  # the source: its two turns (one rewound), nothing after
+    assert list(turns.values()) == [3]  # the fork: a copy of both, and its own
