@@ -11,9 +11,10 @@ import pytest
 from drover import Agent
 from drover.config import Config
 from drover.control import RewindConflict
-from drover.errors import DroverError
-from drover.journal.file_images import MAX_IMAGE_BYTES
+from drover.errors import DroverError, ToolError
+from drover.journal.file_images import MAX_IMAGE_BYTES, TurnFiles
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
+from drover.tools.base import ToolContext
 from drover.tools.builtin.files import edit_file, read_file, write_file
 
 ORIGINAL = b"keep me\r\nline two\n\xe2\x82\xac\n"
@@ -247,3 +248,65 @@ async def test_rewinding_a_completed_turn_makes_the_work_before_it_pending_again
             (True, False),
             (True, True),
         ]
+
+
+async def test_a_write_recorded_but_never_made_is_left_alone(tmp_path: Path) -> None:
+    """The record of a write comes first: when the write then fails (here: the file has a second
+    hard link), a rewind finds the file as it was and leaves it."""
+    provider = ScriptedProvider(
+        [
+            Reply(calls=[call("write_file", path="linked.txt", content="new")]),
+            Reply(calls=[call("write_file", path="plain.txt", content="new")]),
+            Reply(text="done"),
+        ]
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "linked.txt").write_bytes(b"old")
+    (work / "other-name.txt").hardlink_to(work / "linked.txt")
+    async with agent_for(provider, tmp_path) as agent:
+        result = await agent.run("write both")
+        assert (work / "linked.txt").read_bytes() == b"old"  # refused: two links
+        plan = await agent.plan_rewind(result.session_id, result.turn_id)
+        assert {f.shown: f.action for f in plan.files} == {
+            "linked.txt": "unchanged",
+            "plain.txt": "delete",
+        }
+        done = await agent.rewind(result.session_id, result.turn_id)
+        assert done.restored == ("plain.txt",)
+        assert (work / "linked.txt").read_bytes() == b"old"
+
+
+async def test_a_rewind_cut_off_after_the_files_is_finished_by_running_it_again(
+    tmp_path: Path,
+) -> None:
+    provider = ScriptedProvider(three_turns()[:5])
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "orig.txt").write_bytes(ORIGINAL)
+    async with agent_for(provider, tmp_path) as agent:
+        session = await agent.session()
+        await session.run("one")
+        second = await session.run("two")
+        # What a rewind cut off between the files and the journal leaves: files back, turns not.
+        (work / "notes.txt").write_bytes(b"first\n")
+        (work / "orig.txt").write_bytes(ORIGINAL)
+        (work / "sub/new.txt").unlink()
+        result = await session.rewind(second.turn_id)
+        assert result.rewound == (second.turn_id,) and result.restored == ()
+        assert (work / "notes.txt").read_bytes() == b"first\n"
+
+
+async def test_no_record_no_write(tmp_path: Path) -> None:
+    """When the journal cannot record the content before (the turn is no longer running), the
+    tool does not write."""
+    store_path = str(tmp_path / "journal.db")
+    async with Agent(
+        ScriptedProvider([Reply(text="hi")]), store=store_path, config=Config()
+    ) as agent:
+        result = await agent.run("hello")
+        files = TurnFiles(agent.store, result.turn_id)
+        ctx = ToolContext(workdir=tmp_path, call_id="c1", files=files)
+        with pytest.raises(ToolError, match="was not written: the journal could not keep"):
+            await write_file.run({"path": "f.txt", "content": "x"}, ctx)
+    assert not (tmp_path / "f.txt").exists()
