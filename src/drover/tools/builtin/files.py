@@ -172,6 +172,9 @@ async def _keep_before(ctx: ToolContext, path: Path, shown: str, after: bytes) -
     if ctx.files is None:
         return ""
     before = await asyncio.to_thread(read_bytes, path)
+    if before is None and os.path.lexists(path):
+        # Not a regular file: the write refuses it (or it is a pipe, with nothing to put back).
+        return ""
     note = await ctx.files.before_write(ctx.call_id, path, shown, before, after)
     return "" if note is None else f"\n{note}"
 
