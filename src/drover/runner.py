@@ -57,7 +57,7 @@ from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
-from drover.session import AgentSession, TurnOutcome
+from drover.session import AgentSession, JournalMark, TurnOutcome
 from drover.sinks import EventSink, Fanout
 from drover.tools.registry import ToolRegistry
 
@@ -101,9 +101,10 @@ async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     )
 
 
-def journal_mark(turn: TurnRecord | None) -> tuple[str, str, bool] | None:
-    """What a session's last turn looks like; a session whose mark changed must be reloaded."""
-    return None if turn is None else (turn.id, turn.status, turn.discarded)
+def journal_mark(turn: TurnRecord | None) -> JournalMark | None:
+    """What a session's last turn looks like; a session whose mark changed must be reloaded
+    (every rewind stamps the last turn's ``rewound_at``)."""
+    return None if turn is None else (turn.id, turn.status, turn.discarded, turn.rewound_at)
 
 
 @dataclass(eq=False)
@@ -487,7 +488,7 @@ class Runner:
             end = running.end
             recorded = journal.ended and journal.failure is None
             session.journal_mark = (
-                (turn.id, turn_status(end), False) if recorded and end is not None else None
+                (turn.id, turn_status(end), False, None) if recorded and end is not None else None
             )
         if journal.failure is not None and outcome.event.type == "done" and not journal.ended:
             # The turn finished, but the journal could not record that it did.

@@ -261,6 +261,7 @@ def test_help_describes_the_session_commands() -> None:
         "rm": ["--yes", "asks first"],
         "export": ["markdown", "jsonl"],
         "show": ["any unique start"],
+        "fork": ["--turn", "its number in the session"],
     }.items():
         result = run_drover([name, "--help"])
         assert result.returncode == 0, result.stderr

@@ -310,3 +310,21 @@ async def test_no_record_no_write(tmp_path: Path) -> None:
         with pytest.raises(ToolError, match="was not written: the journal could not keep"):
             await write_file.run({"path": "f.txt", "content": "x"}, ctx)
     assert not (tmp_path / "f.txt").exists()
+
+
+async def test_another_agent_holding_the_session_sees_each_rewind(tmp_path: Path) -> None:
+    """A process that opened the session before a rewind goes on from the rewound history,
+    also after a second rewind (of an earlier turn) that leaves the last turn's flags alone."""
+    provider = ScriptedProvider([Reply(text=n) for n in ("a", "b", "c", "d")])
+    async with agent_for(provider, tmp_path) as first:
+        session = await first.session()
+        one = await session.run("one")
+        two = await session.run("two")
+        three = await session.run("three")
+        await session.rewind(three.turn_id, files=False)
+        async with agent_for(provider, tmp_path) as other:
+            held = await other.session(session.id)  # opened after the first rewind
+            await session.rewind(two.turn_id, files=False)
+            await held.run("four")
+    assert one.completed
+    assert user_texts(provider, 3) == ["one", "four"]

@@ -56,7 +56,8 @@ class TurnRecord:
     created_at: float
     updated_at: float
     ended_at: float | None
-    #: When a rewind undid this turn (it is then discarded too: history skips it).
+    #: When a rewind undid this turn (it is then discarded too: history skips it); the
+    #: session's last turn carries the time of the latest rewind.
     rewound_at: float | None = None
 
     @property

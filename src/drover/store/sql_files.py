@@ -230,6 +230,15 @@ def rewind_turns(
         session_id,
         seq,
     )
+    # The session's last turn carries the time of the latest rewind (a process holding the
+    # session reloads it when its last turn's mark changed).
+    yield from execute(
+        "UPDATE turns SET rewound_at = ? WHERE session_id = ? AND seq = "
+        "(SELECT MAX(seq) FROM turns WHERE session_id = ?)",
+        now,
+        session_id,
+        session_id,
+    )
     for image_turn, image_seq in restored:
         yield from execute(
             "UPDATE file_images SET restored_at = ? WHERE turn_id = ? AND seq = ? "

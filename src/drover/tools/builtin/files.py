@@ -166,14 +166,21 @@ def _edited(path: Path, shown: str, old_string: str, new_string: str) -> tuple[s
     return text, text.replace(old_string, new_string, 1)
 
 
+def _before(path: Path) -> tuple[bool, bytes | None]:
+    """Whether a write of ``path`` can be recorded, and what it holds (None: no file). A path
+    that is not a regular file cannot: the write refuses it (or it is a pipe, with nothing to
+    put back)."""
+    data = read_bytes(path)
+    return data is not None or not os.path.lexists(path), data
+
+
 async def _keep_before(ctx: ToolContext, path: Path, shown: str, after: bytes) -> str:
     """Record what ``path`` holds before the call writes ``after`` (see ``ctx.files``); the
     note to add to the result ("" for none)."""
     if ctx.files is None:
         return ""
-    before = await asyncio.to_thread(read_bytes, path)
-    if before is None and os.path.lexists(path):
-        # Not a regular file: the write refuses it (or it is a pipe, with nothing to put back).
+    recordable, before = await asyncio.to_thread(_before, path)
+    if not recordable:
         return ""
     note = await ctx.files.before_write(ctx.call_id, path, shown, before, after)
     return "" if note is None else f"\n{note}"
