@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "stream": 5,
     "resources": 5,
     "agent": 5,
+    "control": 5,
     # front doors, what several server processes share, and the test kit
     "cli": 6,
     "server": 6,

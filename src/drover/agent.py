@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from drover.config import Config
 from drover.config_tables import HookSpec
+from drover.control import RewindPlan, RewindResult, apply_rewind, plan_rewind
 from drover.conversation import ConversationManager
 from drover.errors import DroverError, SessionBusyError
 from drover.handle import Session
@@ -362,6 +363,47 @@ class Agent(Generic[OutputT]):
         opened.sessions.pop(session_id, None)
         opened.models.pop(session_id, None)
         return deleted
+
+    async def fork(
+        self, session_id: str, *, turn_id: str | None = None, owner: str | None = None
+    ) -> Session[OutputT]:
+        """A new session whose history is ``session_id``'s up to and including ``turn_id``
+        (None: every turn not running), owned by ``owner``; its record names the source
+        (``forked_from``, ``forked_turn``). The source is left as it was."""
+        opened = await self._resources()
+        record = await opened.store.fork_session(session_id, turn_id=turn_id, owner=owner)
+        return await self.session(record.id)
+
+    async def plan_rewind(self, session_id: str, turn_id: str) -> RewindPlan:
+        """What :meth:`rewind` of ``turn_id`` would do (files, diff, what cannot be undone)."""
+        opened = await self._resources()
+        await self._idle(opened, session_id)
+        return await plan_rewind(opened.store, session_id, turn_id)
+
+    async def rewind(
+        self, session_id: str, turn_id: str, *, files: bool = True, force: bool = False
+    ) -> RewindResult:
+        """Undo ``turn_id`` and every later turn of the session (see :mod:`drover.control`):
+        the conversation goes on from before it and, with ``files``, the files its tools wrote
+        are put back — refused with :class:`~drover.control.RewindConflict` when one changed
+        outside drover since, unless ``force``. Refused with
+        :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
+        opened = await self._resources()
+        await self._idle(opened, session_id)
+        plan = await plan_rewind(opened.store, session_id, turn_id)
+        result = await apply_rewind(opened.store, plan, files=files, force=force)
+        kept = opened.sessions.get(session_id)
+        if kept is not None:
+            await opened.runner.reload(kept.engine)
+        return result
+
+    async def _idle(self, opened: Resources, session_id: str) -> None:
+        """Raise :class:`~drover.errors.SessionBusyError` when a turn of the session runs in
+        this process; recover one a dead process left running."""
+        running = opened.runner.running(session_id)
+        if running is not None:
+            raise SessionBusyError(session_id, running.turn_id or "")
+        await opened.store.recover_orphans(session_id=session_id)
 
     def _forget_idle(self, opened: Resources) -> None:
         """Keep at most :data:`MAX_SESSIONS` handles; a session with a turn running stays."""

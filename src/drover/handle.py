@@ -40,6 +40,7 @@ from drover.session import AgentSession
 from drover.sinks import EventSink
 
 if TYPE_CHECKING:
+    from drover.control import RewindResult
     from drover.stream import TurnStream
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,14 @@ class SessionOwner(Protocol):
     def store(self) -> Store: ...
 
     async def switch_model(self, session: Session[Any], model: str) -> None: ...
+
+    async def fork(
+        self, session_id: str, *, turn_id: str | None = None, owner: str | None = None
+    ) -> Session[Any]: ...
+
+    async def rewind(
+        self, session_id: str, turn_id: str, *, files: bool = True, force: bool = False
+    ) -> RewindResult: ...
 
     def model_of(self, session: Session[Any]) -> str: ...
 
@@ -261,6 +270,18 @@ class Session(Generic[OutputT]):
         dropped = len(self.engine.pending)
         await self._agent.runner.discard_pending(self.engine)
         return dropped
+
+    async def fork(self, turn_id: str | None = None) -> Session[OutputT]:
+        """A new session whose history is this one's up to and including ``turn_id`` (None:
+        all of it); see :meth:`drover.agent.Agent.fork`."""
+        return await self._agent.fork(self.id, turn_id=turn_id, owner=self.record.owner)
+
+    async def rewind(
+        self, turn_id: str, *, files: bool = True, force: bool = False
+    ) -> RewindResult:
+        """Undo ``turn_id`` and every later turn (and, with ``files``, what they wrote to
+        files); see :meth:`drover.agent.Agent.rewind`."""
+        return await self._agent.rewind(self.id, turn_id, files=files, force=force)
 
     async def grants(self) -> list[GrantRecord]:
         """What the user allowed "always" in this session (kept in the journal)."""

@@ -96,6 +96,7 @@ from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.sinks import EventSink
 from drover.toolrun import ToolBatch
+from drover.tools.base import FileImages
 from drover.tools.registry import ToolRegistry
 
 
@@ -123,6 +124,8 @@ class TurnOptions:
     deps: object = None
     #: The model the final answer must be JSON of (None: free text).
     output: OutputSchema[Any] | None = None
+    #: Records what a file held before a tool of the turn writes it (the runner's: the journal).
+    files: FileImages | None = None
 
 
 @dataclass(slots=True)
@@ -347,6 +350,7 @@ class AgentLoop:
                 sink=self.sink,
                 workdir=self.workdir,
                 deps=self.options.deps,
+                files=self.options.files,
                 may_start=lambda: not self.control.stopped,
                 hooks=self.hooks,
                 ids=(self.session_id, self.turn_id),

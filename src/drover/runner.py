@@ -31,7 +31,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from drover.events import (
     is_terminal,
     turn_status,
 )
+from drover.journal.file_images import TurnFiles
 from drover.journal.history import CallsConsulted, build_history
 from drover.journal.journal import Journal
 from drover.journal.owners import owner_id
@@ -60,7 +61,7 @@ from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Prompt, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
-from drover.session import AgentSession, TurnOutcome
+from drover.session import AgentSession, JournalMark, TurnOutcome
 from drover.sinks import EventSink, Fanout
 from drover.telemetry.logs import TURN_LOG, TurnLog
 from drover.telemetry.setup import Telemetry
@@ -84,9 +85,14 @@ class SplitHistory:
 
 
 async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
-    """Committed history up to the last completed turn; later turns' work is pending."""
+    """Committed history up to the last completed turn (not rewound); later turns' work is
+    pending."""
     loaded = await store.turns_with_messages(session_id)
-    last_done = max((i for i, (t, _) in enumerate(loaded) if t.status == "completed"), default=-1)
+    # A rewound completed turn does not count: the turns before it are as they were before it.
+    last_done = max(
+        (i for i, (t, _) in enumerate(loaded) if t.status == "completed" and not t.discarded),
+        default=-1,
+    )
     # Stored calls only answer for missing results: none needed, none loaded.
     consulted = CallsConsulted()
     split = SplitHistory(
@@ -102,9 +108,10 @@ async def load_history(store: SessionStore, session_id: str) -> SplitHistory:
     )
 
 
-def journal_mark(turn: TurnRecord | None) -> tuple[str, str, bool] | None:
-    """What a session's last turn looks like; a session whose mark changed must be reloaded."""
-    return None if turn is None else (turn.id, turn.status, turn.discarded)
+def journal_mark(turn: TurnRecord | None) -> JournalMark | None:
+    """What a session's last turn looks like; a session whose mark changed must be reloaded
+    (every rewind stamps the last turn's ``rewound_at``)."""
+    return None if turn is None else (turn.id, turn.status, turn.discarded, turn.rewound_at)
 
 
 @dataclass(eq=False)
@@ -311,6 +318,12 @@ class Runner:
         session.journal_mark = mark
         return session
 
+    async def reload(self, session: AgentSession) -> None:
+        """Take the session's history as the journal holds it now (after a rewind)."""
+        history = await load_history(self.store, session.id)
+        session.reload(history.committed, history.pending)
+        session.journal_mark = journal_mark(await self.store.last_turn(session.id))
+
     async def _refresh(self, session: AgentSession) -> None:
         """Bring the session up to date with the journal before a turn starts."""
         await self.recover(session.id)
@@ -492,6 +505,8 @@ class Runner:
             on_commit=self._on_commit,
         )
         sink = Fanout([journal], live=live)
+        # The turn's tools record what each file held before they write it (a rewind's).
+        options = replace(options or TurnOptions(), files=TurnFiles(self.store, turn.id))
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
             outcome = await session.execute(
@@ -510,7 +525,7 @@ class Runner:
             end = running.end
             recorded = journal.ended and journal.failure is None
             session.journal_mark = (
-                (turn.id, turn_status(end), False) if recorded and end is not None else None
+                (turn.id, turn_status(end), False, None) if recorded and end is not None else None
             )
         if journal.failure is not None and outcome.event.type == "done" and not journal.ended:
             # The turn finished, but the journal could not record that it did.

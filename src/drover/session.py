@@ -53,6 +53,10 @@ def resume_message(pending: Sequence[Message]) -> Message | None:
     return None
 
 
+#: A session's last turn as the journal held it: id, status, discarded, rewound at.
+JournalMark = tuple[str, str, bool, float | None]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedTurn:
     prefix: list[Message]
@@ -97,7 +101,7 @@ class AgentSession:
         self.hooks = hooks
         #: How the journal's last turn of the session looked when this view was made (the
         #: runner reloads the view when the journal moved on; None: unknown, reload).
-        self.journal_mark: tuple[str, str, bool] | None = None
+        self.journal_mark: JournalMark | None = None
 
     # -- pending work --------------------------------------------------------------------------
 

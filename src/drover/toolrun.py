@@ -40,7 +40,7 @@ from drover.permissions import PermissionPolicy
 from drover.rules import always_rule
 from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
-from drover.tools.base import Tool, ToolContext, ToolOutput
+from drover.tools.base import FileImages, Tool, ToolContext, ToolOutput
 from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import OutputBuffer
 
@@ -102,10 +102,11 @@ class ToolBatch:
         scope: object | None = None,
         hooks: Hooks | None = None,
         ids: tuple[str, str] = ("", ""),
+        files: FileImages | None = None,
     ) -> None:
         """``may_start`` is asked right before each tool starts: False (the turn is being
-        stopped) and the call ends as never run. ``deps`` and ``scope`` reach each tool in its
-        :class:`~drover.tools.base.ToolContext`. ``hooks`` run around each call
+        stopped) and the call ends as never run. ``deps``, ``scope`` and ``files`` reach each tool
+        in its :class:`~drover.tools.base.ToolContext`. ``hooks`` run around each call
         (:mod:`drover.hooks`); ``ids`` are the session's and the turn's, which they are told."""
         self.slots = [
             CallSlot(index=i, call=call, tool=tools.get(call.name)) for i, call in enumerate(calls)
@@ -119,6 +120,7 @@ class ToolBatch:
         self._deps = deps
         self._hooks = hooks
         self._ids = ids
+        self._files = files
 
     def results(self) -> list[ToolResultBlock]:
         """One result per call, in call order (interrupted ones included)."""
@@ -293,6 +295,7 @@ class ToolBatch:
             call_index=slot.index,
             scope=self._scope,
             deps=self._deps,
+            files=self._files,
         )
         if not self._may_start():
             raise asyncio.CancelledError()

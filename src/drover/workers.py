@@ -398,7 +398,7 @@ class Coordinator:
             workdir=parent.workdir,
             settings=replace(parent.settings, max_turns=self.settings.max_turns),
             control=TurnControl(),
-            options=TurnOptions(deps=parent.options.deps),
+            options=TurnOptions(deps=parent.options.deps, files=parent.options.files),
             hooks=parent.hooks,
         )
         started = TurnStarted(

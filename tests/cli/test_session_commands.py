@@ -261,6 +261,7 @@ def test_help_describes_the_session_commands() -> None:
         "rm": ["--yes", "asks first"],
         "export": ["markdown", "jsonl"],
         "show": ["any unique start"],
+        "fork": ["--turn", "its number in the session"],
     }.items():
         result = run_drover([name, "--help"])
         assert result.returncode == 0, result.stderr
@@ -269,3 +270,31 @@ def test_help_describes_the_session_commands() -> None:
             assert word in flat, (name, word, result.stdout)
     top = " ".join(run_drover(["--help"]).stdout.split())
     assert "rename, rm, export" in top and "6-31 hex digits" in top
+
+
+def test_fork_copies_a_session_up_to_a_turn_then_the_copy_diverges(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script({"text": "One."}, {"text": "Two."}, {"text": "In the fork."})
+    base = base_args(fake_llm, tmp_path)
+    run_json(["-p", "first", "--session", A, *base])
+    run_json(["-p", "second", "--session", A, *base])
+
+    forked = run_drover(["fork", A[:8], "--turn", "1", *db_args(tmp_path)])
+    assert forked.returncode == 0, forked.stderr
+    assert forked.stdout.startswith("forked session ") and "(1 turn)" in forked.stdout
+    fork_id = forked.stdout.split()[2]
+    shown = json.loads(run_drover(["show", fork_id, "--json", *db_args(tmp_path)]).stdout)
+    assert [t["user_message"]["content"][0]["text"] for t in shown["turns"]] == ["first"]
+
+    run_json(["-p", "third", "--session", fork_id, *base])
+    sent = json.dumps(fake_llm.requests[-1].body)
+    assert "first" in sent and "second" not in sent
+
+    for args, message in [
+        (["fork", A, "--turn", "9"], "no turn '9'"),
+        (["fork", "nosuch"], "no session"),
+    ]:
+        refused = run_drover([*args, *db_args(tmp_path)])
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr

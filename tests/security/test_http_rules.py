@@ -72,6 +72,7 @@ def _body_routes(sid: str) -> list[tuple[str, str, dict[str, Any]]]:
         "model": "drover",
         "input": "go",
         "background": True,
+        "turn_id": "t1",
     }
     out = []
     for path, operations in openapi.schema()["paths"].items():
@@ -83,7 +84,7 @@ def _body_routes(sid: str) -> list[tuple[str, str, dict[str, Any]]]:
             where = path.replace("{session_id}", sid).replace("{request_id}", "r1")
             where = where.replace("{response_id}", "resp_1")
             out.append((method.upper(), where, body))
-    assert sorted(method for method, _, _ in out) == ["PATCH", *["POST"] * 7]
+    assert sorted(method for method, _, _ in out) == ["PATCH", *["POST"] * 9]
     return out
 
 

@@ -33,6 +33,7 @@ SUBCOMMANDS = (
     "rm",
     "export",
     "gc",
+    "fork",
     "serve",
     "fake-llm",
     "models",
@@ -46,6 +47,7 @@ DESCRIPTIONS = {
     "show": "Show everything the journal holds of a session: turns, messages, tool calls.",
     "rename": "Give a session a title (later turns keep it).",
     "rm": "Delete a session and everything it holds (asks first unless --yes).",
+    "fork": "Copy a session's history up to a turn into a new session (the source is kept).",
     "export": "Write a session out as Markdown or JSON Lines, on stdout.",
     "gc": "Prune old sessions from the journal and return the space (serve: [retention]).",
     "serve": "Serve the HTTP API, its event streams and the web page.",
@@ -331,6 +333,15 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "-y", "--yes", action="store_true", help="delete without asking for confirmation"
         )
         _db_option(parser)
+    elif name == "fork":
+        parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
+        parser.add_argument(
+            "--turn",
+            metavar="T",
+            help="the last turn to copy: its number in the session (1, 2, …) or its id, or "
+            "any unique start of it (default: every turn not running)",
+        )
+        _db_option(parser)
     elif name == "export":
         parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
         parser.add_argument(
@@ -563,6 +574,10 @@ def _run_subcommand(name: str, args: argparse.Namespace) -> int:
         from drover.cli.gc import run_gc
 
         return run_gc(args)
+    if name == "fork":
+        from drover.cli.manage import fork_session
+
+        return fork_session(args)
     import asyncio
 
     if name == "demo":

@@ -1,5 +1,6 @@
-"""The journal's commands that change it: ``drover rename ID TITLE`` and ``drover rm ID
-[--yes]``. ID may be any unique start of a session's id (:mod:`drover.cli.session_ids`).
+"""The journal's commands that change it: ``drover rename ID TITLE``, ``drover rm ID
+[--yes]`` and ``drover fork ID [--turn T]``. ID may be any unique start of a session's id
+(:mod:`drover.cli.session_ids`), T a turn's number in the session or (the start of) its id.
 
 ``rm`` asks first (on stderr, the answer read from stdin: ``y`` deletes, anything else or no
 answer keeps it) unless ``--yes``; a session whose turn is running in a live process is
@@ -12,7 +13,7 @@ import argparse
 import sys
 
 from drover.cli.admin import on_journal
-from drover.cli.session_ids import resolve_session
+from drover.cli.session_ids import resolve_session, resolve_turn
 from drover.errors import DroverError
 from drover.journal.protocol import Store
 from drover.journal.rules import user_title
@@ -71,4 +72,25 @@ def remove_session(args: argparse.Namespace) -> int:
         return 1
     on_journal(args.db, lambda store: _delete(store, session_id))
     print(f"deleted {described}")
+    return 0
+
+
+def fork_session(args: argparse.Namespace) -> int:
+    """``drover fork ID [--turn T]``: a new session with ID's history up to and including turn
+    T (default: every turn not running); prints how to go on in it."""
+
+    async def fork(store: Store) -> tuple[str, str, int]:
+        async with store:
+            source = await resolve_session(store, args.session_id)
+            turn_id = None
+            if args.turn is not None:
+                turn_id = (await resolve_turn(store, source, args.turn)).id
+            record = await store.fork_session(source, turn_id=turn_id)
+            return source, record.id, len(await store.turns(record.id))
+
+    source, forked, count = on_journal(args.db, fork)
+    turns = f"{count} turn{'' if count == 1 else 's'}"
+    print(
+        f"forked session {forked} from {source} ({turns}); go on in it: drover --session {forked}"
+    )
     return 0

@@ -25,7 +25,7 @@ import re
 
 from drover.errors import DroverError
 from drover.journal.protocol import SessionStore
-from drover.journal.records import SessionRecord
+from drover.journal.records import SessionRecord, TurnRecord
 
 _VALID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SHORTENED = re.compile(r"[0-9a-f]{6,31}")
@@ -84,3 +84,22 @@ async def resolve_session(store: SessionStore, text: str, *, may_create: bool = 
             f"e.g. {text}-new)"
         )
     return text
+
+
+async def resolve_turn(store: SessionStore, session_id: str, text: str) -> TurnRecord:
+    """The turn of the session that ``text`` names: its number in the session (``3``), or its
+    id or any unique start of it; a :class:`DroverError` that says what was meant otherwise."""
+    turns = await store.turns(session_id)
+    if text.isascii() and text.isdigit():
+        found = [t for t in turns if t.seq == int(text)]
+    else:
+        found = [t for t in turns if t.id == text] or [t for t in turns if t.id.startswith(text)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise DroverError(
+            f"no turn {text!r} in session {session_id} (give its number, 1-{len(turns)}, or its id)"
+            if turns
+            else f"session {session_id} has no turns yet"
+        )
+    raise DroverError(f"{text!r} starts the ids of {len(found)} turns; give more of it")

@@ -24,6 +24,7 @@ from typing import Any, Protocol, Self
 from drover.journal.records import (
     Delivery,
     EventRecord,
+    FileImageRecord,
     GrantRecord,
     PruneBatch,
     SessionRecord,
@@ -282,6 +283,40 @@ class WebhookOutbox(Protocol):
         ...
 
 
+class SessionControl(Protocol):
+    """Forks and rewinds: a session copied up to a turn, and turns undone with the files their
+    tools wrote (whose content before each write the journal keeps, see
+    :class:`~drover.journal.writes.KeepFileImage`)."""
+
+    async def fork_session(
+        self, source_id: str, *, turn_id: str | None = None, owner: str | None = None
+    ) -> SessionRecord:
+        """A new session (owned by ``owner``) whose turns are copies of ``source_id``'s up to
+        and including ``turn_id`` (None: every turn not running), with their messages, tool
+        calls and file images; its event log starts empty. The new session records the source
+        and the last turn copied. ``StoreError`` for an unknown session or turn,
+        :class:`~drover.errors.SessionBusyError` when ``turn_id`` is still running."""
+        ...
+
+    async def file_images(self, session_id: str, from_seq: int) -> list[FileImageRecord]:
+        """The file writes of the session's turns numbered ``from_seq`` or later (rewound ones
+        included), in order."""
+        ...
+
+    async def file_blob(self, digest: str) -> bytes | None:
+        """The content kept under a SHA-256 hex digest (None: none)."""
+        ...
+
+    async def rewind_turns(
+        self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
+    ) -> list[str]:
+        """Mark ``turn_id`` and every later turn of the session rewound (and discarded:
+        history skips them), and the file images ``restored`` (``(turn_id, seq)``) put back,
+        in one transaction; the ids of the turns newly rewound. Refused with
+        :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
+        ...
+
+
 class Store(
     SessionStore,
     PermissionGrants,
@@ -290,6 +325,7 @@ class Store(
     EventLog,
     Retention,
     WebhookOutbox,
+    SessionControl,
     Protocol,
 ):
     """The durable record of sessions, turns, messages, tool calls and events.

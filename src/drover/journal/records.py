@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from drover.events import ToolState, TurnStatus
 from drover.messages import Message, Usage
@@ -29,6 +29,10 @@ class SessionRecord:
     title: str | None
     #: Who the session belongs to (the server's hash of a client token), or None.
     owner: str | None = None
+    #: For a fork: the session its history was copied from, and the last turn copied (None:
+    #: the source had no turn yet).
+    forked_from: str | None = None
+    forked_turn: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +56,13 @@ class TurnRecord:
     created_at: float
     updated_at: float
     ended_at: float | None
+    #: When a rewind undid this turn (it is then discarded too: history skips it); the
+    #: session's last turn carries the time of the latest rewind.
+    rewound_at: float | None = None
+
+    @property
+    def rewound(self) -> bool:
+        return self.rewound_at is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +119,29 @@ class EventRecord:
     @property
     def end_seq(self) -> int:
         return max(self.seq, self.last_seq)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileImageRecord:
+    """One file write of a tool, as a rewind needs it: what the file held before and the hash
+    of what the tool wrote."""
+
+    turn_id: str
+    #: The turn's position in its session and the write's position in the turn.
+    turn_seq: int
+    seq: int
+    call_id: str
+    #: The file's absolute path, and as the tool showed it (relative to the working directory).
+    path: str
+    shown: str
+    #: ``kept`` (the content is in the journal), ``absent`` (the tool created the file) or
+    #: ``too_large`` (over the cap: not kept, not restorable).
+    before: Literal["kept", "absent", "too_large"]
+    before_hash: str | None
+    before_size: int | None
+    after_hash: str
+    #: When a rewind put the content before back (None: the write is still on disk).
+    restored_at: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

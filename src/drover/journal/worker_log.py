@@ -34,6 +34,7 @@ from drover.journal.writes import (
     DiscardPartialText,
     EndTurn,
     JournalWrite,
+    KeepFileImage,
     ReplaceMessage,
     UpsertToolCall,
     with_message,
@@ -108,6 +109,8 @@ class WorkerLog(TurnJournal):
                 # No message is stored to replace; a retry's event tells a reader to drop the
                 # step's text.
                 return None, []
+            case KeepFileImage():
+                return write  # a file a worker writes is the parent turn's to undo
             case EndTurn():
                 # A worker's journal logs its end as an event (the parent's turn goes on).
                 raise TypeError("a worker does not end its parent's turn")

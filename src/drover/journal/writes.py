@@ -150,6 +150,23 @@ class EndTurn:
     first_seq: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeepFileImage:
+    """Record that a tool of the turn is about to write the file ``path`` (``shown``: as the
+    tool shows it): what it held before — ``before`` its bytes, None when it did not exist —
+    and ``after_hash``, the SHA-256 of what the tool writes. Bytes over ``cap`` are not kept
+    (the row says ``too_large``); kept ones are stored once per distinct content. Made before
+    the write, so a rewind knows of every write that may have happened. Gives back None."""
+
+    turn_id: str
+    call_id: str
+    path: str
+    shown: str
+    before: bytes | None
+    after_hash: str
+    cap: int
+
+
 JournalWrite: TypeAlias = (
     AppendMessage
     | ReplaceMessage
@@ -158,6 +175,7 @@ JournalWrite: TypeAlias = (
     | AppendEvent
     | UpsertToolCall
     | EndTurn
+    | KeepFileImage
 )
 
 

@@ -69,6 +69,21 @@ or not:
                                                        (below)
 ``POST /v1/sessions/{id}/interrupt`` ``{}``            202 ``{"turn_id"}`` (the turn being
                                                        stopped); 409 ``no_running_turn``
+``POST /v1/sessions/{id}/fork`` ``{"turn_id"?}``       201 ``{"id", "forked_from",
+                                                       "forked_turn"}``: a new session (the
+                                                       same token's) whose history is a copy of
+                                                       this one's up to and including
+                                                       ``turn_id`` (default: every turn not
+                                                       running); 404 for a turn not of the
+                                                       session; 409 ``session_busy`` when
+                                                       ``turn_id`` is running
+``POST /v1/sessions/{id}/rewind`` ``{"turn_id",        200 ``{"session_id", "turn_id",
+"files"?, "force"?, "dry_run"?}``                      "rewound": [turn id], "restored": [path],
+                                                       "unrestorable": [path], "not_rewindable":
+                                                       [what]}`` (below); 404 for a turn not of
+                                                       the session; 409 ``session_busy``,
+                                                       ``rewind_conflict`` (with ``paths``),
+                                                       ``already_rewound``
 ``POST /v1/sessions/{id}/permissions/{request_id}``    200 ``{"request_id", "decision"}``; 404
 ``{"decision": "allow"|"always"|"deny"}``              when unknown or already answered
 ``GET /v1/sessions/{id}/permissions``                  200 ``{"mode", "rules": [{"kind":
@@ -107,14 +122,17 @@ With traces on (``--otel`` or the ``OTEL_*`` variables, :mod:`drover.telemetry`)
 (times are Unix seconds; ``title`` and ``running_turn_id`` may be null).
 
 ``Snapshot``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id",
-"last_event_id", "turns": [Turn], "pending_permissions": [PermissionRequest data]}`` where
+"forked_from", "forked_turn", "last_event_id", "turns": [Turn], "pending_permissions":
+[PermissionRequest data]}`` (``forked_from``/``forked_turn``: for a fork, the source session and
+the last turn copied from it, else null) where
 ``last_event_id`` is the sequence number the snapshot is current to (stream from there with
 ``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "discarded",
-"created_at", "ended_at", "usage": Usage|null, "user_message": Message|null, "messages":
+"rewound", "created_at", "ended_at", "usage": Usage|null, "user_message": Message|null, "messages":
 [{"seq", "partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the
 terminal events; while the turn runs, what it used so far with ``"partial": true``, or null
 before its first model call reported; ``discarded``: the user dropped the turn's unfinished
-work); ``status`` is ``running|completed|incomplete|failed|interrupted``.
+work; ``rewound``: a rewind undid the turn — it stays, and is discarded too);
+``status`` is ``running|completed|incomplete|failed|interrupted``.
 ``Message`` is ``{"role", "content": [Block]}`` with blocks ``{"type": "text", "text",
 "partial"?}``, ``{"type": "thinking", …}``, ``{"type": "tool_use", "id", "name", "input"}``,
 ``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.messages``).
@@ -136,6 +154,27 @@ The announcement is written to the journal's outbox in the transaction that ends
 (whatever ends it: the turn, shutdown, or another server's takeover), so a crash or restart
 does not lose it: delivery is at least once, and a receiver drops a repeat by its ``id``.
 See :mod:`drover.server.webhooks`.
+
+Fork and rewind
+---------------
+A fork copies the source's turns (messages, tool calls, the file images
+below) into the new session; its event log starts empty — its snapshot shows the copied
+history, its stream only what happens in the fork. A rewind of ``turn_id`` undoes it and every
+later turn not rewound yet: they stay in the journal, marked ``rewound``, and the next message
+goes on from the turns before. ``write_file`` and ``edit_file`` record a file's content before
+each write (kept once per SHA-256; content over 4 MiB is not kept, and the tool's result says
+a rewind cannot restore it); with ``files`` (default true) the rewind puts back each file those
+turns wrote as it was before the first of their writes (deleting a file they created). It is
+refused (``rewind_conflict``, ``paths`` naming them) when a file holds neither what drover's
+last write left nor its content before — it changed outside drover — unless ``force``, which
+overwrites it. ``not_rewindable`` names what the turns did that a rewind cannot undo (``bash:
+COMMAND`` for each command, the name of any other tool with side effects); ``unrestorable`` the
+files whose content before was not kept. With ``dry_run`` nothing is done and the answer is
+``{"session_id", "turn_id", "dry_run": true, "turns", "prompt", "files": [{"path", "action",
+"conflict"}], "diff", "unrestorable", "not_rewindable"}``: ``action`` is
+``restore|delete|unchanged|unrestorable``, ``diff`` a unified diff from the files now to what
+the rewind would put back, ``prompt`` the user message of ``turn_id``. A live stream is not
+told of a rewind: a client reads the snapshot again.
 
 The event stream
 ----------------

@@ -83,6 +83,7 @@ _TURN = {
         "reason": _NULLABLE_STRING,
         "error": _NULLABLE_STRING,
         "discarded": {"type": "boolean"},
+        "rewound": {"type": "boolean"},
         "created_at": {"type": "number"},
         "ended_at": _NULLABLE_NUMBER,
         "usage": {"type": ["object", "null"]},
@@ -113,6 +114,7 @@ _SCHEMAS: dict[str, Any] = {
                 "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
             },
             "turn_id": {"type": "string"},
+            "paths": {"type": "array", "items": {"type": "string"}},
         },
     },
     "Permissions": {
@@ -168,6 +170,8 @@ _SCHEMAS: dict[str, Any] = {
         "required": [*_SUMMARY_FIELDS, "last_event_id", "turns", "pending_permissions"],
         "properties": {
             **_SUMMARY_FIELDS,
+            "forked_from": _NULLABLE_STRING,
+            "forked_turn": _NULLABLE_STRING,
             "last_event_id": {"type": "integer", "minimum": 0},
             "turns": {"type": "array", "items": _TURN},
             "pending_permissions": {
@@ -399,6 +403,7 @@ def schema() -> dict[str, Any]:
             )
         },
     }
+    paths.update(_control_paths(sid))
     paths.update(openapi_doors.paths())
     return {
         "openapi": "3.1.0",
@@ -409,4 +414,92 @@ def schema() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}, {}],
+    }
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+def _control_paths(sid: str) -> dict[str, Any]:
+    """Fork and rewind."""
+    no_turn = error_response("no such session, or no such turn in it")
+    forked = object_schema(
+        {
+            "id": {"type": "string"},
+            "forked_from": {"type": "string"},
+            "forked_turn": _NULLABLE_STRING,
+        },
+        ["id", "forked_from", "forked_turn"],
+    )
+    rewound = {
+        "type": "object",
+        "required": ["session_id", "turn_id", "not_rewindable", "unrestorable"],
+        "properties": {
+            "session_id": {"type": "string"},
+            "turn_id": {"type": "string"},
+            "rewound": _STRINGS,
+            "restored": _STRINGS,
+            "dry_run": {"const": True},
+            "turns": _STRINGS,
+            "prompt": {"type": "string"},
+            "files": {
+                "type": "array",
+                "items": object_schema(
+                    {
+                        "path": {"type": "string"},
+                        "action": {"enum": ["restore", "delete", "unchanged", "unrestorable"]},
+                        "conflict": {"type": "boolean"},
+                    },
+                    ["path", "action", "conflict"],
+                ),
+            },
+            "diff": {"type": "string"},
+            "unrestorable": _STRINGS,
+            "not_rewindable": _STRINGS,
+        },
+    }
+    return {
+        f"{sid}/fork": {
+            "post": operation(
+                "A new session whose history is this one's up to and including turn_id "
+                "(default: every turn not running)",
+                {
+                    "201": json_content(forked, "the new session"),
+                    "404": no_turn,
+                    "409": error_response("turn_id is still running"),
+                    **BAD_BODY,
+                },
+                params=[_SESSION_ID],
+                body=object_schema({"turn_id": {"type": "string"}}, []),
+            )
+        },
+        f"{sid}/rewind": {
+            "post": operation(
+                "Undo turn_id and every later turn (kept in the journal, marked rewound); with "
+                "files (default true) put back what write_file and edit_file wrote in them",
+                {
+                    "200": json_content(
+                        rewound,
+                        "what was rewound and restored (with dry_run: what would be, the diff)",
+                    ),
+                    "404": no_turn,
+                    "409": error_response(
+                        "a turn is running (session_busy), a file changed outside drover since "
+                        "(rewind_conflict, paths names them; force overwrites), or the turn was "
+                        "rewound already (already_rewound)"
+                    ),
+                    **BAD_BODY,
+                },
+                params=[_SESSION_ID],
+                body=object_schema(
+                    {
+                        "turn_id": {"type": "string"},
+                        "files": {"type": "boolean"},
+                        "force": {"type": "boolean"},
+                        "dry_run": {"type": "boolean"},
+                    },
+                    ["turn_id"],
+                ),
+            )
+        },
     }

@@ -14,8 +14,10 @@ from typing import Any, get_args
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
+from drover.control import RewindConflict, RewindPlan, RewindResult
 from drover.errors import DroverError, SessionBusyError
 from drover.events import Decision
+from drover.journal.records import TurnRecord
 from drover.journal.rules import user_title
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
@@ -261,6 +263,90 @@ async def metrics(request: Request) -> Response:
     from drover.telemetry.metrics import CONTENT_TYPE
 
     return Response(kept.exposition(), media_type=CONTENT_TYPE)
+
+
+# -- fork and rewind ------------------------------------------------------------------------------
+
+
+async def fork(request: Request) -> Response:
+    """A new session with the history up to and including ``turn_id`` (default: all)."""
+    record = await _session(request)
+    data = await json_body(request, {"turn_id": str})
+    turn_id = data.get("turn_id")
+    if turn_id is not None:
+        await _turn_of(request, record.id, turn_id)
+    try:
+        forked = await _service(request).fork(record, turn_id)
+    except SessionBusyError as exc:
+        message = f"turn {exc.turn_id} is still running: fork at an earlier turn"
+        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+    return JSONResponse(
+        {"id": forked.id, "forked_from": record.id, "forked_turn": forked.forked_turn},
+        status_code=201,
+    )
+
+
+async def rewind(request: Request) -> Response:
+    """Undo ``turn_id`` and the turns after it (with ``files``, what they wrote to files)."""
+    record = await _session(request)
+    fields = {"turn_id": str, "files": bool, "force": bool, "dry_run": bool}
+    data = await json_body(request, fields)
+    if "turn_id" not in data:
+        raise ApiError(422, "invalid_request", "turn_id is required")
+    turn = await _turn_of(request, record.id, data["turn_id"])
+    if turn.rewound:
+        raise ApiError(409, "already_rewound", f"turn {turn.id} was rewound already")
+    try:
+        done = await _service(request).rewind(
+            record,
+            turn.id,
+            files=data.get("files", True),
+            force=data.get("force", False),
+            dry_run=data.get("dry_run", False),
+        )
+    except SessionBusyError as exc:
+        message = f"turn {exc.turn_id} is running on this session: interrupt it first"
+        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+    except RewindConflict as exc:
+        raise ApiError(409, "rewind_conflict", str(exc), paths=list(exc.paths)) from None
+    except DroverError as exc:
+        raise ApiError(409, "not_rewound", str(exc)) from None
+    return JSONResponse(rewind_json(done))
+
+
+async def _turn_of(request: Request, session_id: str, turn_id: str) -> TurnRecord:
+    turn = None
+    if _ID.fullmatch(turn_id):
+        turn = await _service(request).store.get_turn(turn_id)
+    if turn is None or turn.session_id != session_id:
+        raise ApiError(404, "not_found", f"no turn {turn_id} in session {session_id}")
+    return turn
+
+
+def rewind_json(done: RewindPlan | RewindResult) -> dict[str, Any]:
+    """A rewind's answer: what it did, or (a dry run) what it would do."""
+    if isinstance(done, RewindResult):
+        return {
+            "session_id": done.session_id,
+            "turn_id": done.turn_id,
+            "rewound": list(done.rewound),
+            "restored": list(done.restored),
+            "unrestorable": list(done.unrestorable),
+            "not_rewindable": list(done.not_rewindable),
+        }
+    return {
+        "session_id": done.session_id,
+        "turn_id": done.turn_id,
+        "dry_run": True,
+        "turns": list(done.turns),
+        "prompt": done.prompt,
+        "files": [
+            {"path": f.shown, "action": f.action, "conflict": f.conflict} for f in done.files
+        ],
+        "diff": done.diff(),
+        "unrestorable": list(done.unrestorable),
+        "not_rewindable": list(done.not_rewindable),
+    }
 
 
 async def openapi(request: Request) -> Response:

@@ -27,6 +27,7 @@ from typing import Any
 
 from drover.agent import Agent
 from drover.cluster.relay import Relay
+from drover.control import RewindPlan, RewindResult
 from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
@@ -131,6 +132,24 @@ class Service:
             raise SessionBusyError(record.id, running)
         await self.agent.delete_session(record.id)
         self.hub.drop(record.id)
+
+    async def fork(self, record: SessionRecord, turn_id: str | None) -> SessionRecord:
+        """A new session (the same owner's) with ``record``'s history up to ``turn_id``."""
+        forked = await self.agent.fork(record.id, turn_id=turn_id, owner=record.owner)
+        return forked.record
+
+    async def rewind(
+        self, record: SessionRecord, turn_id: str, *, files: bool, force: bool, dry_run: bool
+    ) -> RewindPlan | RewindResult:
+        """Rewind the session to before ``turn_id`` (:meth:`drover.agent.Agent.rewind`), or
+        with ``dry_run`` say what that would do; refused with
+        :class:`~drover.errors.SessionBusyError` while a turn of it runs in any process."""
+        running = await self.any_running_turn_id(record.id)
+        if running is not None:
+            raise SessionBusyError(record.id, running)
+        if dry_run:
+            return await self.agent.plan_rewind(record.id, turn_id)
+        return await self.agent.rewind(record.id, turn_id, files=files, force=force)
 
     async def list_sessions(self, owner: str | None, limit: int) -> list[SessionRecord]:
         return await self.store.list_sessions(limit, owner=owner)

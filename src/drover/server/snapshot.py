@@ -66,6 +66,7 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "reason": turn.reason,
                 "error": turn.error,
                 "discarded": turn.discarded,
+                "rewound": turn.rewound,
                 "created_at": turn.created_at,
                 "ended_at": turn.ended_at,
                 "usage": None if turn.usage is None else turn.usage.to_dict(),
@@ -103,6 +104,8 @@ async def snapshot(
     fresh = await store.get_session(record.id) or record
     return {
         **session_summary(fresh, running_turn_id),
+        "forked_from": fresh.forked_from,
+        "forked_turn": fresh.forked_turn,
         "last_event_id": last,
         "turns": turns,
         "pending_permissions": pending_permissions,

@@ -46,6 +46,7 @@ TYPES: dict[str, dict[str, str]] = {
         "created": "",
         "no_rowid": " WITHOUT ROWID",
         "serial": "INTEGER PRIMARY KEY",
+        "bytes": "BLOB",
     },
     "postgres": {
         "json": "JSONB",
@@ -56,6 +57,7 @@ TYPES: dict[str, dict[str, str]] = {
         "created": "n BIGINT GENERATED ALWAYS AS IDENTITY,",
         "no_rowid": "",
         "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "bytes": "BYTEA",
     },
 }
 
@@ -327,6 +329,40 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
                 ),
                 postgres=(),
             ),
+        ),
+    ),
+    (
+        "0011_fork_and_file_images",
+        (
+            # A fork names the session and the last turn its history was copied from.
+            "ALTER TABLE sessions ADD COLUMN forked_from TEXT",
+            "ALTER TABLE sessions ADD COLUMN forked_turn TEXT",
+            # A rewound turn stays, marked (and discarded: history skips it).
+            "ALTER TABLE turns ADD COLUMN rewound_at {time}",
+            # What a file held before a tool wrote it, once per distinct content.
+            """CREATE TABLE file_blobs (
+                hash TEXT PRIMARY KEY,
+                size INTEGER NOT NULL,
+                data {bytes} NOT NULL
+            ){no_rowid}""",
+            # One row per file write of a tool, in the order of the turn: the content before
+            # (``before``: kept in ``file_blobs`` under ``before_hash``, absent, or too large to
+            # keep) and the hash of what the tool wrote, which a rewind expects to find.
+            """CREATE TABLE file_images (
+                turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
+                seq INTEGER NOT NULL,
+                call_id TEXT NOT NULL,
+                path TEXT NOT NULL,
+                shown TEXT NOT NULL,
+                before TEXT NOT NULL CHECK (before IN ('kept', 'absent', 'too_large')),
+                before_hash TEXT,
+                before_size INTEGER,
+                after_hash TEXT NOT NULL,
+                restored_at {time},
+                created_at {time} NOT NULL,
+                PRIMARY KEY (turn_id, seq)
+            ){no_rowid}""",
+            "CREATE INDEX file_images_by_blob ON file_images (before_hash)",
         ),
     ),
 )

@@ -52,6 +52,8 @@ def session_from_row(row: Row) -> SessionRecord:
         model=str(row["model"]),
         title=row["title"],
         owner=row["owner"],
+        forked_from=row["forked_from"],
+        forked_turn=row["forked_turn"],
     )
 
 
@@ -77,6 +79,7 @@ def turn_from_row(row: Row) -> TurnRecord:
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
         ended_at=row["ended_at"],
+        rewound_at=row["rewound_at"],
     )
 
 

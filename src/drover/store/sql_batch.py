@@ -21,6 +21,7 @@ from drover.journal.writes import (
     DiscardPartialText,
     EndTurn,
     JournalWrite,
+    KeepFileImage,
     ReplaceMessage,
     UpsertToolCall,
 )
@@ -28,6 +29,7 @@ from drover.messages import TextBlock, ToolResultBlock
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan
 from drover.store.sql_common import Held, turn_session
+from drover.store.sql_files import keep_file_image
 from drover.store.sql_log import append_event, append_numbered
 from drover.store.sql_text import FreedSpace, append_partial_text, discard
 from drover.store.sql_turns import end_turn
@@ -91,6 +93,8 @@ def together(writes: Sequence[JournalWrite]) -> Together:
                     chars += len(block.content)
         elif kind is AppendPartialText:
             chars += len(cast(AppendPartialText, write).text)
+        elif kind is KeepFileImage:
+            chars += len(cast(KeepFileImage, write).before or b"")
         elif kind is EndTurn:
             last.clear()
     if run >= 0 and len(writes) - run > 1:
@@ -173,3 +177,5 @@ def write_plan(
             return discard(d, space, write, now, held)
         case EndTurn():
             return end_turn(d, space, write, now, held)
+        case KeepFileImage():
+            return keep_file_image(d, write, now, held)

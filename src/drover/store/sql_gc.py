@@ -23,6 +23,7 @@ from drover.journal.records import PruneBatch
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, execute, rows
 from drover.store.sql_common import first_value
+from drover.store.sql_files import drop_unused_blobs
 
 #: The tables a session's content lives in (what the journal's size counts on PostgreSQL).
 TABLES = (
@@ -74,6 +75,8 @@ def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[P
         )
         turns, events = int(counted[0]["turns"]), int(counted[0]["events"])
         yield from execute(f"DELETE FROM sessions WHERE id IN ({marks})", *ids)
+        # A file's content is kept once for every session that names it: what none names now.
+        yield from drop_unused_blobs()
     spent = yield from execute(
         "DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox "
         f"WHERE {_SPENT} LIMIT ?)",

@@ -8,6 +8,7 @@ from drover.store.dialect import Dialect
 from drover.store.plan import Plan, execute, rows
 from drover.store.rows import session_from_row
 from drover.store.sql_common import lock_session, need_session
+from drover.store.sql_files import drop_unused_blobs
 from drover.store.sql_text import RECLAIM_CHECK_BYTES, FreedSpace, reclaim
 
 #: Sorts after every character an id may continue with: the end of a prefix's range.
@@ -100,6 +101,7 @@ def delete_session(d: Dialect, session_id: str, space: FreedSpace) -> Plan[bool]
     # Everything else goes with the row: every table that holds a session's content
     # references it, or one of its turns, ON DELETE CASCADE.
     yield from execute("DELETE FROM sessions WHERE id = ?", session_id)
+    yield from drop_unused_blobs()  # (a file's content is kept once, for every session)
     space.freed = max(space.freed, RECLAIM_CHECK_BYTES)
     yield from reclaim(d, space)
     return True

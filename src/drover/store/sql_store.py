@@ -24,6 +24,7 @@ from drover.journal.owners import owner_alive
 from drover.journal.records import (
     Delivery,
     EventRecord,
+    FileImageRecord,
     GrantRecord,
     PruneBatch,
     SessionRecord,
@@ -34,6 +35,7 @@ from drover.journal.records import (
 from drover.journal.writes import JournalWrite
 from drover.messages import Message, Usage
 from drover.store import (
+    sql_files,
     sql_gc,
     sql_log,
     sql_outbox,
@@ -222,6 +224,32 @@ class SqlStore:
             return [await self.connection.perform(plan, mode)]
         plan = batch(self.dialect, self._space, writes, now, made)
         return await self.connection.perform(plan, mode)
+
+    # -- forks and rewinds ----------------------------------------------------------------------
+
+    async def fork_session(
+        self, source_id: str, *, turn_id: str | None = None, owner: str | None = None
+    ) -> SessionRecord:
+        import uuid
+
+        plan = sql_files.fork_session(
+            self.dialect, source_id, turn_id, lambda: uuid.uuid4().hex, owner, self._clock()
+        )
+        return await self.connection.perform(plan, "bulk")
+
+    async def file_images(self, session_id: str, from_seq: int) -> list[FileImageRecord]:
+        return await self.connection.perform(sql_files.file_images(session_id, from_seq), "read")
+
+    async def file_blob(self, digest: str) -> bytes | None:
+        return await self.connection.perform(sql_files.file_blob(digest), "read")
+
+    async def rewind_turns(
+        self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
+    ) -> list[str]:
+        plan = sql_files.rewind_turns(
+            self.dialect, session_id, turn_id, list(restored), self._clock()
+        )
+        return await self.connection.perform(plan, "write")
 
     # -- the event log -------------------------------------------------------------------------
 

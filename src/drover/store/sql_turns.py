@@ -231,11 +231,12 @@ def turns_with_messages(
     return out
 
 
-#: The unfinished turns after the session's last completed one (the session's id, twice).
+#: The unfinished turns after the session's last completed one not rewound (the session's id,
+#: twice).
 _PENDING = (
     "session_id = ? AND NOT discarded "
-    "AND status IN ('incomplete', 'failed', 'interrupted') AND seq > (SELECT "
-    "COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ? AND status = 'completed')"
+    "AND status IN ('incomplete', 'failed', 'interrupted') AND seq > (SELECT COALESCE(MAX(seq), "
+    "0) FROM turns WHERE session_id = ? AND status = 'completed' AND NOT discarded)"
 )
 
 

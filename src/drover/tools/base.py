@@ -24,6 +24,21 @@ async def _no_progress(_progress: float, _total: float | None, _message: str | N
     return None
 
 
+class FileImages(Protocol):
+    """Where a tool that writes a file records what the file held first, before it writes, so
+    the write can be undone (a turn's is the journal's: see ``drover.journal.file_images``)."""
+
+    async def before_write(
+        self, call_id: str, path: Path, shown: str, before: bytes | None, after: bytes
+    ) -> str | None:
+        """Record that the call is about to write ``after`` to ``path`` (``shown``: as the tool
+        shows it), which holds ``before`` (None: it does not exist). Returns a note for the
+        tool's result when the content before could not be kept (too large), else None.
+        Raises :class:`~drover.errors.ToolError` when nothing could be recorded: the tool then
+        does not write."""
+        ...
+
+
 # Not slotted: a slotted frozen dataclass cannot be built through its alias
 # (``ToolContext[MyDeps](...)``), which sets ``__orig_class__`` on the instance.
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +73,8 @@ class ToolContext(Generic[DepsT]):
     #: What the caller of the run passed as ``deps=`` (None: nothing). Given per turn and
     #: never journaled: a resumed turn sees what its own ``run``/``resume`` call passes.
     deps: DepsT = _NO_DEPS
+    #: Records a file's content before a tool writes it (None: nothing records it).
+    files: FileImages | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

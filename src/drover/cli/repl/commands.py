@@ -16,6 +16,11 @@
 /clear                   start a new session (this one stays stored)
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
+/fork [T]                copy this session up to turn T (number or id; default all) into a
+                         new session, and go on in it (the source stays)
+/rewind [T] [--keep-files] [--force]
+                         undo turn T and the turns after it, and put back the files they
+                         wrote (the diff is shown first); no T lists the turns
 /permissions [revoke R]  what decides tool calls: the mode, the allow and deny rules (config
                          file, --allow/--deny) and this session's "always" answers, each with
                          where it comes from; withdraw an answer (revoke RULE) or all
@@ -33,6 +38,7 @@ from rich.console import Console
 from rich.text import Text
 
 from drover.agent import Agent
+from drover.cli.repl.control import Line, Show, fork_command, rewind_command
 from drover.cli.repl.manage import export_command, remove_command, rename_command
 from drover.cli.repl.status import TokenAccount
 from drover.cli.session_ids import resolve_session
@@ -119,6 +125,12 @@ async def run_command(repl: Repl, line: str) -> bool:
         )
     elif name == "/permissions":
         _say_lines(repl, await permissions_command(repl.session, arg))
+    elif name == "/fork":
+        lines, repl.session = await fork_command(repl.agent, repl.session, arg)
+        repl.reset_account()
+        _say_lines(repl, lines)
+    elif name == "/rewind":
+        await rewind_command(repl.agent, repl.session, arg, repl.confirm, _styled(repl))
     else:
         say(f"unknown command {name}; /help lists them")
     return False
@@ -134,6 +146,14 @@ def context_command(agent: Agent, session: Session) -> list[str]:
         "and unfinished work); /tokens has the details"
     )
     return lines
+
+
+def _styled(repl: Repl) -> Show:
+    def show(lines: list[Line]) -> None:
+        for text, style in lines:
+            repl.console.print(Text(text, style=style))
+
+    return show
 
 
 def _say_lines(repl: Repl, lines: list[str]) -> None:

@@ -30,6 +30,8 @@ COMMANDS = (
     "/pending",
     "/discard",
     "/permissions",
+    "/fork",
+    "/rewind",
     "/exit",
 )
 

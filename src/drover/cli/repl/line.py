@@ -7,7 +7,9 @@ line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. Slash commands:
 without a new instruction), /discard (drop it), /model PROVIDER:MODEL (switch; pending work is
 converted), /permissions [revoke TOOL|all] (the session's "always" answers), /session (its id),
 /rename TITLE (give it a title), /rm ID or /delete ID (delete another stored session, after a
-yes), /export [FILE] (write it out: Markdown, or JSON Lines for .jsonl), /exit.
+yes), /export [FILE] (write it out: Markdown, or JSON Lines for .jsonl), /fork [T] (copy it up
+to turn T into a new session and go on there), /rewind [T] [--keep-files] [--force] (undo turn
+T and later ones, files included, after showing the diff; no T lists the turns), /exit.
 """
 
 from __future__ import annotations
@@ -83,9 +85,10 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                 continue
             try:
                 if line.startswith("/"):
-                    if not await _manage(line, agent, session, lines) and await _command(
-                        line, agent, session, lines
-                    ):
+                    managed = await _manage(line, agent, session, lines)
+                    if isinstance(managed, Session):
+                        session = managed
+                    elif not managed and await _command(line, agent, session, lines):
                         return 0
                     continue
                 note = pending_note(len(session.pending), "/discard", "message")
@@ -141,10 +144,10 @@ async def _turn(
         print(f"[{status}: the work is kept; /resume or type a new message to continue]")
 
 
-async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:
-    """Run ``line`` when it is a session command (:mod:`drover.cli.repl.manage`); whether it
-    was one."""
-    from drover.cli.repl import manage
+async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool | Session:
+    """Run ``line`` when it is a session command (:mod:`drover.cli.repl.manage`,
+    :mod:`drover.cli.repl.control`); whether it was one, or the session to go on in."""
+    from drover.cli.repl import control, manage
 
     name, _, arg = line.partition(" ")
     arg = arg.strip()
@@ -159,10 +162,22 @@ async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) 
         said = await manage.remove_command(agent, session, arg, confirm)
     elif name == "/export":
         said = await manage.export_command(agent, session, arg)
+    elif name == "/fork":
+        said, forked = await control.fork_command(agent, session, arg)
+        print("\n".join(said))
+        return forked
+    elif name == "/rewind":
+        await control.rewind_command(agent, session, arg, confirm, _plain)
+        return True
     else:
         return False
     print("\n".join(said))
     return True
+
+
+def _plain(lines: list[tuple[str, str]]) -> None:
+    for text, _ in lines:
+        print(text)
 
 
 async def _command(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:

@@ -38,7 +38,9 @@ async def print_transcript(store: SessionStore, session_id: str, console: Consol
                     console.print(tool_row_text(_row(call)))
         for call in calls.values():  # calls cut off before their message was complete
             console.print(tool_row_text(_row(call)))
-        if turn.discarded:
+        if turn.rewound:
+            console.print(Text("(this turn was rewound)", style="dim"))
+        elif turn.discarded:
             console.print(Text("(this turn's work was discarded)", style="dim"))
         elif turn.status not in ("completed", "running"):
             ended = f"turn {turn.status}"

@@ -10,6 +10,10 @@ may lie outside the working directory or be hidden. Reading one is allowed — a
 command cannot make such a link (a hard link across the sandbox's mounts fails with EXDEV), so
 the links there are the user's. Blocking file I/O runs in a worker thread so a large file does
 not stall the event loop.
+
+Before ``write_file`` or ``edit_file`` writes, what the file holds goes to ``ctx.files`` (a
+turn's journal keeps it, so a rewind can put it back); when that record cannot be made the
+file is not written.
 """
 
 from __future__ import annotations
@@ -89,9 +93,16 @@ def _read_text(path: Path, shown: str) -> str:
 
 def _write_text(path: Path, shown: str, content: str) -> tuple[int, bool]:
     """Write ``content``, creating parent directories; returns (bytes, whether it existed)."""
+    data = content.encode("utf-8")
+    return len(data), write_bytes(path, shown, data)
+
+
+def write_bytes(path: Path, shown: str, data: bytes) -> bool:
+    """Write ``data`` to the regular file ``path`` (created with its parent directories when
+    missing; never through a final symbolic link, never one with other hard links); whether
+    it existed. A :class:`~drover.errors.ToolError` says why it could not."""
     if path.is_dir():
         raise ToolError(f"'{shown}' is a directory; give the path of a file inside it")
-    data = content.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -122,10 +133,24 @@ def _write_text(path: Path, shown: str, content: str) -> tuple[int, bool]:
                 view = view[os.write(fd, view) :]
         except OSError as exc:
             raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}") from None
-    return len(data), existed
+    return existed
 
 
-def _edit_text(path: Path, shown: str, old_string: str, new_string: str) -> str:
+def read_bytes(path: Path) -> bytes | None:
+    """What the regular file ``path`` holds now (None: there is no such file, or it is not a
+    regular file); read without following a final symbolic link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read()
+
+
+def _edited(path: Path, shown: str, old_string: str, new_string: str) -> tuple[str, str]:
+    """The file's text now and with the one occurrence of ``old_string`` replaced."""
     text = _read_text(path, shown)
     count = text.count(old_string)
     if count == 0:
@@ -138,10 +163,27 @@ def _edit_text(path: Path, shown: str, old_string: str, new_string: str) -> str:
             f"old_string occurs {count} times in '{shown}'; it must occur exactly once — "
             "include more surrounding lines to make it unique"
         )
-    _write_text(path, shown, text.replace(old_string, new_string, 1))
-    old_lines = old_string.count("\n") + 1
-    new_lines = new_string.count("\n") + 1 if new_string else 0
-    return f"Edited {shown}: replaced {old_lines} line(s) with {new_lines} line(s)."
+    return text, text.replace(old_string, new_string, 1)
+
+
+def _before(path: Path) -> tuple[bool, bytes | None]:
+    """Whether a write of ``path`` can be recorded, and what it holds (None: no file). A path
+    that is not a regular file cannot: the write refuses it (or it is a pipe, with nothing to
+    put back)."""
+    data = read_bytes(path)
+    return data is not None or not os.path.lexists(path), data
+
+
+async def _keep_before(ctx: ToolContext, path: Path, shown: str, after: bytes) -> str:
+    """Record what ``path`` holds before the call writes ``after`` (see ``ctx.files``); the
+    note to add to the result ("" for none)."""
+    if ctx.files is None:
+        return ""
+    recordable, before = await asyncio.to_thread(_before, path)
+    if not recordable:
+        return ""
+    note = await ctx.files.before_write(ctx.call_id, path, shown, before, after)
+    return "" if note is None else f"\n{note}"
 
 
 def file_tools(rules: PathRules | None = None) -> tuple[Tool, Tool, Tool]:
@@ -176,9 +218,12 @@ def file_tools(rules: PathRules | None = None) -> tuple[Tool, Tool, Tool]:
             content: The complete new content of the file.
         """
         resolved, shown = resolve(ctx, path, write=True)
+        if resolved.is_dir():
+            raise ToolError(f"'{shown}' is a directory; give the path of a file inside it")
+        note = await _keep_before(ctx, resolved, shown, content.encode("utf-8"))
         size, existed = await asyncio.to_thread(_write_text, resolved, shown, content)
         verb = "Overwrote" if existed else "Created"
-        return f"{verb} {shown} ({size:,} bytes written)."
+        return f"{verb} {shown} ({size:,} bytes written).{note}"
 
     @tool
     async def edit_file(ctx: ToolContext, path: str, old_string: str, new_string: str) -> str:
@@ -198,7 +243,13 @@ def file_tools(rules: PathRules | None = None) -> tuple[Tool, Tool, Tool]:
         if old_string == new_string:
             raise ToolError("old_string and new_string are identical; there is nothing to change")
         resolved, shown = resolve(ctx, path, write=True)
-        return await asyncio.to_thread(_edit_text, resolved, shown, old_string, new_string)
+        _, edited = await asyncio.to_thread(_edited, resolved, shown, old_string, new_string)
+        data = edited.encode("utf-8")
+        note = await _keep_before(ctx, resolved, shown, data)
+        await asyncio.to_thread(write_bytes, resolved, shown, data)
+        old_lines = old_string.count("\n") + 1
+        new_lines = new_string.count("\n") + 1 if new_string else 0
+        return f"Edited {shown}: replaced {old_lines} line(s) with {new_lines} line(s).{note}"
 
     return read_file, write_file, edit_file
 
