@@ -148,3 +148,28 @@ def test_more_bad_input_is_one_line(args: list[str], message: str, tmp_path: Pat
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("command", [["-p", "hi"], ["sessions"], ["show", "s1"]])
+def test_a_db_in_a_missing_directory_is_an_error_that_creates_nothing(
+    fake_llm: FakeLLMServer, tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such"
+    model = ["--model", "anthropic:test", "--base-url", fake_llm.base_url]
+    result = run_drover(
+        [*command, "--db", str(missing / "x.db"), *(model if command[0] == "-p" else [])]
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"drover: error: cannot open the journal at {missing / 'x.db'}: "
+        f"no such directory {missing}\n"
+    )
+    assert not (tmp_path / "no").exists()
+    assert fake_llm.requests == []
+
+
+def test_the_default_journal_makes_its_own_data_directory(tmp_path: Path) -> None:
+    data = tmp_path / "xdg-data"
+    result = run_drover(["sessions"], env=clean_env(XDG_DATA_HOME=str(data)))
+    assert result.returncode == 0, result.stderr
+    assert (data / "drover" / "drover.db").is_file()

@@ -220,3 +220,19 @@ async def test_in_memory_store() -> None:
     async with open_store(":memory:") as store:
         session = await store.create_session(workdir="/w", model="m")
         assert await store.get_session(session.id) == session
+
+
+async def test_a_named_file_in_a_missing_directory_is_refused_and_nothing_is_made(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "typo" / "deeper" / "x.db"
+    with pytest.raises(StoreError) as info:
+        await open_store(str(path)).open()
+    assert str(info.value) == (
+        f"cannot open the journal at {path}: no such directory {path.parent}"
+    )
+    assert not (tmp_path / "typo").exists()
+    # Only drover's own data directory is made on first use.
+    async with SqliteStore(path, create_parent=True) as store:
+        assert await store.list_sessions() == []
+    assert path.is_file()

@@ -56,7 +56,9 @@ def on_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) 
     SQLite on this thread, without an event loop."""
     store = open_store(db or os.environ.get("DROVER_DB"))
     if type(store) is SqliteStore:
-        inline = SqlStore(SQLITE, InlineSqliteConnection(store.path))
+        inline = SqlStore(
+            SQLITE, InlineSqliteConnection(store.path, create_parent=store.create_parent)
+        )
         return _run_inline(work(inline))
     import asyncio  # PostgreSQL: the driver is asynchronous
 
