@@ -47,10 +47,21 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--permission-timeout",
         type=float,
         default=DEFAULT_PERMISSION_TIMEOUT,
-        help="seconds a permission request waits with no client connected, then is denied",
+        help="seconds a permission request waits with no client connected, then is denied "
+        "(%(default)s)",
     )
-    parser.add_argument("--heartbeat", type=float, default=15.0, help="seconds between pings")
-    parser.add_argument("--max-body", type=int, default=1024 * 1024, help="request body limit")
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=15.0,
+        help="seconds between keep-alive pings on an event stream (%(default)s)",
+    )
+    parser.add_argument(
+        "--max-body",
+        type=int,
+        default=1024 * 1024,
+        help="largest request body accepted, in bytes (%(default)s)",
+    )
     parser.add_argument(
         "--allowed-host",
         action="append",
