@@ -98,6 +98,9 @@ from drover.sinks import EventSink
 from drover.toolrun import ToolBatch
 from drover.tools.registry import ToolRegistry
 
+#: The recorded error of a turn the user interrupted (Esc, Ctrl-C, an interrupt request).
+INTERRUPTED_BY_USER = "interrupted by the user"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopSettings:
@@ -162,6 +165,9 @@ class TurnControl:
         self.retryable = True
         #: Whether :meth:`stop` cancelled the task (rather than the user, or nothing yet).
         self.cancelled = False
+        #: Why the turn was interrupted, when it was not the user (a signal, a shutdown): the
+        #: interrupted turn's recorded error (shown by `drover show`, the API and the events).
+        self.interruption: str | None = None
 
     @property
     def stopped(self) -> bool:
@@ -271,7 +277,7 @@ class AgentLoop:
                 self._count_partial_usage(work, step)
                 await self._salvage(work, step)
             if not control.cancelled or control.reason is None:
-                await self._end(work, "interrupted", "interrupted by the user")
+                await self._end(work, "interrupted", control.interruption or INTERRUPTED_BY_USER)
                 raise
             if task is not None:
                 task.uncancel()

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 from types import FrameType
@@ -173,7 +174,8 @@ class _Server(uvicorn.Server):
 
     async def _stop(self, sig: int) -> None:
         try:
-            await self._service.shutdown()
+            name = signal.Signals(sig).name
+            await self._service.shutdown(f"interrupted: drover serve stopped ({name})")
         finally:
             self._hub.close()
             super().handle_exit(sig, None)
