@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 import subprocess
 from pathlib import Path
@@ -144,3 +146,61 @@ def test_unreachable_server_is_one_error_line_after_retries(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("drover: error:")]
     assert len(errors) == 1 and "connection" in errors[0].lower()
+
+
+def _wait_for_fifo(path: Path, proc: subprocess.Popen[str]) -> None:
+    """Until a tool of the turn writes to the FIFO at ``path`` (the turn is then mid-tool)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, proc.stderr.read() if proc.stderr else "no tool ran"
+    finally:
+        os.close(fd)
+
+
+def test_sigterm_is_recorded_as_what_happened_and_text_output_prints_what_was_kept(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "ready")
+    fake_llm.script(
+        {
+            "text": "Let me look first.",
+            "tool_calls": [{"name": "bash", "input": {"command": "echo x > ready; sleep 60"}}],
+        }
+    )
+    base = [*base_args(fake_llm, tmp_path), "--sandbox", "off"]
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", *base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+    )
+    _wait_for_fifo(tmp_path / "ready", proc)
+    proc.send_signal(signal.SIGTERM)  # what `timeout` or a service manager sends
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    # What was kept of the turn, then the status line, which does not blame the user.
+    assert out == "Let me look first.\n"
+    said = "interrupted: drover received SIGTERM (a timeout or a service stopping it)"
+    assert f"turn {said}\n" in err
+    assert "by the user" not in err and "turn incomplete" not in err
+    shown = json.loads(run_drover(["show", "s", "--json", "--db", base[5]]).stdout)
+    [turn] = shown["turns"]
+    assert (turn["status"], turn["error"]) == ("interrupted", said)
+
+
+def test_text_output_of_an_incomplete_turn_prints_the_partial_answer(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("alpha")
+    broken = {"text": "Half of the answer, then", "error_after": 6, "error": {"type": "api_error"}}
+    fake_llm.script(
+        {"tool_calls": [{"name": "read_file", "input": {"path": "a.txt"}}]},
+        *[broken] * 3,  # the first attempt and both retries
+    )
+    result = run_drover(["-p", "go", *base_args(fake_llm, tmp_path)])
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() and "Half of the answer, then".startswith(result.stdout.strip())
+    assert "turn incomplete (" in result.stderr
