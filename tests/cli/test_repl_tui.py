@@ -285,9 +285,11 @@ def test_esc_while_the_answer_streams_keeps_the_partial_text(
     fake_llm.script({"text": first, "stall_after": 12}, {"text": "Picked up again."})
     screen = open_repl(screens, fake_llm, tmp_path)
     screen.type("tell me")
-    screen.wait_for("The first paragraph arrived whole.")
+    screen.wait_for("The second one")  # the paragraph being written, in the live area
     screen.keys("Escape")
     shown = flat(screen.wait_for(PROMPT, after="The next message resumes it"))
+    # The note comes after the answer so far, on its own line, not between its paragraphs.
+    assert re.search(r"The second one[^›]*interrupting the model's answer…", shown), shown
     assert "interrupted during the model's answer" in shown
     assert "characters of answer" in shown
     screen.type("please go on")

@@ -334,6 +334,12 @@ class TurnView:
         if complete.strip():
             self.console.print(Markdown(complete))
 
+    def note(self, text: str) -> None:
+        """Print ``text`` on its own line below the answer so far (the paragraph being
+        written is printed first, so the note never lands in the middle of it)."""
+        self._flush_text()
+        self.console.print(Text(text, style="yellow"))
+
     def _flush_text(self) -> None:
         tail, self._tail = self._tail, ""
         if tail.strip():
