@@ -391,3 +391,17 @@ def test_a_paste_during_a_turn_is_one_piece_of_the_next_line(
     assert "an answer line\\nnone of it sent" in sent(fake_llm)
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_tokens_and_compact_say_what_they_mean(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("/tokens")
+    shown = flat(screen.wait_for(PROMPT, after="/tokens"))
+    assert "estimated cost n/a (anthropic:test)" in shown and "cost cost" not in shown
+    screen.type("/compact")
+    shown = flat(screen.wait_for(PROMPT, after="/compact"))
+    assert "the history has 0 messages, and the last 8 messages" in shown
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
