@@ -204,3 +204,45 @@ def test_text_output_of_an_incomplete_turn_prints_the_partial_answer(
     assert result.returncode == 3, result.stderr
     assert result.stdout.strip() and "Half of the answer, then".startswith(result.stdout.strip())
     assert "turn incomplete (" in result.stderr
+
+
+def test_after_kill_9_the_readers_call_the_dead_turn_abandoned_not_running(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "ready")
+    call = {"name": "bash", "input": {"command": "echo x > ready; sleep 60"}}
+    fake_llm.script({"text": "Looking.", "tool_calls": [call]}, {"text": "Resumed."})
+    base = [*base_args(fake_llm, tmp_path), "--sandbox", "off"]
+    db = ["--db", str(tmp_path / "journal.db")]
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", *base],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+        start_new_session=True,  # its bash child goes with it (killpg below)
+    )
+    _wait_for_fifo(tmp_path / "ready", proc)
+    alive = run_drover(["sessions", *db]).stdout
+    assert " running " in alive, alive  # its process is alive: running, as recorded
+    os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group only
+    proc.communicate(timeout=30)
+
+    listed = run_drover(["sessions", *db]).stdout
+    assert " abandoned " in listed and "running" not in listed, listed
+    [row] = json.loads(run_drover(["sessions", "--json", *db]).stdout)
+    assert (row["last_status"], row["last_abandoned"]) == ("running", True)
+    shown = run_drover(["show", "s", *db]).stdout
+    assert "turn 1: abandoned: recorded as running, but the process that ran it is gone" in shown
+    assert "tool bash [abandoned while running]" in shown
+    [turn] = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"]
+    assert (turn["status"], turn["abandoned"]) == ("running", True)
+
+    # The next run recovers it: ended interrupted, no longer abandoned.
+    again = run_drover(["-p", "go on", "--session", "s", *base])
+    assert again.returncode == 0, again.stderr
+    [row] = json.loads(run_drover(["sessions", "--json", *db]).stdout)
+    assert (row["last_status"], row["last_abandoned"]) == ("completed", False)
+    first = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"][0]
+    assert (first["status"], first["abandoned"]) == ("interrupted", False)

@@ -340,7 +340,7 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "--json",
             action="store_true",
             help="a JSON array: id, title, model, workdir, created_at, updated_at, turns, "
-            "last_status",
+            "last_status, last_abandoned (its process is gone: killed, lease expired)",
         )
     elif name == "show":
         parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)

@@ -18,6 +18,7 @@ from typing import Any
 
 from drover.errors import SessionBusyError, StoreError
 from drover.events import AssistantMessage, Error, Incomplete, ToolStateChanged, event_to_dict
+from drover.journal.owners import holder_gone
 from drover.journal.records import EventRecord, StoredMessage, TurnRecord
 from drover.journal.rules import (
     ORPHAN_ERROR,
@@ -270,8 +271,7 @@ def recover_orphans(
     )
     recovered: list[str] = []
     for row in running:
-        owner, lease = row["owner"], row["lease_expires_at"]
-        if lease is not None and lease > now and owner is not None and alive(owner):
+        if not holder_gone(row["owner"], row["lease_expires_at"], now, alive):
             continue
         if (yield from atomic(_recover_one(d, space, row, now))):
             recovered.append(str(row["id"]))
