@@ -89,6 +89,7 @@ from drover.model_stream import (
     ModelRequest,
     RetryBudget,
     StreamEvent,
+    UsageUpdate,
 )
 from drover.model_stream import RetryNotice as ProviderRetry
 from drover.output import InvalidOutput, OutputSchema
@@ -219,6 +220,8 @@ class _Step:
     batch: ToolBatch | None = None
     #: Whether the usage of the current attempt was already added to the turn's totals.
     usage_counted: bool = False
+    #: Whether the current attempt's use so far went out as it began (see ``_report_start``).
+    usage_started: bool = False
 
 
 class AgentLoop:
@@ -421,6 +424,7 @@ class AgentLoop:
         """Forget a failed attempt of the step: its announced calls never ran."""
         await self._interrupt_announced(step)
         step.acc, step.announced, step.usage_counted = Accumulator(), {}, False
+        step.usage_started = False
 
     async def _stream_once(self, work: TurnWork, step: _Step, budget: RetryBudget) -> Message:
         request = ModelRequest(
@@ -441,6 +445,8 @@ class AgentLoop:
                     )
                     continue
                 finished = acc.apply(event)
+                if isinstance(event, UsageUpdate) and not step.usage_started:
+                    await self._report_start(work, step)
                 await self._announce(step, event, finished)
         usage = acc.usage
         work.usage = work.usage + usage
@@ -457,6 +463,18 @@ class AgentLoop:
         if not message.content:
             raise EmptyResponseError()
         return message
+
+    async def _report_start(self, work: TurnWork, step: _Step) -> None:
+        """The use the API reports as its answer starts (Anthropic's input tokens), marked
+        partial: it is charged for even if the process dies mid-answer, so the journal keeps it."""
+        step.usage_started = True
+        so_far = work.usage + step.acc.usage
+        if step.acc.usage.input_tokens or step.acc.usage.output_tokens:
+            usage = step.acc.usage.as_partial()
+            total = (so_far.input_tokens, so_far.output_tokens)
+            await self.sink.send(
+                UsageReport(usage=usage, total_input=total[0], total_output=total[1])
+            )
 
     async def _announce(
         self, step: _Step, event: StreamEvent, finished: ContentBlock | None

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import select
 import signal
+import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +250,54 @@ def test_after_kill_9_the_readers_call_the_dead_turn_abandoned_not_running(
     assert (row["last_status"], row["last_abandoned"]) == ("completed", False)
     first = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"][0]
     assert (first["status"], first["abandoned"]) == ("interrupted", False)
+
+
+def _wait_for_row(db: Path, query: str) -> None:
+    """Until the journal at ``db`` has a row for ``query`` (another process writes it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            if conn.execute(query).fetchone() is not None:
+                return
+        time.sleep(0.05)  # polling a condition another process makes true, bounded above
+    raise AssertionError(f"no row for {query!r} in {db}")
+
+
+def test_the_usage_of_a_turn_killed_mid_stream_is_kept(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {
+            "text": "A long answer that never ends",
+            "stall_after": 5,
+            "usage": {"input_tokens": 1234},
+        },
+        {"text": "Resumed."},
+    )
+    base = base_args(fake_llm, tmp_path)
+    db = tmp_path / "journal.db"
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", "--output-format", "stream-json", *base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the answer has begun: the API said what its input cost
+        event = json.loads(line)
+        if event["type"] == "usage":
+            assert event["usage"]["partial"] and event["total_input"] == 1234
+            break
+    _wait_for_row(db, "SELECT 1 FROM events WHERE type = 'usage'")
+    proc.kill()  # kill -9 mid-stream: no end of the turn is written
+    proc.communicate(timeout=30)
+
+    again = run_drover(["-p", "go on", "--session", "s", *base])  # recovers the dead turn
+    assert again.returncode == 0, again.stderr
+    first = json.loads(run_drover(["show", "s", "--json", "--db", str(db)]).stdout)["turns"][0]
+    assert first["status"] == "interrupted"
+    assert first["usage"]["input_tokens"] == 1234 and first["usage"]["partial"]
+    exported = run_drover(["export", "s", "--db", str(db)]).stdout
+    assert re.search(r"_1234 in · \d out tokens \(so far\)_", exported), exported

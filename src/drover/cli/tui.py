@@ -270,8 +270,10 @@ class TurnView:
             case PermissionRequest():
                 self._questions.append(event)
                 self._next_question()
-            case UsageReport():
+            case UsageReport() if not event.usage.partial:  # a partial one is counted at its end
                 self.on_usage(event.usage)
+            case UsageReport():
+                pass
             case Compacted():
                 self.console.print(
                     Text(
