@@ -242,6 +242,7 @@ def test_after_kill_9_the_readers_call_the_dead_turn_abandoned_not_running(
     assert "tool bash [abandoned while running]" in shown
     [turn] = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"]
     assert (turn["status"], turn["abandoned"]) == ("running", True)
+    assert "## Turn 1 · abandoned" in run_drover(["export", "s", *db]).stdout
 
     # The next run recovers it: ended interrupted, no longer abandoned.
     again = run_drover(["-p", "go on", "--session", "s", *base])
