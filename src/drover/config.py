@@ -56,7 +56,9 @@ not hold them, and :class:`Config` never shows them in its ``repr``.
 
 A model spec is ``PROVIDER:MODEL`` with ``anthropic``, ``openai`` (Chat Completions) or
 ``openai-responses``; only the first colon splits, so ``openai:llama3.1:8b`` works. A spec
-without a colon is an alias, or a model of the default model's provider.
+without a colon is an alias, or a model of a known family (``gpt-…``, ``o1``/``o3``/``o4…``:
+OpenAI, the default model's OpenAI protocol if it has one; ``claude-…``: Anthropic); any other
+bare name is refused with the ``PROVIDER:MODEL`` hint.
 
 Every problem is a :class:`~drover.errors.ConfigError` saying where (file path or variable)
 and what is wrong.
@@ -128,12 +130,38 @@ _SANDBOX_KEYS = (
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 
+#: Known model families: a name's start → the providers that serve it (the first unless the
+#: default model's provider is one of them).
+MODEL_FAMILIES: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (re.compile(r"^(gpt-|chatgpt-|o[1-9](-|$))", re.IGNORECASE), ("openai", "openai-responses")),
+    (re.compile(r"^claude-", re.IGNORECASE), ("anthropic",)),
+)
+
+
+def bare_model_provider(model: str, default_provider: str = "anthropic") -> str:
+    """The provider of a model named without one: its family's (``gpt-…``, ``o1``/``o3``/``o4…``
+    are OpenAI's, ``claude-…`` Anthropic's), or a :class:`ConfigError` asking for
+    ``PROVIDER:MODEL`` — guessing would send an unknown name to the wrong API with the wrong key."""
+    for pattern, providers in MODEL_FAMILIES:
+        if pattern.match(model):
+            return default_provider if default_provider in providers else providers[0]
+    raise ConfigError(
+        f"unknown model '{model}': name its provider as PROVIDER:MODEL "
+        f"(anthropic:{model}, openai:{model} or openai-responses:{model})"
+    )
+
+
 def parse_model_spec(spec: str, default_provider: str = "anthropic") -> tuple[str, str]:
-    """``"openai:gpt-4.1"`` → ``("openai", "gpt-4.1")``; a bare model uses ``default_provider``."""
+    """``"openai:gpt-4.1"`` → ``("openai", "gpt-4.1")``; a bare model is matched against the
+    known families (see :func:`bare_model_provider`), keeping ``default_provider`` when it
+    serves that family."""
     provider, sep, model = spec.strip().partition(":")
     provider = provider.strip()
     if not sep:
-        provider, model = default_provider, spec.strip()
+        if not spec.strip():
+            raise ConfigError("no model name (expected PROVIDER:MODEL)")
+        model = spec.strip()
+        provider = bare_model_provider(model, default_provider)
     if provider not in PROVIDERS:
         raise ConfigError(
             f"unknown provider '{provider}' (expected anthropic, openai or openai-responses)"

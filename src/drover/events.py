@@ -253,7 +253,10 @@ class PermissionRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageReport:
-    """After each model response: its usage and the turn's running totals."""
+    """After each model response: its usage and the turn's running totals. Also as a response
+    starts, when the API reports its input tokens then, with ``usage.partial`` set: the use so
+    far, which the report at the response's end includes again (a consumer that adds up
+    ``usage`` skips partial reports; the totals are always the turn's so far)."""
 
     usage: Usage
     total_input: int

@@ -89,6 +89,7 @@ from drover.model_stream import (
     ModelRequest,
     RetryBudget,
     StreamEvent,
+    UsageUpdate,
 )
 from drover.model_stream import RetryNotice as ProviderRetry
 from drover.output import InvalidOutput, OutputSchema
@@ -98,6 +99,9 @@ from drover.sinks import EventSink
 from drover.toolrun import ToolBatch
 from drover.tools.base import FileImages
 from drover.tools.registry import ToolRegistry
+
+#: The recorded error of a turn the user interrupted (Esc, Ctrl-C, an interrupt request).
+INTERRUPTED_BY_USER = "interrupted by the user"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,6 +169,9 @@ class TurnControl:
         self.retryable = True
         #: Whether :meth:`stop` cancelled the task (rather than the user, or nothing yet).
         self.cancelled = False
+        #: Why the turn was interrupted, when it was not the user (a signal, a shutdown): the
+        #: interrupted turn's recorded error (shown by `drover show`, the API and the events).
+        self.interruption: str | None = None
 
     @property
     def stopped(self) -> bool:
@@ -216,6 +223,8 @@ class _Step:
     batch: ToolBatch | None = None
     #: Whether the usage of the current attempt was already added to the turn's totals.
     usage_counted: bool = False
+    #: Whether the current attempt's use so far went out as it began (see ``_report_start``).
+    usage_started: bool = False
 
 
 class AgentLoop:
@@ -274,7 +283,7 @@ class AgentLoop:
                 self._count_partial_usage(work, step)
                 await self._salvage(work, step)
             if not control.cancelled or control.reason is None:
-                await self._end(work, "interrupted", "interrupted by the user")
+                await self._end(work, "interrupted", control.interruption or INTERRUPTED_BY_USER)
                 raise
             if task is not None:
                 task.uncancel()
@@ -419,6 +428,7 @@ class AgentLoop:
         """Forget a failed attempt of the step: its announced calls never ran."""
         await self._interrupt_announced(step)
         step.acc, step.announced, step.usage_counted = Accumulator(), {}, False
+        step.usage_started = False
 
     async def _stream_once(self, work: TurnWork, step: _Step, budget: RetryBudget) -> Message:
         request = ModelRequest(
@@ -439,6 +449,8 @@ class AgentLoop:
                     )
                     continue
                 finished = acc.apply(event)
+                if isinstance(event, UsageUpdate) and not step.usage_started:
+                    await self._report_start(work, step)
                 await self._announce(step, event, finished)
         usage = acc.usage
         work.usage = work.usage + usage
@@ -455,6 +467,18 @@ class AgentLoop:
         if not message.content:
             raise EmptyResponseError()
         return message
+
+    async def _report_start(self, work: TurnWork, step: _Step) -> None:
+        """The use the API reports as its answer starts (Anthropic's input tokens), marked
+        partial: it is charged for even if the process dies mid-answer, so the journal keeps it."""
+        step.usage_started = True
+        so_far = work.usage + step.acc.usage
+        if step.acc.usage.input_tokens or step.acc.usage.output_tokens:
+            usage = step.acc.usage.as_partial()
+            total = (so_far.input_tokens, so_far.output_tokens)
+            await self.sink.send(
+                UsageReport(usage=usage, total_input=total[0], total_output=total[1])
+            )
 
     async def _announce(
         self, step: _Step, event: StreamEvent, finished: ContentBlock | None

@@ -69,6 +69,9 @@ from drover.telemetry.watch import TurnWatch, watch_recovery
 from drover.tools.registry import ToolRegistry
 
 LEASE_SECONDS = 30.0
+#: The recorded error of a turn interrupted because its runner shut down (the agent was closed,
+#: the process is stopping): not the user's doing.
+SHUT_DOWN = "interrupted: drover shut down while the turn ran"
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,8 @@ class RunningTurn:
     #: Permission questions waiting for an answer, by request id.
     requests: dict[str, PermissionRequest] = field(default_factory=dict)
     task: asyncio.Task[TurnOutcome] | None = None
+    #: Lets the runner stop the turn; :meth:`interrupt` tells it why.
+    control: TurnControl = field(default_factory=TurnControl)
     #: The terminal event, once emitted.
     end: TerminalEvent | None = None
     _helpers: set[asyncio.Task[None]] = field(default_factory=set)
@@ -144,8 +149,12 @@ class RunningTurn:
         self.task.result()  # raises why the turn could not start
         raise DroverError("the turn ended before it started")
 
-    def interrupt(self) -> None:
-        """Stop the turn: the loop records its work and ends it ``interrupted``."""
+    def interrupt(self, why: str | None = None) -> None:
+        """Stop the turn: the loop records its work and ends it ``interrupted``, with ``why``
+        as its error when it was not the user's doing (a signal, a shutdown); the first reason
+        given stands."""
+        if why is not None and self.control.interruption is None:
+            self.control.interruption = why
         if self.task is not None:
             self.task.cancel()
 
@@ -425,12 +434,13 @@ class Runner:
                 await running.finished()
             raise
 
-    def interrupt(self, session_id: str) -> str | None:
-        """Interrupt the session's turn running here; its id (None: none runs here)."""
+    def interrupt(self, session_id: str, why: str | None = None) -> str | None:
+        """Interrupt the session's turn running here (``why``: see
+        :meth:`RunningTurn.interrupt`); its id (None: none runs here)."""
         running = self._running.get(session_id)
         if running is None or running.turn_id is None:
             return None
-        running.interrupt()
+        running.interrupt(why)
         return running.turn_id
 
     def decide(self, session_id: str, request_id: str, decision: Decision) -> bool:
@@ -443,13 +453,13 @@ class Runner:
         running = self._running.get(session_id)
         return [] if running is None else running.open_requests()
 
-    async def shutdown(self) -> None:
-        """Refuse new turns, interrupt every running one and wait until each has recorded how
-        it ended."""
+    async def shutdown(self, why: str = SHUT_DOWN) -> None:
+        """Refuse new turns, interrupt every running one (``why`` recorded as its error) and
+        wait until each has recorded how it ended."""
         self._closing = True
         running = tuple(self._running.values())
         for turn in running:
-            turn.interrupt()
+            turn.interrupt(why)
         for turn in running:
             await turn.finished()
 
@@ -490,7 +500,7 @@ class Runner:
             tool = tools.get(name)
             return tool is not None and tool.read_only
 
-        control = TurnControl()
+        control = running.control
         on_event = self.on_event
         journal = Journal(
             self.store,

@@ -148,3 +148,59 @@ def test_more_bad_input_is_one_line(args: list[str], message: str, tmp_path: Pat
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("command", [["-p", "hi"], ["sessions"], ["show", "s1"]])
+def test_a_db_in_a_missing_directory_is_an_error_that_creates_nothing(
+    fake_llm: FakeLLMServer, tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such"
+    model = ["--model", "anthropic:test", "--base-url", fake_llm.base_url]
+    result = run_drover(
+        [*command, "--db", str(missing / "x.db"), *(model if command[0] == "-p" else [])]
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"drover: error: cannot open the journal at {missing / 'x.db'}: "
+        f"no such directory {missing}\n"
+    )
+    assert not (tmp_path / "no").exists()
+    assert fake_llm.requests == []
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("gpt4", "unknown model 'gpt4': name its provider as PROVIDER:MODEL (anthropic:gpt4,"),
+        ("llama3", "unknown model 'llama3': name its provider as PROVIDER:MODEL"),
+        # A known family finds its provider: the missing key is then OpenAI's, not Anthropic's.
+        ("gpt-4.1", "OPENAI_API_KEY is not set (needed for openai:gpt-4.1)"),
+        ("o3-mini", "OPENAI_API_KEY is not set (needed for openai:o3-mini)"),
+        ("claude-x", "ANTHROPIC_API_KEY is not set (needed for anthropic:claude-x)"),
+    ],
+)
+def test_a_model_without_a_provider_is_matched_or_refused(
+    model: str, message: str, tmp_path: Path
+) -> None:
+    result = run_drover(["-p", "hi", "--model", model, *journal(tmp_path)], env=clean_env())
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"drover: error: {message}")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "journal.db").exists()
+
+
+def test_help_shows_the_serve_defaults_and_the_scenario_format() -> None:
+    serve = " ".join(run_drover(["serve", "--help"]).stdout.split())
+    assert "then is denied (300.0)" in serve
+    assert "pings on an event stream (15.0)" in serve
+    assert "request body accepted, in bytes (1048576)" in serve
+    fake = run_drover(["fake-llm", "--help"]).stdout
+    for needed in ("responses:", "tool_calls:", "http_error:", "error_after:", "/v1 for OpenAI"):
+        assert needed in fake, needed
+
+
+def test_the_default_journal_makes_its_own_data_directory(tmp_path: Path) -> None:
+    data = tmp_path / "xdg-data"
+    result = run_drover(["sessions"], env=clean_env(XDG_DATA_HOME=str(data)))
+    assert result.returncode == 0, result.stderr
+    assert (data / "drover" / "drover.db").is_file()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import select
 import signal
+import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +150,155 @@ def test_unreachable_server_is_one_error_line_after_retries(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("drover: error:")]
     assert len(errors) == 1 and "connection" in errors[0].lower()
+
+
+def _wait_for_fifo(path: Path, proc: subprocess.Popen[str]) -> None:
+    """Until a tool of the turn writes to the FIFO at ``path`` (the turn is then mid-tool)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, proc.stderr.read() if proc.stderr else "no tool ran"
+    finally:
+        os.close(fd)
+
+
+def test_sigterm_is_recorded_as_what_happened_and_text_output_prints_what_was_kept(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "ready")
+    fake_llm.script(
+        {
+            "text": "Let me look first.",
+            "tool_calls": [{"name": "bash", "input": {"command": "echo x > ready; sleep 60"}}],
+        }
+    )
+    base = [*base_args(fake_llm, tmp_path), "--sandbox", "off"]
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", *base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+    )
+    _wait_for_fifo(tmp_path / "ready", proc)
+    proc.send_signal(signal.SIGTERM)  # what `timeout` or a service manager sends
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    # What was kept of the turn, then the status line, which does not blame the user.
+    assert out == "Let me look first.\n"
+    said = "interrupted: drover received SIGTERM (a timeout or a service stopping it)"
+    assert f"turn {said}\n" in err
+    assert "by the user" not in err and "turn incomplete" not in err
+    shown = json.loads(run_drover(["show", "s", "--json", "--db", base[5]]).stdout)
+    [turn] = shown["turns"]
+    assert (turn["status"], turn["error"]) == ("interrupted", said)
+
+
+def test_text_output_of_an_incomplete_turn_prints_the_partial_answer(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("alpha")
+    broken = {"text": "Half of the answer, then", "error_after": 6, "error": {"type": "api_error"}}
+    fake_llm.script(
+        {"tool_calls": [{"name": "read_file", "input": {"path": "a.txt"}}]},
+        *[broken] * 3,  # the first attempt and both retries
+    )
+    result = run_drover(["-p", "go", *base_args(fake_llm, tmp_path)])
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() and "Half of the answer, then".startswith(result.stdout.strip())
+    assert "turn incomplete (" in result.stderr
+
+
+def test_after_kill_9_the_readers_call_the_dead_turn_abandoned_not_running(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "ready")
+    call = {"name": "bash", "input": {"command": "echo x > ready; sleep 60"}}
+    fake_llm.script({"text": "Looking.", "tool_calls": [call]}, {"text": "Resumed."})
+    base = [*base_args(fake_llm, tmp_path), "--sandbox", "off"]
+    db = ["--db", str(tmp_path / "journal.db")]
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", *base],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+        start_new_session=True,  # its bash child goes with it (killpg below)
+    )
+    _wait_for_fifo(tmp_path / "ready", proc)
+    alive = run_drover(["sessions", *db]).stdout
+    assert " running " in alive, alive  # its process is alive: running, as recorded
+    os.killpg(proc.pid, signal.SIGKILL)  # this test's own process group only
+    proc.communicate(timeout=30)
+
+    listed = run_drover(["sessions", *db]).stdout
+    assert " abandoned " in listed and "running" not in listed, listed
+    [row] = json.loads(run_drover(["sessions", "--json", *db]).stdout)
+    assert (row["last_status"], row["last_abandoned"]) == ("running", True)
+    shown = run_drover(["show", "s", *db]).stdout
+    assert "turn 1: abandoned: recorded as running, but the process that ran it is gone" in shown
+    assert "tool bash [abandoned while running]" in shown
+    [turn] = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"]
+    assert (turn["status"], turn["abandoned"]) == ("running", True)
+    assert "## Turn 1 · abandoned" in run_drover(["export", "s", *db]).stdout
+
+    # The next run recovers it: ended interrupted, no longer abandoned.
+    again = run_drover(["-p", "go on", "--session", "s", *base])
+    assert again.returncode == 0, again.stderr
+    [row] = json.loads(run_drover(["sessions", "--json", *db]).stdout)
+    assert (row["last_status"], row["last_abandoned"]) == ("completed", False)
+    first = json.loads(run_drover(["show", "s", "--json", *db]).stdout)["turns"][0]
+    assert (first["status"], first["abandoned"]) == ("interrupted", False)
+
+
+def _wait_for_row(db: Path, query: str) -> None:
+    """Until the journal at ``db`` has a row for ``query`` (another process writes it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            if conn.execute(query).fetchone() is not None:
+                return
+        time.sleep(0.05)  # polling a condition another process makes true, bounded above
+    raise AssertionError(f"no row for {query!r} in {db}")
+
+
+def test_the_usage_of_a_turn_killed_mid_stream_is_kept(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        {
+            "text": "A long answer that never ends",
+            "stall_after": 5,
+            "usage": {"input_tokens": 1234},
+        },
+        {"text": "Resumed."},
+    )
+    base = base_args(fake_llm, tmp_path)
+    db = tmp_path / "journal.db"
+    proc = subprocess.Popen(
+        [*DROVER, "-p", "go", "--session", "s", "--output-format", "stream-json", *base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the answer has begun: the API said what its input cost
+        event = json.loads(line)
+        if event["type"] == "usage":
+            assert event["usage"]["partial"] and event["total_input"] == 1234
+            break
+    _wait_for_row(db, "SELECT 1 FROM events WHERE type = 'usage'")
+    proc.kill()  # kill -9 mid-stream: no end of the turn is written
+    proc.communicate(timeout=30)
+
+    again = run_drover(["-p", "go on", "--session", "s", *base])  # recovers the dead turn
+    assert again.returncode == 0, again.stderr
+    first = json.loads(run_drover(["show", "s", "--json", "--db", str(db)]).stdout)["turns"][0]
+    assert first["status"] == "interrupted"
+    assert first["usage"]["input_tokens"] == 1234 and first["usage"]["partial"]
+    exported = run_drover(["export", "s", "--db", str(db)]).stdout
+    assert re.search(r"_1234 in · \d out tokens \(so far\)_", exported), exported

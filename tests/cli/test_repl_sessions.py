@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +118,37 @@ def test_full_repl_resumes_by_a_start_and_deletes_after_a_yes(
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["title"] == "Renamed in the REPL"
     assert any(line.get("role") == "assistant" for line in lines)
+
+
+def test_line_mode_lists_and_runs_the_full_repls_commands(
+    fake_llm: FakeLLMServer, tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    from drover.cli.repl.commands import HELP
+
+    _stored(fake_llm, tmp_path, "other-one", "other question")
+    env = clean_env(ANTHROPIC_API_KEY="test", TERM="dumb")  # the line mode
+    term = Terminal([*base_args(fake_llm, tmp_path), "--session", "mine"], env=env)
+    terminals.append(term)
+    term.expect("› ")
+    term.type("/help")
+    helped = term.expect("› ")
+    names = re.findall(r"^(/[a-z]+)", HELP, re.MULTILINE)
+    assert len(names) > 10 and all(name in helped for name in names)
+
+    term.type("/compact")
+    said = " ".join(term.expect("› ").split())
+    assert "nothing compacted: the history has 0 messages, and the last 8 messages" in said
+    term.type("/sessions")
+    assert "other-one" in term.expect("› ")
+    term.type("/resume other")
+    term.expect("drover — session other-one")
+    term.type("/session")
+    term.expect("other-one")
+    term.type("/clear")
+    term.expect("new session ")
+    ran = {"/help", "/compact", "/sessions", "/resume", "/session", "/clear"}
+    for name in set(names) - ran - {"/exit", "/rm", "/export", "/rename"}:  # tested above
+        term.type(name)
+        assert "unknown command" not in term.expect("› "), name
+    term.type("/exit")
+    assert term.proc.wait(timeout=30) == 0

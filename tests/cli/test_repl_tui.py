@@ -287,9 +287,11 @@ def test_esc_while_the_answer_streams_keeps_the_partial_text(
     fake_llm.script({"text": first, "stall_after": 12}, {"text": "Picked up again."})
     screen = open_repl(screens, fake_llm, tmp_path)
     screen.type("tell me")
-    screen.wait_for("The first paragraph arrived whole.")
+    screen.wait_for("The second one")  # the paragraph being written, in the live area
     screen.keys("Escape")
     shown = flat(screen.wait_for(PROMPT, after="The next message resumes it"))
+    # The note comes after the answer so far, on its own line, not between its paragraphs.
+    assert re.search(r"The second one[^›]*interrupting the model's answer…", shown), shown
     assert "interrupted during the model's answer" in shown
     assert "characters of answer" in shown
     screen.type("please go on")
@@ -389,5 +391,19 @@ def test_a_paste_during_a_turn_is_one_piece_of_the_next_line(
     screen.keys("Enter")
     screen.wait_for(PROMPT, after="Read both lines.")
     assert "an answer line\\nnone of it sent" in sent(fake_llm)
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+
+
+def test_tokens_and_compact_say_what_they_mean(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    screen = open_repl(screens, fake_llm, tmp_path)
+    screen.type("/tokens")
+    shown = flat(screen.wait_for(PROMPT, after="/tokens"))
+    assert "estimated cost n/a (anthropic:test)" in shown and "cost cost" not in shown
+    screen.type("/compact")
+    shown = flat(screen.wait_for(PROMPT, after="/compact"))
+    assert "the history has 0 messages, and the last 8 messages" in shown
     screen.keys("C-d")
     assert screen.exit_status() == 0

@@ -121,7 +121,9 @@ def test_sessions_json_rename_and_export(fake_llm: FakeLLMServer, tmp_path: Path
     assert (row["turns"], row["last_status"], row["workdir"]) == (1, "completed", str(tmp_path))
     assert set(row) == {
         "id", "title", "model", "workdir", "created_at", "updated_at", "turns", "last_status",
+        "last_abandoned",
     }  # fmt: skip
+    assert row["last_abandoned"] is False
 
     renamed = run_drover(["rename", session_id[:8], "  The  alpha file ", *db_args(tmp_path)])
     assert renamed.returncode == 0, renamed.stderr

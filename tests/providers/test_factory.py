@@ -117,7 +117,6 @@ async def test_a_key_in_the_config_is_sent(fake_llm: FakeLLMServer) -> None:
 
 def test_parse_model_spec() -> None:
     assert parse_model_spec("anthropic:claude") == ("anthropic", "claude")
-    assert parse_model_spec("model-x", "openai") == ("openai", "model-x")
     assert parse_model_spec("openai:llama3.1:8b") == ("openai", "llama3.1:8b")
     with pytest.raises(ConfigError, match="no model name"):
         parse_model_spec("openai:")
@@ -133,4 +132,27 @@ def test_parse_model_spec_ignores_spaces_around_its_parts(spec: str) -> None:
 
 
 def test_a_bare_model_is_stripped_too() -> None:
-    assert parse_model_spec("  model-x ", "openai") == ("openai", "model-x")
+    assert parse_model_spec("  gpt-4o ", "openai") == ("openai", "gpt-4o")
+
+
+@pytest.mark.parametrize(
+    ("spec", "default", "expected"),
+    [
+        ("gpt-4.1", "anthropic", ("openai", "gpt-4.1")),
+        ("gpt-4.1", "openai-responses", ("openai-responses", "gpt-4.1")),
+        ("o1", "anthropic", ("openai", "o1")),
+        ("o4-mini", "openai", ("openai", "o4-mini")),
+        ("chatgpt-4o-latest", "anthropic", ("openai", "chatgpt-4o-latest")),
+        ("claude-sonnet-4-5", "openai", ("anthropic", "claude-sonnet-4-5")),
+    ],
+)
+def test_a_bare_model_of_a_known_family_finds_its_provider(
+    spec: str, default: str, expected: tuple[str, str]
+) -> None:
+    assert parse_model_spec(spec, default) == expected
+
+
+@pytest.mark.parametrize("spec", ["gpt4", "model-x", "o", "olmo-2", "llama3"])
+def test_any_other_bare_model_is_refused_with_the_hint(spec: str) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown model '{spec}': .*PROVIDER:MODEL"):
+        parse_model_spec(spec, "openai")

@@ -142,6 +142,8 @@ def test_sigterm_interrupts_running_turns_keeps_their_work_and_they_resume(
             # The stream ends after the turn's terminal event instead of hanging.
         assert events[-1].event in TERMINAL
         assert events[-1].data["reason"] == "interrupted"
+        # Recorded as what happened: the server stopped, not the user.
+        assert events[-1].data["error"] == "interrupted: drover serve stopped (SIGTERM)"
     assert server.proc.wait(timeout=BOUND) == 0
     assert not any("Traceback" in line for line in server.stderr)
     restarted = serve("--permission-mode", "allow")

@@ -144,7 +144,9 @@ def test_a_running_turns_usage_so_far_is_in_the_snapshot(
         sid = _session(c)
         c.post(f"/v1/sessions/{sid}/messages", json={"content": "wait"})
         events = read_events(c, sid, until=lambda ev, _: ev.data.get("state") == "running")
-        [report] = [ev.data for ev in events if ev.event == "usage"]
+        # As the answer began (partial), then at its end: the snapshot has the latest totals.
+        started, report = [ev.data for ev in events if ev.event == "usage"]
+        assert started["usage"]["partial"] and not report["usage"]["partial"]
         [turn] = c.get(f"/v1/sessions/{sid}").json()["turns"]
         assert turn["status"] == "running"
         usage = turn["usage"]

@@ -244,3 +244,19 @@ async def test_log_rows_of_a_few_hundred_bytes_stay_on_their_page(tmp_path: Path
     assert rows == 60
     assert "overflow" not in dict(pages)
     assert sum(dict(pages).values()) <= 60 // 2 + 2  # two rows a page (was a page each, and more)
+
+
+async def test_a_named_file_in_a_missing_directory_is_refused_and_nothing_is_made(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "typo" / "deeper" / "x.db"
+    with pytest.raises(StoreError) as info:
+        await open_store(str(path)).open()
+    assert str(info.value) == (
+        f"cannot open the journal at {path}: no such directory {path.parent}"
+    )
+    assert not (tmp_path / "typo").exists()
+    # Only drover's own data directory is made on first use.
+    async with SqliteStore(path, create_parent=True) as store:
+        assert await store.list_sessions() == []
+    assert path.is_file()

@@ -94,6 +94,16 @@ def test_sigkill_then_takeover_links_the_resumed_turn_to_the_dead_one(
         read_events(
             c, sid, until=lambda ev, _: ev.event == "tool_state" and ev.data["state"] == "running"
         )
+    # A live event may go out before its row is committed (a crash then resets the stream):
+    # wait until the call's ``running`` is durable, so the kill leaves a call whose tool ran.
+    deadline = time.monotonic() + 60
+    while True:
+        with journal(tmp_path) as db:
+            states = [r["state"] for r in db.execute("SELECT state FROM tool_calls")]
+        if states == ["running"]:
+            break
+        assert time.monotonic() < deadline, states
+        time.sleep(0.05)
     first.stop(signal.SIGKILL)
     with journal(tmp_path) as db:
         (row,) = db.execute("SELECT traceparent FROM turn_traces WHERE turn_id = ?", (dead_turn,))
@@ -219,7 +229,9 @@ def test_metrics_count_what_the_journal_holds(
     steps = sum(1 for kind, _ in events if kind == "step_started")
     assert metrics[("drover_model_call_duration_seconds_count", model)] == steps == 4
     assert metrics[("drover_model_time_to_first_token_seconds_count", model)] == 3
-    usage = [p["usage"] for kind, p in events if kind == "usage"]
+    # A partial report (the use as an answer began) is counted again, whole, at its end.
+    usage = [p["usage"] for kind, p in events if kind == "usage" and not p["usage"]["partial"]]
+    assert any(p["usage"]["partial"] for kind, p in events if kind == "usage")
     for kind in ("input", "output"):
         labels = tuple(sorted((*model, ("type", kind))))
         assert metrics[("drover_tokens_total", labels)] == sum(u[f"{kind}_tokens"] for u in usage)

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
+from drover.events import TERMINAL_TOOL_STATES
+from drover.journal.owners import holder_gone
 from drover.journal.protocol import Store
-from drover.journal.records import ToolCallRecord
+from drover.journal.records import ToolCallRecord, TurnRecord
 from drover.journal.worker_log import worker_call_prefix
 from drover.messages import message_to_dict
 from drover.store import open_store
@@ -56,7 +58,9 @@ def on_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) 
     SQLite on this thread, without an event loop."""
     store = open_store(db or os.environ.get("DROVER_DB"))
     if type(store) is SqliteStore:
-        inline = SqlStore(SQLITE, InlineSqliteConnection(store.path))
+        inline = SqlStore(
+            SQLITE, InlineSqliteConnection(store.path, create_parent=store.create_parent)
+        )
         return _run_inline(work(inline))
     import asyncio  # PostgreSQL: the driver is asynchronous
 
@@ -72,8 +76,22 @@ def print_models() -> int:
     return 0
 
 
+#: How ``drover show`` explains an abandoned turn.
+ABANDONED_NOTE = (
+    "abandoned: recorded as running, but the process that ran it is gone (its lease expired "
+    "or its pid is not running); the next run on this session ends it interrupted and resumes "
+    "its work"
+)
+
+
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def abandoned(turn: TurnRecord) -> bool:
+    """Whether ``turn`` is recorded ``running`` with nobody left to run it (killed with -9, a
+    crash): the readers say so instead of calling it running, until recovery ends it."""
+    return turn.status == "running" and holder_gone(turn.owner, turn.lease_expires_at, time.time())
 
 
 def print_sessions(args: argparse.Namespace) -> int:
@@ -85,7 +103,8 @@ async def _print_sessions(store: Store, limit: int, as_json: bool) -> int:
         listed = []
         for record in await store.list_sessions(limit=limit):
             turns = await store.turns(record.id)
-            listed.append((record, len(turns), turns[-1].status if turns else None))
+            final = turns[-1] if turns else None
+            listed.append((record, len(turns), final.status if final else None, _gone(final)))
     if as_json:
         rows = [
             {
@@ -97,17 +116,23 @@ async def _print_sessions(store: Store, limit: int, as_json: bool) -> int:
                 "updated_at": record.updated_at,
                 "turns": count,
                 "last_status": last,
+                "last_abandoned": gone,
             }
-            for record, count, last in listed
+            for record, count, last, gone in listed
         ]
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
     if not listed:
         print("no sessions yet")
-    for record, count, last in listed:
+    for record, count, last, gone in listed:
         when = _when(record.updated_at)
-        print(f"{record.id}  {when}  {count:>3} turns  {last or 'empty':<11}  {record.title or ''}")
+        status = "abandoned" if gone else last or "empty"
+        print(f"{record.id}  {when}  {count:>3} turns  {status:<11}  {record.title or ''}")
     return 0
+
+
+def _gone(turn: TurnRecord | None) -> bool:
+    return turn is not None and abandoned(turn)
 
 
 async def session_report(store: WorkerLogReader, session_id: str) -> dict[str, Any]:
@@ -126,6 +151,7 @@ async def session_report(store: WorkerLogReader, session_id: str) -> dict[str, A
                 "id": turn.id,
                 "seq": turn.seq,
                 "status": turn.status,
+                "abandoned": abandoned(turn),
                 "reason": turn.reason,
                 "error": turn.error,
                 "discarded": turn.discarded,
@@ -220,7 +246,8 @@ def show_session(args: argparse.Namespace) -> int:
     print(f"session {report['id']}  model {report['model']}  in {report['workdir']}")
     for turn in report["turns"]:
         flag = " (discarded)" if turn["discarded"] else ""
-        print(f"\nturn {turn['seq']}: {turn['status']}{flag}")
+        status = ABANDONED_NOTE if turn["abandoned"] else turn["status"]
+        print(f"\nturn {turn['seq']}: {status}{flag}")
         if turn["error"]:
             print(f"  ended: {turn['reason']}: {turn['error']}")
         if turn["user_message"]:
@@ -233,16 +260,19 @@ def show_session(args: argparse.Namespace) -> int:
                 print(f"  {message['role']}{partial}: {text}")
             for block in message["content"]:
                 if block.get("type") == "tool_use" and block.get("id") in calls:
-                    print(_call_line(calls.pop(block["id"])))
+                    print(_call_line(calls.pop(block["id"]), turn["abandoned"]))
         # Calls cut off before their message was complete appear in no message.
         for call in calls.values():
-            print(_call_line(call))
+            print(_call_line(call, turn["abandoned"]))
     return 0
 
 
-def _call_line(call: dict[str, Any]) -> str:
+def _call_line(call: dict[str, Any], abandoned: bool = False) -> str:
     note = " (outcome unknown)" if call["outcome_unknown"] else ""
-    lines = [f"  tool {call['name']} [{call['state']}]{note}"]
+    state = call["state"]
+    if abandoned and state not in TERMINAL_TOOL_STATES:
+        state = f"abandoned while {state}"  # nobody runs it any more
+    lines = [f"  tool {call['name']} [{state}]{note}"]
     for worker in call.get("workers", ()):
         prompt = _text(worker["prompt"]) if worker["prompt"] else ""
         lines.append(f"    worker {worker['worker']} [{worker['status']}]: {prompt}")

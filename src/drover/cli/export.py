@@ -89,7 +89,9 @@ def export_markdown(report: dict[str, Any]) -> str:
     ]
     for turn in report["turns"]:
         flag = " (discarded)" if turn["discarded"] else ""
-        out += [f"## Turn {turn['seq']} · {turn['status']}{flag}", ""]
+        # A turn whose process is gone is not running (see drover.cli.admin.abandoned).
+        status = "abandoned" if turn.get("abandoned") else turn["status"]
+        out += [f"## Turn {turn['seq']} · {status}{flag}", ""]
         if turn["error"]:
             out += [f"> ended: {turn['reason']}: {turn['error']}", ""]
         if turn["user_message"]:

@@ -1,9 +1,10 @@
 """``drover -p PROMPT``: one turn, printed, with an exit status that says how it ended.
 
 Ctrl-C (SIGINT) or SIGTERM interrupts the turn: the loop records what it had done (the partial
-message, tool outputs, calls cut off), the journal keeps it as pending work, and the process
-exits 130. A later ``-p`` on the same ``--session`` — or ``--resume-turn`` with no prompt —
-continues from there, and says on stderr that it sends that work before the new prompt.
+message, tool outputs, calls cut off) and why (the user, or SIGTERM), the journal keeps it as
+pending work, and the process exits 130. A later ``-p`` on the same ``--session`` — or
+``--resume-turn`` with no prompt — continues from there, and says on stderr that it sends that
+work before the new prompt.
 ``--discard-pending`` drops the work instead (alone, it only drops it): the way out when the
 API refuses the request as such, which the end of such a turn says.
 
@@ -40,6 +41,8 @@ from drover.messages import Message, Prompt, Usage
 from drover.resources import resolve_workdir
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
+#: The recorded error of a turn stopped by SIGTERM (not the user's Ctrl-C).
+SIGTERM_TEXT = "interrupted: drover received SIGTERM (a timeout or a service stopping it)"
 
 
 class _Terminal:
@@ -132,8 +135,10 @@ async def _run_turn(
         await printer.aclose()
         raise
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, running.interrupt)
+    # Ctrl-C is the user's; SIGTERM comes from whoever stops the process (a `timeout`, a
+    # service manager), and the turn records that instead.
+    loop.add_signal_handler(signal.SIGINT, running.interrupt)
+    loop.add_signal_handler(signal.SIGTERM, running.interrupt, SIGTERM_TEXT)
     try:
         await running.finished()
     finally:

@@ -58,6 +58,29 @@ DESCRIPTIONS = {
     "doctor": "Check this machine's set-up (Python, config, keys, journal, sandbox, servers); "
     "one line each, exit status 1 when a check fails.",
 }
+#: ``drover fake-llm --help``'s account of a scenario file (the full format is
+#: :mod:`drover.testing.scenario`'s docstring).
+FAKE_LLM_EPILOG = """\
+The server answers the Anthropic Messages, OpenAI Chat Completions and OpenAI Responses
+APIs (base URL http://HOST:PORT for Anthropic, http://HOST:PORT/v1 for OpenAI; any API
+key). Each request gets the next response of the scenario, in order; a request past the
+last one is an error. A scenario file:
+
+  options: {chunk_size: 8, delay: 0}      # optional: 8-char chunks, seconds between frames
+  responses:
+    - text: "Let me look."
+      tool_calls: [{name: read_file, input: {path: a.txt}}]
+    - text: "Done."
+      usage: {input_tokens: 12, output_tokens: 5}
+    - {text: "cut short", error_after: 5, error: {type: overloaded_error}}
+    - http_error: {status: 529, type: overloaded_error, message: Overloaded}
+    - {hang: true}                         # never answers
+
+A response may also give thinking, stop_reason, raw_input (argument text) on a tool call,
+drop_after/stall_after, context_overflow, or replay a recording (raw: FILE). A top-level list
+is read as the responses. An unknown key is an error naming where it is. Use it with e.g.
+  drover -p hi --model anthropic:fake --base-url http://127.0.0.1:8765
+"""
 #: How an ID argument is described.
 ID_HELP = (
     "a session id, or any unique start of one (letters, digits, '-' and '_'); "
@@ -139,7 +162,11 @@ def _port(text: str) -> int:
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5")
+    parser.add_argument(
+        "--model",
+        help="PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5 (a bare gpt-…, o3…, claude-… "
+        "name finds its provider), or an alias",
+    )
     parser.add_argument("--base-url", help="API base URL (any compatible server)")
     _db_option(parser)
     parser.add_argument("--workdir", type=Path, help="directory the tools work in (default: .)")
@@ -317,7 +344,7 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
             "--json",
             action="store_true",
             help="a JSON array: id, title, model, workdir, created_at, updated_at, turns, "
-            "last_status",
+            "last_status, last_abandoned (its process is gone: killed, lease expired)",
         )
     elif name == "show":
         parser.add_argument("session_id", metavar="ID", type=_session_id, help=ID_HELP)
@@ -358,9 +385,16 @@ def build_subparser(name: str) -> argparse.ArgumentParser:
         add_gc_options(parser)
         _db_option(parser)
     elif name == "fake-llm":
-        parser.add_argument("scenario", type=Path)
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=_port, default=8765)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = FAKE_LLM_EPILOG
+        parser.add_argument(
+            "scenario",
+            metavar="SCENARIO",
+            type=Path,
+            help="a YAML or JSON file: what the model answers, one response per request",
+        )
+        parser.add_argument("--host", default="127.0.0.1", help="address (%(default)s)")
+        parser.add_argument("--port", type=_port, default=8765, help="port (%(default)s)")
     elif name == "models":
         pass
     elif name == "mcp":

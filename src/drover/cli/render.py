@@ -93,6 +93,17 @@ def _decision(answer: bytes) -> Decision:
     return "deny"
 
 
+def incomplete_line(event: Incomplete) -> str:
+    """The status line of a turn that ended with its work kept."""
+    if event.reason == "interrupted":
+        # "interrupted by the user", "interrupted: drover received SIGTERM …"
+        said = (
+            event.error if event.error.startswith("interrupted") else f"interrupted: {event.error}"
+        )
+        return f"turn {said}"
+    return f"turn incomplete ({event.reason}): {event.error}"
+
+
 @dataclass
 class HeadlessPrinter:
     """An event sink that prints a turn for ``drover -p`` and the REPL.
@@ -110,6 +121,9 @@ class HeadlessPrinter:
     err: TextIO = field(default_factory=lambda: sys.stderr)
     _live_text: bool = False
     _mid_line: bool = False
+    #: The text of the turn's last assistant message (partial too), for a pipe: printed when
+    #: the turn ends incomplete, as it printed a finished turn's answer.
+    _kept: str = ""
     _closed: set[int] = field(default_factory=set)
     _questions: set[asyncio.Task[None]] = field(default_factory=set)
     _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -133,6 +147,8 @@ class HeadlessPrinter:
             case AssistantMessage() if self._live_text and self._mid_line:
                 self._line(self.out, "")
                 self._mid_line = False
+            case AssistantMessage() if event.message.text:
+                self._kept = event.message.text
             case ToolStart():
                 self._line(self.err, f"→ {event.input_summary}")
             case ToolDone():
@@ -161,7 +177,9 @@ class HeadlessPrinter:
             case Done() if self.output_format == "text" and not self._live_text:
                 self._line(self.out, event.text)
             case Incomplete():
-                self._line(self.err, f"turn incomplete ({event.reason}): {event.error}")
+                if self.output_format == "text" and not self._live_text and self._kept:
+                    self._line(self.out, self._kept)
+                self._line(self.err, incomplete_line(event))
             case Error():
                 self._line(self.err, f"drover: error: {event.error}")
             case _:

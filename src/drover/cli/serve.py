@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 from types import FrameType
@@ -49,10 +50,21 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--permission-timeout",
         type=float,
         default=DEFAULT_PERMISSION_TIMEOUT,
-        help="seconds a permission request waits with no client connected, then is denied",
+        help="seconds a permission request waits with no client connected, then is denied "
+        "(%(default)s)",
     )
-    parser.add_argument("--heartbeat", type=float, default=15.0, help="seconds between pings")
-    parser.add_argument("--max-body", type=int, default=1024 * 1024, help="request body limit")
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=15.0,
+        help="seconds between keep-alive pings on an event stream (%(default)s)",
+    )
+    parser.add_argument(
+        "--max-body",
+        type=int,
+        default=1024 * 1024,
+        help="largest request body accepted, in bytes (%(default)s)",
+    )
     parser.add_argument(
         "--allowed-host",
         action="append",
@@ -203,7 +215,8 @@ class _Server(uvicorn.Server):
 
     async def _stop(self, sig: int) -> None:
         try:
-            await self._service.shutdown()
+            name = signal.Signals(sig).name
+            await self._service.shutdown(f"interrupted: drover serve stopped ({name})")
         finally:
             self._hub.close()
             super().handle_exit(sig, None)

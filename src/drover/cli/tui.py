@@ -270,8 +270,10 @@ class TurnView:
             case PermissionRequest():
                 self._questions.append(event)
                 self._next_question()
-            case UsageReport():
+            case UsageReport() if not event.usage.partial:  # a partial one is counted at its end
                 self.on_usage(event.usage)
+            case UsageReport():
+                pass
             case Compacted():
                 self.console.print(
                     Text(
@@ -333,6 +335,12 @@ class TurnView:
         complete, self._tail = split_markdown(self._tail)
         if complete.strip():
             self.console.print(Markdown(complete))
+
+    def note(self, text: str) -> None:
+        """Print ``text`` on its own line below the answer so far (the paragraph being
+        written is printed first, so the note never lands in the middle of it)."""
+        self._flush_text()
+        self.console.print(Text(text, style="yellow"))
 
     def _flush_text(self) -> None:
         tail, self._tail = self._tail, ""

@@ -1,13 +1,16 @@
 """Who runs a turn: the ``host:pid:start`` id of a process, and whether it may still be alive.
 
 A running turn records the id of the process that holds it; recovery asks
-:func:`owner_alive` before it takes back a turn whose lease still holds.
+:func:`owner_alive` before it takes back a turn whose lease still holds, and
+:func:`holder_gone` says whether a ``running`` turn has nobody left to run it (recovery ends
+it; ``drover sessions`` and ``drover show`` call it abandoned until then).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -64,3 +67,15 @@ def owner_alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def holder_gone(
+    owner: str | None,
+    lease_expires_at: float | None,
+    now: float,
+    alive: Callable[[str], bool] = owner_alive,
+) -> bool:
+    """Whether a ``running`` turn's holder is gone: its lease expired (or it has none), or it
+    names no owner or one that is not ``alive``."""
+    held = lease_expires_at is not None and lease_expires_at > now
+    return not (held and owner is not None and alive(owner))

@@ -360,6 +360,8 @@ class ResponseStream:
         if totals is not None:
             kept["input"] = int(totals.get("total_input") or 0)
             kept["output"] = int(totals.get("total_output") or 0)
+            if usage.get("partial"):
+                return  # the use as the answer began: the report at its end has it again
             kept["cached"] += int(usage.get("cache_read_tokens") or 0)
             kept["written"] += int(usage.get("cache_write_tokens") or 0)
         else:

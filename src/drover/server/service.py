@@ -56,6 +56,8 @@ RunningAnywhere = Callable[[list[str]], Awaitable[dict[str, str]]]
 SendControl = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 DEFAULT_PERMISSION_TIMEOUT = 300.0
+#: The recorded error of a turn interrupted because the server stopped.
+SERVER_STOPPED = "interrupted: drover serve stopped while the turn ran"
 
 
 class NotFoundError(DroverError):
@@ -287,9 +289,10 @@ class Service:
         message = {"op": "decide", "session": session_id, "request_id": request_id}
         return await self._remote(session_id, {**message, "decision": decision}) is not None
 
-    async def shutdown(self) -> None:
-        """Interrupt every running turn and wait until each has recorded how it ended."""
-        await self.runner.shutdown()
+    async def shutdown(self, why: str = SERVER_STOPPED) -> None:
+        """Interrupt every running turn (``why`` recorded as its error) and wait until each
+        has recorded how it ended."""
+        await self.runner.shutdown(why)
 
     # -- permissions ---------------------------------------------------------------------------
 

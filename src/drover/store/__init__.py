@@ -45,9 +45,10 @@ def default_db_path() -> Path:
 
 def open_store(url_or_path: str | None = None) -> Store:
     """The store for a path, a ``sqlite:///path`` URL, or a ``postgresql://`` URL (None: the
-    default SQLite file). Call ``await store.open()`` (or ``async with``) before use."""
+    default SQLite file, whose directory is created; a named file's directory must exist).
+    Call ``await store.open()`` (or ``async with``) before use."""
     if url_or_path is None or not url_or_path.strip():
-        return SqliteStore(default_db_path())
+        return SqliteStore(default_db_path(), create_parent=True)
     target = url_or_path.strip()
     scheme = target.split("://", 1)[0].lower() if "://" in target else ""
     if scheme in ("postgresql", "postgres"):

@@ -18,6 +18,7 @@ from typing import Any
 
 from drover.errors import SessionBusyError, StoreError
 from drover.events import AssistantMessage, Error, Incomplete, ToolStateChanged, event_to_dict
+from drover.journal.owners import holder_gone
 from drover.journal.records import EventRecord, StoredMessage, TurnRecord
 from drover.journal.rules import (
     ORPHAN_ERROR,
@@ -41,7 +42,7 @@ from drover.store.sql_common import (
     numbered,
     turn_session,
 )
-from drover.store.sql_log import last_seq_sql, log
+from drover.store.sql_log import last_seq_sql, log, running_usage
 from drover.store.sql_outbox import enqueue
 from drover.store.sql_text import FreedSpace, deltas, retire
 from drover.store.sql_work import turn_messages
@@ -276,8 +277,7 @@ def recover_orphans(
     )
     recovered: list[str] = []
     for row in running:
-        owner, lease = row["owner"], row["lease_expires_at"]
-        if lease is not None and lease > now and owner is not None and alive(owner):
+        if not holder_gone(row["owner"], row["lease_expires_at"], now, alive):
             continue
         if (yield from atomic(_recover_one(d, space, row, now))):
             recovered.append(str(row["id"]))
@@ -300,16 +300,19 @@ def _recover_one(d: Dialect, space: FreedSpace, seen: Row, now: float) -> Plan[b
     if not still:
         return False
     worked = yield from settle(d, space, session_id, turn_id, now)
+    # The use the dead process last journaled (the API charged for it), marked partial.
+    usage = (yield from running_usage(d, session_id, turn_id)) or Usage(partial=True)
     yield from execute(
         "UPDATE turns SET status = 'interrupted', reason = 'interrupted', error = ?, "
-        "ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
+        "usage = ?::jsonb, ended_at = ?, updated_at = ?, lease_expires_at = NULL WHERE id = ?",
         ORPHAN_ERROR,
+        d.json(usage.to_dict()),
         now,
         now,
         turn_id,
     )
     yield from enqueue(d, turn_id, now)
     end = Incomplete if worked else Error
-    ended = end(reason="interrupted", error=ORPHAN_ERROR, usage=Usage(partial=True))
+    ended = end(reason="interrupted", error=ORPHAN_ERROR, usage=usage)
     yield from log(d, session_id, turn_id, event_to_dict(ended), now)
     return True

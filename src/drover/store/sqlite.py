@@ -21,7 +21,8 @@ from drover.store.sqlite_conn import SqliteConnection
 
 
 class SqliteStore(SqlStore):
-    """The SQL store on a SQLite file at ``path`` (or ``":memory:"``)."""
+    """The SQL store on a SQLite file at ``path`` (or ``":memory:"``). The file's directory must
+    exist unless ``create_parent`` (drover's own default data directory is made on first use)."""
 
     def __init__(
         self,
@@ -29,7 +30,11 @@ class SqliteStore(SqlStore):
         *,
         clock: Callable[[], float] = time.time,
         busy_timeout_ms: int = 5000,
+        create_parent: bool = False,
     ) -> None:
-        connection = SqliteConnection(path, clock=clock, busy_timeout_ms=busy_timeout_ms)
+        connection = SqliteConnection(
+            path, clock=clock, busy_timeout_ms=busy_timeout_ms, create_parent=create_parent
+        )
         super().__init__(SQLITE, connection, clock=clock)
         self.path = connection.path
+        self.create_parent = create_parent

@@ -81,8 +81,10 @@ class SqliteConnection:
         *,
         clock: Callable[[], float] = time.time,
         busy_timeout_ms: int = 5000,
+        create_parent: bool = False,
     ) -> None:
         self.path = str(path)
+        self._create_parent = create_parent
         self._clock = clock
         self._busy_timeout_ms = busy_timeout_ms
         self._executor: ThreadPoolExecutor | None = None
@@ -132,7 +134,7 @@ class SqliteConnection:
         conn: Conn | None = None
         try:
             if where != ":memory:":
-                Path(where).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                self._check_parent(Path(where).expanduser().parent)
             conn = sqlite3.connect(
                 where, timeout=self._busy_timeout_ms / 1000, isolation_level=None
             )
@@ -158,6 +160,14 @@ class SqliteConnection:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise StoreError(f"cannot open the journal at {where}: {reason}") from None
         self._conn = conn
+
+    def _check_parent(self, parent: Path) -> None:
+        # Only drover's own data directory is made: a mistyped --db names a directory that
+        # does not exist, and creating it would hide the typo behind an empty journal.
+        if self._create_parent:
+            parent.mkdir(parents=True, exist_ok=True)
+        elif not parent.is_dir():
+            raise StoreError(f"cannot open the journal at {self.path}: no such directory {parent}")
 
     def _connect_both(self) -> None:
         self._connect()

@@ -178,7 +178,7 @@ class MetricsSink:
             case StepStarted():
                 self._began[agent] = time.monotonic()
                 self._first_seen.discard(agent)
-            case UsageReport():
+            case UsageReport() if not event.usage.partial:  # counted whole at the answer's end
                 self._input.inc(event.usage.input_tokens)
                 self._output.inc(event.usage.output_tokens)
             case AssistantMessage():

@@ -80,10 +80,9 @@ def _key_bindings() -> KeyBindings:
 class _TurnKeysHandler:
     """What the keys typed during one turn do; a key it does not use goes to the next prompt."""
 
-    def __init__(self, view: TurnView, task: asyncio.Task[object], console: Console) -> None:
+    def __init__(self, view: TurnView, task: asyncio.Task[object]) -> None:
         self.view = view
         self.task = task
-        self.console = console
         self.phase: str | None = None
         self.quit = False
 
@@ -92,7 +91,7 @@ class _TurnKeysHandler:
         if name in ("escape", "c-c"):
             if self.phase is not None and name == "c-c":
                 self.quit = True
-                self.console.print(Text("leaving once the interrupted turn is recorded…"))
+                self.view.note("leaving once the interrupted turn is recorded…")
             self.interrupt()
             return True
         if self.view.question is None:
@@ -115,7 +114,7 @@ class _TurnKeysHandler:
             self.phase = "a tool call"
         else:
             self.phase = "the model's answer"
-        self.console.print(Text(f"interrupting {self.phase}…", style="yellow"))
+        self.view.note(f"interrupting {self.phase}…")
         self.task.cancel()
 
 
@@ -280,7 +279,7 @@ class Repl:
         running = self.session.start(message, live=[view])
         task = running.task
         assert task is not None
-        handler = _TurnKeysHandler(view, task, self.console)
+        handler = _TurnKeysHandler(view, task)
         # The turn's reader keeps the keyboard until the end is reported, so that keys typed
         # while the turn ends are read in raw mode (no echo, no signal, Enter still Enter)
         # and handed to the prompt with the rest.

@@ -5,7 +5,7 @@
 /tokens                  context estimate, calibration ratio, divisor; tokens used and cost
 /context                 what the system prompt holds: drover's prompt (or --system-prompt),
                          each AGENTS.md/CLAUDE.md read, --append-system-prompt; their sizes
-/compact                 summarise older history now to free context
+/compact                 summarise older history now to free context (the last messages stay)
 /sessions                stored sessions, latest first
 /resume [ID]             finish the unfinished turn, or open another stored session (any
                          unique start of its id)
@@ -14,6 +14,7 @@
 /export [FILE]           write the open session to FILE: Markdown, or JSON Lines for .jsonl
                          (default drover-ID.md here; never over an existing file)
 /clear                   start a new session (this one stays stored)
+/session                 the open session's id
 /pending                 the unfinished work the next message resumes
 /discard                 drop the unfinished work (the journal keeps it, marked discarded)
 /fork [T]                copy this session up to turn T (number or id; default all) into a
@@ -30,7 +31,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +44,7 @@ from drover.cli.repl.manage import export_command, remove_command, rename_comman
 from drover.cli.repl.status import TokenAccount
 from drover.cli.session_ids import resolve_session
 from drover.compact import compact_history
+from drover.conversation import safe_cut
 from drover.errors import DroverError
 from drover.events import Compacted, Event
 from drover.handle import Session
@@ -71,14 +73,49 @@ class Repl(Protocol):
 
 
 class _CompactionNote:
-    def __init__(self, repl: Repl) -> None:
-        self.repl = repl
+    def __init__(self, say: Callable[[str], object]) -> None:
+        self.say = say
 
     async def send(self, event: Event) -> None:
         if isinstance(event, Compacted):
-            self.repl.console.print(
+            self.say(
                 f"compacted the history: {event.messages_before} → {event.messages_after} messages"
             )
+
+
+async def compact_command(session: Session, say: Callable[[str], object]) -> None:
+    """``/compact`` (both REPL modes): summarise the older history now, or say why not."""
+    engine = session.engine
+    keep = engine.settings.keep_tail
+    messages = engine.convo.messages()
+    if await compact_history(engine.provider, engine.convo, keep, _CompactionNote(say)):
+        return
+    if safe_cut(messages, keep) == 0:
+        count = f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
+        say(
+            f"nothing compacted: the history has {count}, and the last {keep} messages "
+            "(with their tool calls) are always kept whole"
+        )
+    else:
+        say("nothing compacted: the summary failed (the log says why); the history is unchanged")
+
+
+async def sessions_lines(agent: Agent, current: str) -> list[str]:
+    """``/sessions`` (both REPL modes): the stored sessions, latest first, ``*`` the open one."""
+    store = agent.store
+    records = await store.list_sessions(limit=20)
+    if not records:
+        return ["no sessions yet"]
+    lines = []
+    for record in records:
+        turns = await store.turns(record.id)
+        last = turns[-1].status if turns else "empty"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated_at))
+        mark = "*" if record.id == current else " "
+        lines.append(
+            f"{mark} {record.id}  {when}  {len(turns):>3} turns  {last:<11} {record.title or ''}"
+        )
+    return lines
 
 
 async def run_command(repl: Repl, line: str) -> bool:
@@ -97,12 +134,11 @@ async def run_command(repl: Repl, line: str) -> bool:
     elif name == "/context":
         _say_lines(repl, context_command(repl.agent, repl.session))
     elif name == "/compact":
-        engine = repl.session.engine
-        keep = engine.settings.keep_tail
-        if not await compact_history(engine.provider, engine.convo, keep, _CompactionNote(repl)):
-            say(f"nothing compacted (the history is short, or the summary failed); keeps {keep}")
+        await compact_command(repl.session, say)
     elif name == "/sessions":
-        await _sessions(repl)
+        _say_lines(repl, await sessions_lines(repl.agent, repl.session.id))
+    elif name == "/session":
+        say(repl.session.id)
     elif name == "/resume":
         return await _resume(repl, arg)
     elif name == "/rename":
@@ -231,26 +267,8 @@ def _tokens(repl: Repl) -> None:
         f"API/estimate calibration ratio {ratio}\n"
         f"used in this session: {used.input_tokens:,} input, {used.output_tokens:,} output, "
         f"{used.cache_read_tokens:,} cache read, {used.cache_write_tokens:,} cache write; "
-        f"cost {repl.account.cost_text(repl.session.model)} ({repl.session.model})"
+        f"estimated cost {repl.account.cost_text(repl.session.model)} ({repl.session.model})"
     )
-
-
-async def _sessions(repl: Repl) -> None:
-    store = repl.agent.store
-    records = await store.list_sessions(limit=20)
-    if not records:
-        repl.console.print("no sessions yet")
-    for record in records:
-        turns = await store.turns(record.id)
-        last = turns[-1].status if turns else "empty"
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated_at))
-        mark = "*" if record.id == repl.session.id else " "
-        repl.console.print(
-            Text(
-                f"{mark} {record.id}  {when}  {len(turns):>3} turns  {last:<11} "
-                f"{record.title or ''}"
-            )
-        )
 
 
 async def _resume(repl: Repl, typed: str) -> bool:

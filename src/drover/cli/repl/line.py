@@ -1,15 +1,9 @@
 """The REPL's line mode, used when stdin or stdout is not a terminal (or ``TERM=dumb``).
 
 Each line is a turn. Ctrl-C during a turn interrupts it (its work stays pending, and the next
-line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. Slash commands:
-
-/help, /tokens (estimate and calibration), /pending (the unfinished work), /resume (finish it
-without a new instruction), /discard (drop it), /model PROVIDER:MODEL (switch; pending work is
-converted), /permissions [revoke TOOL|all] (the session's "always" answers), /session (its id),
-/rename TITLE (give it a title), /rm ID or /delete ID (delete another stored session, after a
-yes), /export [FILE] (write it out: Markdown, or JSON Lines for .jsonl), /fork [T] (copy it up
-to turn T into a new session and go on there), /rewind [T] [--keep-files] [--force] (undo turn
-T and later ones, files included, after showing the diff; no T lists the turns), /exit.
+line resumes it); Ctrl-C at the prompt or Ctrl-D leaves. The slash commands are the full
+REPL's, and ``/help`` lists them as it does (:mod:`drover.cli.repl.commands`); the commands
+both modes run alike live there.
 """
 
 from __future__ import annotations
@@ -31,8 +25,6 @@ from drover.events import Error, Incomplete, turn_status
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt
-
-HELP = __doc__.split("Slash commands:", 1)[1].strip() if __doc__ else ""
 
 
 def _messages(count: int) -> str:
@@ -85,8 +77,13 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                 continue
             try:
                 if line.startswith("/"):
-                    managed = await _manage(line, agent, session, lines)
-                    if isinstance(managed, Session):
+                    opened = await _switch(line, agent, session)
+                    managed = (
+                        None if opened is not None else await _manage(line, agent, session, lines)
+                    )
+                    if opened is not None:
+                        session = opened
+                    elif isinstance(managed, Session):
                         session = managed
                     elif not managed and await _command(line, agent, session, lines):
                         return 0
@@ -180,6 +177,27 @@ def _plain(lines: list[tuple[str, str]]) -> None:
         print(text)
 
 
+async def _switch(line: str, agent: Agent, session: Session) -> Session | None:
+    """Run ``line`` when it opens another session (``/clear``, ``/resume ID``): that session
+    (None: ``line`` is another command)."""
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name == "/clear":
+        opened = await agent.session()
+        print(f"new session {opened.id} (the previous one stays stored: /sessions)")
+        return opened
+    if name != "/resume" or not arg:
+        return None
+    session_id = await resolve_session(agent.store, arg)
+    if session_id == session.id:
+        return None  # /resume on the open session: finish its turn (below)
+    opened = await agent.session(session_id, must_exist=True)
+    print(f"drover — session {opened.id} ({opened.model})")
+    if opened.pending:
+        print(f"This session has unfinished work ({_messages(len(opened.pending))}): /resume")
+    return opened
+
+
 async def _command(line: str, agent: Agent, session: Session, lines: StdinLines) -> bool:
     """Run a slash command; True means leave."""
     name, _, arg = line.partition(" ")
@@ -187,7 +205,17 @@ async def _command(line: str, agent: Agent, session: Session, lines: StdinLines)
     if name in ("/exit", "/quit"):
         return True
     if name == "/help":
+        from drover.cli.repl.commands import HELP
+
         print(HELP)
+    elif name == "/compact":
+        from drover.cli.repl.commands import compact_command
+
+        await compact_command(session, print)
+    elif name == "/sessions":
+        from drover.cli.repl.commands import sessions_lines
+
+        print("\n".join(await sessions_lines(agent, session.id)))
     elif name == "/tokens":
         convo = session.engine.convo
         calibration = convo.calibration

@@ -110,9 +110,10 @@ class TokenAccount:
         self.cost += (tokens_in * price[0] + usage.output_tokens * price[1]) / 1_000_000
 
     def cost_text(self, model: str) -> str:
-        """The estimated cost; ``+`` when some usage was of a model without a price."""
+        """The estimated cost, ``$0.0123`` (``+`` when some usage was of a model without a
+        price), or ``n/a`` when nothing used has a price."""
         if not self.cost and (not self.priced or price_of(model, self.prices) is None):
-            return "cost n/a"
+            return "n/a"
         return f"${self.cost:.4f}" + ("" if self.priced else "+")
 
 
@@ -132,7 +133,7 @@ def status_text(
     parts = [
         model,
         f"{short_count(used.input_tokens + used.output_tokens)} tokens",
-        account.cost_text(model),
+        cost if (cost := account.cost_text(model)) != "n/a" else "cost n/a",
         f"~{percent}% context left",
         f"session {session_id[:12]}",
     ]
