@@ -37,13 +37,14 @@ from drover.events import (
     turn_status,
 )
 from drover.journal.protocol import Store
-from drover.journal.records import GrantRecord, SessionRecord
+from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
 from drover.messages import Message, Usage
 from drover.output import OutputSchema
-from drover.runner import PermissionHandler, Runner, RunningTurn
+from drover.runner import FollowUp, PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
+from drover.turn_queue import IfBusy
 
 if TYPE_CHECKING:
     from drover.stream import TurnStream
@@ -206,6 +207,90 @@ class Session(Generic[OutputT]):
             options=TurnOptions(deps=deps, output=output),
         )
 
+    async def submit(
+        self,
+        prompt: str,
+        *,
+        if_busy: IfBusy = "reject",
+        live: Sequence[EventSink] = (),
+        on_permission: PermissionHandler | None = None,
+        deps: object = None,
+        output_type: type[BaseModel | str] | None = None,
+        follow: bool = True,
+    ) -> RunningTurn | QueuedMessage:
+        """Send ``prompt`` whether or not a turn of the session runs: :meth:`start` it, or
+        as ``if_busy`` says when one runs (:data:`~drover.turn_queue.IfBusy`). Gives the
+        started turn once recorded, or with ``enqueue`` while a turn runs the
+        :class:`~drover.journal.records.QueuedMessage` (its turn starts when the session is
+        free, with the live sinks, handler and options of the turn before it). ``interrupt``
+        and ``rollback`` act on a turn running in this process; one running in another
+        process is refused as with ``reject``. ``follow=False``: queued messages do not run
+        after this turn (the caller runs them, :meth:`start_queued`)."""
+
+        def begin() -> RunningTurn:
+            out = self.output if output_type is None else output_schema(output_type)
+            return self._agent.runner.start(
+                self.engine,
+                prompt,
+                live,
+                on_permission=on_permission or self.on_permission,
+                options=TurnOptions(deps=deps, output=out),
+                follow=follow,
+            )
+
+        runner = self._agent.runner
+        busy = self.running
+        if if_busy in ("interrupt", "rollback") and busy is not None:
+            busy.then = None  # the new message goes first; the queue runs after it
+            busy.interrupt()
+            await busy.finished()
+            if if_busy == "rollback":
+                await runner.discard_pending(self.engine)
+        elif if_busy == "enqueue":
+            if busy is None and not await self.queued():
+                try:
+                    running = begin()
+                    await running.wait_started()
+                    return running
+                except SessionBusyError:
+                    pass  # running in another process: queue it
+            message, _ = await runner.queue.enqueue(self.id, prompt)
+            if self.running is None:  # nothing here will run it after a turn: start it now
+                then = FollowUp(
+                    self.engine,
+                    tuple(live),
+                    on_permission or self.on_permission,
+                    TurnOptions(deps=deps, output=output_schema(output_type) or self.output),
+                )
+                started = await runner.queue.start_next(then)
+                if started is not None and started.claim == message.id:
+                    return started
+            return message
+        running = begin()
+        await running.wait_started()
+        return running
+
+    async def start_queued(
+        self, *, live: Sequence[EventSink] = (), on_permission: PermissionHandler | None = None
+    ) -> RunningTurn | None:
+        """Start the turn of the session's next queued message (None: none is queued, or a
+        turn of the session runs); queued messages after it do not follow on their own."""
+        then = FollowUp(self.engine, tuple(live), on_permission or self.on_permission, None)
+        running = await self._agent.runner.queue.start_next(then)
+        if running is not None:
+            running.then = None
+        return running
+
+    async def queued(self) -> list[QueuedMessage]:
+        """The messages waiting for the session's turn to end, in order."""
+        return await self._agent.store.queued_messages(self.id)
+
+    async def cancel_queued(self, message_id: str) -> bool:
+        """Cancel a queued message (kept in the journal, marked); False when it is not
+        queued any more (it ran, or was cancelled)."""
+        done, _ = await self._agent.runner.queue.cancel(self.id, message_id)
+        return done
+
     @overload
     async def run(
         self,
@@ -214,6 +299,7 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = ...,
         deps: object = ...,
         output_type: None = ...,
+        if_busy: IfBusy = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
@@ -224,6 +310,7 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = ...,
         deps: object = ...,
         output_type: type[RunOutputT],
+        if_busy: IfBusy = ...,
     ) -> RunResult[RunOutputT]: ...
 
     async def run(
@@ -233,12 +320,34 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = (),
         deps: object = None,
         output_type: type[Any] | None = None,
+        if_busy: IfBusy = "reject",
     ) -> RunResult[Any]:
         """Run one turn for ``prompt`` (pending work goes before it). Cancelling the call
         interrupts the turn; its work stays pending in the journal. ``deps`` reach the
         tools as ``ctx.deps``; ``output_type`` (a pydantic model) makes ``result.output``
-        the validated final answer."""
-        return await self._run(prompt, live, deps, output_type)
+        the validated final answer. While a turn of the session runs, ``if_busy`` says what
+        happens (:meth:`submit`); with ``enqueue`` the call returns the result of the
+        message's own turn, once it ran."""
+        if if_busy == "reject":
+            return await self._run(prompt, live, deps, output_type)
+        handler = self.on_permission or deny_unanswered
+        sent = await self.submit(
+            prompt,
+            if_busy=if_busy,
+            live=live,
+            on_permission=handler,
+            deps=deps,
+            output_type=output_type,
+        )
+        if isinstance(sent, QueuedMessage):
+            message_id = sent.id
+            try:
+                sent = await self._agent.runner.queue.turn_of(self.id, message_id)
+            except asyncio.CancelledError:
+                # The caller gave up before the message ran: it does not run later.
+                await self.cancel_queued(message_id)
+                raise
+        return await self._finish(sent)
 
     @overload
     async def resume(
@@ -275,6 +384,10 @@ class Session(Generic[OutputT]):
             deps=deps,
             output_type=output_type,
         )
+        return await self._finish(running)
+
+    async def _finish(self, running: RunningTurn) -> RunResult[Any]:
+        """The result of a started turn; cancelling the wait interrupts it."""
         assert running.task is not None
         try:
             outcome = await asyncio.shield(running.task)

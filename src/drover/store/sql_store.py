@@ -22,6 +22,7 @@ from drover.journal.owners import owner_alive
 from drover.journal.records import (
     EventRecord,
     GrantRecord,
+    QueuedMessage,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
@@ -29,7 +30,7 @@ from drover.journal.records import (
 )
 from drover.journal.writes import JournalWrite
 from drover.messages import Message, Usage
-from drover.store import sql_log, sql_sessions, sql_turns, sql_work
+from drover.store import sql_log, sql_queue, sql_sessions, sql_turns, sql_work
 from drover.store.dialect import Dialect
 from drover.store.plan import Connection, Mode
 from drover.store.sql_batch import BULK_CHARS, batch, together, write_plan
@@ -132,13 +133,26 @@ class SqlStore:
     # -- turns ---------------------------------------------------------------------------------
 
     async def begin_turn(
-        self, session_id: str, user_message: Message | None, owner: str, lease_seconds: float
+        self,
+        session_id: str,
+        user_message: Message | None,
+        owner: str,
+        lease_seconds: float,
+        *,
+        claim: str | None = None,
     ) -> TurnRecord:
         now = self._clock()
         import uuid
 
         plan = sql_turns.begin_turn(
-            self.dialect, uuid.uuid4().hex, session_id, user_message, owner, lease_seconds, now
+            self.dialect,
+            uuid.uuid4().hex,
+            session_id,
+            user_message,
+            owner,
+            lease_seconds,
+            now,
+            claim,
         )
         return await self.connection.perform(plan, "write")
 
@@ -183,6 +197,35 @@ class SqlStore:
         alive = is_alive or owner_alive
         plan = sql_turns.recover_orphans(self.dialect, self._space, alive, session_id, self._clock)
         return await self.connection.perform(plan, "read")
+
+    # -- queued messages -----------------------------------------------------------------------
+
+    async def enqueue_message(
+        self, session_id: str, content: str
+    ) -> tuple[QueuedMessage, str | None, EventRecord | None]:
+        import uuid
+
+        plan = sql_queue.enqueue(self.dialect, uuid.uuid4().hex, session_id, content, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def cancel_queued(
+        self, session_id: str, message_id: str
+    ) -> tuple[bool, str | None, EventRecord | None]:
+        plan = sql_queue.cancel(self.dialect, session_id, message_id, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def log_queue_event(
+        self, session_id: str, event: dict[str, Any]
+    ) -> tuple[str | None, EventRecord | None]:
+        plan = sql_queue.log_if_idle(self.dialect, session_id, event, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def queued_messages(self, session_id: str, *, every: bool = False) -> list[QueuedMessage]:
+        plan = sql_queue.queued(session_id, None if every else "queued")
+        return await self.connection.perform(plan, "read")
+
+    async def waiting_sessions(self, limit: int = 100) -> list[str]:
+        return await self.connection.perform(sql_queue.waiting_sessions(limit), "read")
 
     # -- the turn's writes ---------------------------------------------------------------------
 
