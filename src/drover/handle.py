@@ -254,7 +254,7 @@ class Session(Generic[OutputT]):
                     return running
                 except SessionBusyError:
                     pass  # running in another process: queue it
-            message, _ = await runner.queue.enqueue(self.id, prompt)
+            message = await runner.queue.enqueue(self.id, prompt)
             if self.running is None:  # nothing here will run it after a turn: start it now
                 then = FollowUp(
                     self.engine,
@@ -288,8 +288,7 @@ class Session(Generic[OutputT]):
     async def cancel_queued(self, message_id: str) -> bool:
         """Cancel a queued message (kept in the journal, marked); False when it is not
         queued any more (it ran, or was cancelled)."""
-        done, _ = await self._agent.runner.queue.cancel(self.id, message_id)
-        return done
+        return await self._agent.runner.queue.cancel(self.id, message_id)
 
     @overload
     async def run(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from drover.errors import DroverError, QueueChangedError, SessionBusyError
@@ -39,6 +40,12 @@ log = logging.getLogger(__name__)
 #: the work), or stop the turn and discard its work first (``rollback``).
 IfBusy: TypeAlias = Literal["reject", "enqueue", "interrupt", "rollback"]
 
+#: The events of a queue another process may ask this one to log.
+QUEUE_EVENTS = ("message_queued", "message_cancelled")
+
+#: Gives a queue's event to the process running the session's turn; False when it cannot.
+Forward = Callable[[str, dict[str, Any]], Awaitable[bool]]
+
 #: How often a queue's event is tried again when the turn it was given to ended meanwhile.
 ANNOUNCE_ATTEMPTS = 5
 
@@ -51,33 +58,35 @@ class TurnQueue:
         self._tasks: set[asyncio.Task[None]] = set()
         #: Callers waiting for the turn of a message they queued, by message id.
         self._waiting: dict[str, asyncio.Future[RunningTurn]] = {}
+        #: Reaches the process running a session's turn when it is not this one (several
+        #: processes on one journal); None: the event is not logged (the queue still is).
+        self.forward: Forward | None = None
 
     # -- queueing ------------------------------------------------------------------------------
 
-    async def enqueue(self, session_id: str, content: str) -> tuple[QueuedMessage, str | None]:
-        """Queue ``content`` durably and announce it; the message, and the id of a turn
-        running in another process that could not be given the announcement (the caller sends
-        it there: :meth:`announce`), else None."""
+    async def enqueue(self, session_id: str, content: str) -> QueuedMessage:
+        """Queue ``content`` durably and announce it (``message_queued``)."""
         message, running, logged = await self._runner.store.enqueue_message(session_id, content)
-        elsewhere = await self._announce(session_id, queued_event(message), running, logged)
-        return message, elsewhere
+        await self._announce(session_id, queued_event(message), running, logged)
+        return message
 
-    async def cancel(self, session_id: str, message_id: str) -> tuple[bool, str | None]:
-        """Cancel a message still queued: whether it was, and the turn elsewhere as
-        :meth:`enqueue` says."""
+    async def cancel(self, session_id: str, message_id: str) -> bool:
+        """Cancel a message still queued and announce it (``message_cancelled``); whether it
+        was still queued."""
         done, running, logged = await self._runner.store.cancel_queued(session_id, message_id)
         if not done:
-            return False, None
+            return False
         waiter = self._waiting.pop(message_id, None)
         if waiter is not None and not waiter.done():
             waiter.set_exception(QueueChangedError(f"queued message {message_id} was cancelled"))
-        return True, await self._announce(session_id, cancelled_event(message_id), running, logged)
+        await self._announce(session_id, cancelled_event(message_id), running, logged)
+        return True
 
-    async def announce(self, session_id: str, event: dict[str, Any]) -> str | None:
+    async def announce(self, session_id: str, event: dict[str, Any]) -> None:
         """Log a queue's event through the session's turn running here, or the store when
-        none runs (another process asked); the turn running elsewhere, if any."""
+        none runs (another process asked it of this one)."""
         running, logged = await self._runner.store.log_queue_event(session_id, event)
-        return await self._announce(session_id, event, running, logged)
+        await self._announce(session_id, event, running, logged)
 
     async def _announce(
         self,
@@ -85,29 +94,34 @@ class TurnQueue:
         event: dict[str, Any],
         running_turn: str | None,
         logged: EventRecord | None,
-    ) -> str | None:
+    ) -> None:
+        """Publish what the store logged, or have the running turn's journal log it."""
         store = self._runner.store
         for _ in range(ANNOUNCE_ATTEMPTS):
             if logged is not None:
                 self._runner.publish_logged(session_id, [logged])
-                return None
+                return
             if running_turn is None:
-                return None
+                return
             local = self._runner.running(session_id)
-            if local is None:
-                return running_turn  # another process runs it
+            if local is None:  # another process runs it
+                forward = self.forward
+                if forward is None or not await forward(session_id, event):
+                    log.info(
+                        "queue: a %s event of session %s is not logged", event["type"], session_id
+                    )
+                return
             if local.journal is None:
                 # Recorded a moment ago; its journal is made before its first event.
                 with contextlib.suppress(Exception):
                     await local.wait_started()
             journal = local.journal
             if journal is not None and local.turn_id == running_turn and await journal.note(event):
-                return None
+                return
             # That turn is ending: log the event after its end (or through the next turn).
             await local.finished()
             running_turn, logged = await store.log_queue_event(session_id, event)
         log.warning("queue: could not log a %s event of session %s", event["type"], session_id)
-        return None
 
     # -- running -------------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route(sid, routes.session, methods=["GET", "PATCH", "DELETE"]),
         Route(f"{sid}/messages", routes.post_message, methods=["POST"]),
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),
+        Route(f"{sid}/queue/{{message_id}}", routes.cancel_queued, methods=["DELETE"]),
         Route(f"{sid}/permissions", routes.permissions, methods=["GET", "DELETE"]),
         Route(f"{sid}/permissions/{{request_id}}", routes.decide, methods=["POST"]),
         Route(f"{sid}/events", routes.events, methods=["GET"]),
