@@ -37,9 +37,8 @@ from drover.events import (
     is_transient,
 )
 from drover.handle import Session
-from drover.journal.records import QueuedMessage
 from drover.journal.protocol import Store
-from drover.journal.records import GrantRecord, SessionRecord
+from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.runner import FollowUp, Runner
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
