@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from drover.messages import Message
 from drover.runner import load_history
 from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import request_problems
@@ -204,10 +205,11 @@ def _reached(point: str) -> Callable[[Sse, list[Sse]], bool]:
     return at
 
 
-async def _history_problems(db: Path, sid: str) -> dict[str, list[str]]:
+async def _history(db: Path, sid: str) -> list[Message]:
+    """The session's history as the next request would start from it."""
     async with SqliteStore(str(db)) as store:
         history = await load_history(store, sid)
-    return request_problems([*history.committed, *history.pending])
+    return [*history.committed, *history.pending]
 
 
 @pytest.mark.parametrize("protocol", list(PROTOCOLS))
@@ -240,15 +242,22 @@ def test_interrupt_and_rollback_at_each_point_of_a_tool_turn(
             # The stopped turn's work stays in the journal either way.
             kept = snap["turns"][0]
             assert kept["messages"] or kept["tool_calls"] or point == "text streaming", where
-            last = fake_llm.requests[-1].body
             assert len(fake_llm.requests) > before
+            last = fake_llm.requests[-1].body
             words = _user_texts(last)
-            if mode == "interrupt":
-                assert words[:1] == ["do the work"] and words[-1] == "change of plan", where
+            assert words[-1] == "change of plan", where
+            if mode == "rollback":
+                assert "do the work" not in words and "previous_response_id" not in last, where
+            elif protocol != "openai-responses":  # (which sends only what is new)
+                assert words[0] == "do the work", where
+            history = asyncio.run(_history(tmp_path / "journal.db", sid))
+            said = [m.text for m in history if m.role == "user" and m.text]
+            if mode == "interrupt":  # the work kept goes before the new message
+                assert said == ["do the work", "change of plan"], where
+                assert any(m.role == "assistant" for m in history[1:-1]), where
             else:
-                assert words == ["change of plan"], where
-            problems = asyncio.run(_history_problems(tmp_path / "journal.db", sid))
-            assert problems == NO_PROBLEMS, where
+                assert said == ["change of plan"], where
+            assert request_problems(history) == NO_PROBLEMS, where
     assert fake_llm.violations == []
 
 
