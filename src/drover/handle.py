@@ -194,10 +194,13 @@ class Session(Generic[OutputT]):
         on_permission: PermissionHandler | None = None,
         deps: object = None,
         output_type: type[BaseModel | str] | None = None,
+        follow: bool = True,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
         :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
-        ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's."""
+        ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's.
+        ``follow=False``: the session's queued messages do not run after it on their own
+        (the caller runs them, :meth:`start_queued`)."""
         output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
             self.engine,
@@ -205,6 +208,7 @@ class Session(Generic[OutputT]):
             live,
             on_permission=on_permission or self.on_permission,
             options=TurnOptions(deps=deps, output=output),
+            follow=follow,
         )
 
     async def submit(
@@ -228,13 +232,12 @@ class Session(Generic[OutputT]):
         after this turn (the caller runs them, :meth:`start_queued`)."""
 
         def begin() -> RunningTurn:
-            out = self.output if output_type is None else output_schema(output_type)
-            return self._agent.runner.start(
-                self.engine,
+            return self.start(
                 prompt,
-                live,
-                on_permission=on_permission or self.on_permission,
-                options=TurnOptions(deps=deps, output=out),
+                live=live,
+                on_permission=on_permission,
+                deps=deps,
+                output_type=output_type,
                 follow=follow,
             )
 
@@ -261,6 +264,7 @@ class Session(Generic[OutputT]):
                     tuple(live),
                     on_permission or self.on_permission,
                     TurnOptions(deps=deps, output=output_schema(output_type) or self.output),
+                    follow=follow,
                 )
                 started = await runner.queue.start_next(then)
                 if started is not None and started.claim == message.id:
@@ -275,11 +279,10 @@ class Session(Generic[OutputT]):
     ) -> RunningTurn | None:
         """Start the turn of the session's next queued message (None: none is queued, or a
         turn of the session runs); queued messages after it do not follow on their own."""
-        then = FollowUp(self.engine, tuple(live), on_permission or self.on_permission, None)
-        running = await self._agent.runner.queue.start_next(then)
-        if running is not None:
-            running.then = None
-        return running
+        then = FollowUp(
+            self.engine, tuple(live), on_permission or self.on_permission, None, follow=False
+        )
+        return await self._agent.runner.queue.start_next(then)
 
     async def queued(self) -> list[QueuedMessage]:
         """The messages waiting for the session's turn to end, in order."""

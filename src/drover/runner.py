@@ -111,6 +111,8 @@ class FollowUp:
     live: Sequence[EventSink]
     on_permission: PermissionHandler | None
     options: TurnOptions | None
+    #: Whether the queued message's turn runs the rest of the queue after it.
+    follow: bool = True
 
 
 @dataclass(eq=False)

@@ -163,6 +163,7 @@ class TurnQueue:
                     on_permission=then.on_permission,
                     options=then.options,
                     claim=head.id,
+                    follow=then.follow,
                 )
             except SessionBusyError:
                 return None
