@@ -49,8 +49,9 @@ LAYERS: dict[str, int] = {
     "mcp": 3,
     # what an operator sees of turns: spans, metrics, log ids (over events and the journal)
     "telemetry": 3,
-    # turns over the journal
+    # turns over the journal, and the queued messages it runs after them
     "runner": 4,
+    "turn_queue": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams
     "result": 4,
     "handle": 5,
@@ -67,6 +68,7 @@ LAYERS: dict[str, int] = {
 #: Peers that may import each other (the front doors share the runtime; the server and the
 #: cluster it runs in serve each other: the relay feeds the server's hub, the server follows it).
 PEERS = {
+    frozenset({"runner", "turn_queue"}),
     frozenset({"cli", "server"}),
     frozenset({"cli", "testing"}),
     frozenset({"cli", "cluster"}),

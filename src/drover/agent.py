@@ -58,6 +58,7 @@ from drover.stream import TurnStream
 from drover.telemetry import Telemetry
 from drover.tools.base import Tool
 from drover.tools.sandbox import SandboxStatus
+from drover.turn_queue import IfBusy
 
 if TYPE_CHECKING:
     from drover.mcp.servers import McpServers
@@ -440,6 +441,7 @@ class Agent(Generic[OutputT]):
         session: str | None = ...,
         deps: object = ...,
         output_type: None = ...,
+        if_busy: IfBusy = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
@@ -450,6 +452,7 @@ class Agent(Generic[OutputT]):
         session: str | None = ...,
         deps: object = ...,
         output_type: type[RunOutputT],
+        if_busy: IfBusy = ...,
     ) -> RunResult[RunOutputT]: ...
 
     async def run(
@@ -459,15 +462,17 @@ class Agent(Generic[OutputT]):
         session: str | None = None,
         deps: object = None,
         output_type: type[Any] | None = None,
+        if_busy: IfBusy = "reject",
     ) -> RunResult[Any]:
         """Run one turn for ``prompt`` in ``session`` (None: a new session).
 
         Pending work of the session goes before the prompt. Cancelling the call interrupts
         the turn; its work stays pending in the journal. ``deps`` reach the tools as
-        ``ctx.deps``; ``output_type`` overrides the agent's for this run.
+        ``ctx.deps``; ``output_type`` overrides the agent's for this run. ``if_busy`` says
+        what happens while a turn of the session runs (:meth:`drover.handle.Session.run`).
         """
         handle = await self.session(session)
-        return await handle.run(prompt, deps=deps, output_type=output_type)
+        return await handle.run(prompt, deps=deps, output_type=output_type, if_busy=if_busy)
 
     @overload
     async def resume(

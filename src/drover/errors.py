@@ -12,6 +12,7 @@
     │   └── PathEscapeError        a path from the model points outside the working directory
     ├── TurnLimitError         the turn used all its model calls (a resumable pause)
     ├── SessionBusyError       another live process (or task) is running a turn on the session
+    ├── QueueChangedError      the queued message to run next is no longer next (taken, cancelled)
     └── StoreError             the journal could not be opened or written
         └── LeaseLostError         another process took over the turn this one was running
 
@@ -100,6 +101,11 @@ class SessionBusyError(DroverError):
         )
         self.session_id = session_id
         self.turn_id = turn_id
+
+
+class QueueChangedError(DroverError):
+    """The queued message a turn was to start with is no longer the session's next one (another
+    process ran it, or it was cancelled): the turn did not start."""
 
 
 class StoreError(DroverError):

@@ -24,20 +24,21 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
 from pydantic import BaseModel
 
-from drover.errors import SessionBusyError
+from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
     PermissionRequest,
 )
 from drover.journal.protocol import Store
-from drover.journal.records import GrantRecord, SessionRecord
+from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
 from drover.messages import Message, Prompt
 from drover.output import OutputSchema
 from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
-from drover.runner import PermissionHandler, Runner, RunningTurn
+from drover.runner import FollowUp, PermissionHandler, Runner, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
+from drover.turn_queue import IfBusy
 
 if TYPE_CHECKING:
     from drover.control import RewindResult
@@ -135,11 +136,14 @@ class Session(Generic[OutputT]):
         deps: object = None,
         output_type: type[BaseModel | str] | None = None,
         webhook: str | None = None,
+        follow: bool = True,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
         :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
         ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's;
-        ``webhook`` (a URL) is where the turn's end is announced (see :mod:`drover.webhooks`)."""
+        ``webhook`` (a URL) is where the turn's end is announced (see
+        :mod:`drover.server.webhooks`). ``follow=False``: the session's queued messages do not
+        run after it on their own (the caller runs them, :meth:`start_queued`)."""
         output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
             self.engine,
@@ -148,7 +152,94 @@ class Session(Generic[OutputT]):
             on_permission=on_permission or self.on_permission,
             options=TurnOptions(deps=deps, output=output),
             webhook=webhook,
+            follow=follow,
         )
+
+    async def submit(
+        self,
+        prompt: Prompt,
+        *,
+        if_busy: IfBusy = "reject",
+        live: Sequence[EventSink] = (),
+        on_permission: PermissionHandler | None = None,
+        deps: object = None,
+        output_type: type[BaseModel | str] | None = None,
+        follow: bool = True,
+        webhook: str | None = None,
+    ) -> RunningTurn | QueuedMessage:
+        """Send ``prompt`` whether or not a turn of the session runs: :meth:`start` it, or
+        as ``if_busy`` says when one runs (:data:`~drover.turn_queue.IfBusy`). Gives the
+        started turn once recorded, or with ``enqueue`` while a turn runs the
+        :class:`~drover.journal.records.QueuedMessage` (its turn starts when the session is
+        free, with the live sinks, handler and options of the turn before it). ``interrupt``
+        and ``rollback`` act on a turn running in this process; one running in another
+        process is refused as with ``reject``. ``follow=False``: queued messages do not run
+        after this turn (the caller runs them, :meth:`start_queued`)."""
+
+        def begin() -> RunningTurn:
+            return self.start(
+                prompt,
+                live=live,
+                on_permission=on_permission,
+                deps=deps,
+                output_type=output_type,
+                follow=follow,
+                webhook=webhook,
+            )
+
+        runner = self._agent.runner
+        busy = self.running
+        if if_busy in ("interrupt", "rollback") and busy is not None:
+            busy.then = None  # the new message goes first; the queue runs after it
+            busy.interrupt()
+            await busy.finished()
+            if if_busy == "rollback":
+                await runner.discard_pending(self.engine)
+        elif if_busy == "enqueue":
+            if busy is None and not await self.queued():
+                try:
+                    running = begin()
+                    await running.wait_started()
+                    return running
+                except SessionBusyError:
+                    pass  # running in another process: queue it
+            if not isinstance(prompt, str):
+                raise DroverError("a message with images cannot be queued: send it once idle")
+            message = await runner.queue.enqueue(self.id, prompt)
+            if self.running is None:  # nothing here will run it after a turn: start it now
+                then = FollowUp(
+                    self.engine,
+                    tuple(live),
+                    on_permission or self.on_permission,
+                    TurnOptions(deps=deps, output=output_schema(output_type) or self.output),
+                    follow=follow,
+                )
+                started = await runner.queue.start_next(then)
+                if started is not None and started.claim == message.id:
+                    return started
+            return message
+        running = begin()
+        await running.wait_started()
+        return running
+
+    async def start_queued(
+        self, *, live: Sequence[EventSink] = (), on_permission: PermissionHandler | None = None
+    ) -> RunningTurn | None:
+        """Start the turn of the session's next queued message (None: none is queued, or a
+        turn of the session runs); queued messages after it do not follow on their own."""
+        then = FollowUp(
+            self.engine, tuple(live), on_permission or self.on_permission, None, follow=False
+        )
+        return await self._agent.runner.queue.start_next(then)
+
+    async def queued(self) -> list[QueuedMessage]:
+        """The messages waiting for the session's turn to end, in order."""
+        return await self._agent.store.queued_messages(self.id)
+
+    async def cancel_queued(self, message_id: str) -> bool:
+        """Cancel a queued message (kept in the journal, marked); False when it is not
+        queued any more (it ran, or was cancelled)."""
+        return await self._agent.runner.queue.cancel(self.id, message_id)
 
     @overload
     async def run(
@@ -158,6 +249,7 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = ...,
         deps: object = ...,
         output_type: None = ...,
+        if_busy: IfBusy = ...,
     ) -> RunResult[OutputT]: ...
 
     @overload
@@ -168,6 +260,7 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = ...,
         deps: object = ...,
         output_type: type[RunOutputT],
+        if_busy: IfBusy = ...,
     ) -> RunResult[RunOutputT]: ...
 
     async def run(
@@ -177,12 +270,34 @@ class Session(Generic[OutputT]):
         live: Sequence[EventSink] = (),
         deps: object = None,
         output_type: type[Any] | None = None,
+        if_busy: IfBusy = "reject",
     ) -> RunResult[Any]:
         """Run one turn for ``prompt`` (pending work goes before it). Cancelling the call
         interrupts the turn; its work stays pending in the journal. ``deps`` reach the
         tools as ``ctx.deps``; ``output_type`` (a pydantic model) makes ``result.output``
-        the validated final answer."""
-        return await self._run(prompt, live, deps, output_type)
+        the validated final answer. While a turn of the session runs, ``if_busy`` says what
+        happens (:meth:`submit`); with ``enqueue`` the call returns the result of the
+        message's own turn, once it ran."""
+        if if_busy == "reject":
+            return await self._run(prompt, live, deps, output_type)
+        handler = self.on_permission or deny_unanswered
+        sent = await self.submit(
+            prompt,
+            if_busy=if_busy,
+            live=live,
+            on_permission=handler,
+            deps=deps,
+            output_type=output_type,
+        )
+        if isinstance(sent, QueuedMessage):
+            message_id = sent.id
+            try:
+                sent = await self._agent.runner.queue.turn_of(self.id, message_id)
+            except asyncio.CancelledError:
+                # The caller gave up before the message ran: it does not run later.
+                await self.cancel_queued(message_id)
+                raise
+        return await self._finish(sent)
 
     @overload
     async def resume(
@@ -219,6 +334,10 @@ class Session(Generic[OutputT]):
             deps=deps,
             output_type=output_type,
         )
+        return await self._finish(running)
+
+    async def _finish(self, running: RunningTurn) -> RunResult[Any]:
+        """The result of a started turn; cancelling the wait interrupts it."""
         assert running.task is not None
         try:
             outcome = await asyncio.shield(running.task)

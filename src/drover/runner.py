@@ -56,6 +56,7 @@ from drover.journal.owners import owner_id
 from drover.journal.protocol import SessionStore, Store
 from drover.journal.records import EventRecord, SessionRecord, TurnRecord
 from drover.journal.redact import Redactor
+from drover.journal.rules import started_event
 from drover.journal.writes import EndTurn
 from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Prompt, Usage
@@ -67,6 +68,7 @@ from drover.telemetry.logs import TURN_LOG, TurnLog
 from drover.telemetry.setup import Telemetry
 from drover.telemetry.watch import TurnWatch, watch_recovery
 from drover.tools.registry import ToolRegistry
+from drover.turn_queue import TurnQueue
 
 LEASE_SECONDS = 30.0
 #: The recorded error of a turn interrupted because its runner shut down (the agent was closed,
@@ -117,6 +119,19 @@ def journal_mark(turn: TurnRecord | None) -> JournalMark | None:
     return None if turn is None else (turn.id, turn.status, turn.discarded, turn.rewound_at)
 
 
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """How the turns of a session's queued messages are started after a turn: with the live
+    sinks, permission handler and options the ended turn had."""
+
+    session: AgentSession
+    live: Sequence[EventSink]
+    on_permission: PermissionHandler | None
+    options: TurnOptions | None
+    #: Whether the queued message's turn runs the rest of the queue after it.
+    follow: bool = True
+
+
 @dataclass(eq=False)
 class RunningTurn:
     """A turn running in this process."""
@@ -132,6 +147,13 @@ class RunningTurn:
     control: TurnControl = field(default_factory=TurnControl)
     #: The terminal event, once emitted.
     end: TerminalEvent | None = None
+    #: The queued message the turn runs (None: a message given directly, or a resume).
+    claim: str | None = None
+    #: What runs the session's queued messages once this turn ends (None: nothing; the
+    #: front door does, or the next message must come first).
+    then: FollowUp | None = None
+    #: The turn's journal, once the turn is recorded (a queue's event is logged through it).
+    journal: Journal | None = None
     _helpers: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -239,6 +261,8 @@ class Runner:
         self.owner = owner_id()
         self._running: dict[str, RunningTurn] = {}
         self._closing = False
+        #: The sessions' queued messages: queued, cancelled, and run after each turn.
+        self.queue = TurnQueue(self)
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -365,12 +389,18 @@ class Runner:
         on_permission: PermissionHandler | None = None,
         options: TurnOptions | None = None,
         webhook: str | None = None,
+        claim: str | None = None,
+        follow: bool = True,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task of its own, which outlives its
         caller; :meth:`RunningTurn.wait_started` gives its id once recorded. ``options`` (the
         turn's ``deps`` and output schema) are this turn's only: the journal never keeps them.
         ``webhook`` (else the runner's :attr:`webhook`) is kept on the turn's row: its end is
         announced there, by whichever process ends it.
+        ``claim``: the queued message ``prompt`` comes from, taken in the turn's start (the
+        task raises :class:`~drover.errors.QueueChangedError` when it is no longer the next).
+        With ``follow``, the session's queued messages run after the turn, one turn each, with
+        the same live sinks, handler and options (:class:`~drover.turn_queue.TurnQueue`).
 
         Raises :class:`~drover.errors.SessionBusyError` at once when this process runs a turn
         on the session (the task raises it when another live process does). Permission
@@ -383,7 +413,9 @@ class Runner:
         if busy is not None:
             raise SessionBusyError(session.id, busy.turn_id or "")
         loop = asyncio.get_running_loop()
-        running = RunningTurn(session_id=session.id, started=loop.create_future())
+        running = RunningTurn(session_id=session.id, started=loop.create_future(), claim=claim)
+        if follow:
+            running.then = FollowUp(session, tuple(live), on_permission, options)
         self._running[session.id] = running  # before any await: a second start sees it
         sinks = [_Watch(running, on_permission), *live]
         hook = webhook or self.webhook
@@ -411,6 +443,9 @@ class Runner:
             log.error(
                 "turn %s on session %s failed: %r", running.turn_id, running.session_id, failure
             )
+        # Only once the session is free here: a message queued while it was not is seen.
+        if running.then is not None and running.turn_id is not None and not self._closing:
+            self.queue.follow(running.then)
 
     async def run(
         self, session: AgentSession, prompt: Prompt | None, live: Sequence[EventSink] = ()
@@ -457,6 +492,7 @@ class Runner:
         """Refuse new turns, interrupt every running one (``why`` recorded as its error) and
         wait until each has recorded how it ended."""
         self._closing = True
+        await self.queue.close()
         running = tuple(self._running.values())
         for turn in running:
             turn.interrupt(why)
@@ -478,7 +514,9 @@ class Runner:
         if stored_message is not None:
             stored_message = self.redactor.redact_message(stored_message)
         watch = None if self.telemetry is None else self._watch(session)
-        begin = asyncio.ensure_future(self._begin(session, stored_message, watch, webhook))
+        begin = asyncio.ensure_future(
+            self._begin(session, stored_message, watch, webhook, running.claim)
+        )
         try:
             turn = await asyncio.shield(begin)
         except BaseException as exc:
@@ -514,11 +552,14 @@ class Runner:
             hold_messages=True,  # the Fanout shows what the journal holds back only later
             on_commit=self._on_commit,
         )
+        running.journal = journal
         sink = Fanout([journal], live=live)
         # The turn's tools record what each file held before they write it (a rewind's).
         options = replace(options or TurnOptions(), files=TurnFiles(self.store, turn.id))
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
+            if running.claim is not None:
+                await journal.note(started_event(running.claim, turn.id))
             outcome = await session.execute(
                 prepared, sink, turn_id=turn.id, control=control, options=options
             )
@@ -565,12 +606,13 @@ class Runner:
         message: Message | None,
         watch: TurnWatch | None,
         webhook: str | None,
+        claim: str | None = None,
     ) -> TurnRecord:
         """Record the turn's start (with the ``webhook`` its end is announced to); with traces,
         keep where its span is and link it to the span of the unfinished turn it continues (the
         session's last, when work is pending)."""
         turn = await self.store.begin_turn(
-            session.id, message, self.owner, self.lease_seconds, webhook=webhook
+            session.id, message, self.owner, self.lease_seconds, webhook=webhook, claim=claim
         )
         if watch is not None:
             mark = session.journal_mark
@@ -602,13 +644,17 @@ class Runner:
             log.error("could not end turn %s: %s (recovery will)", turn_id, exc)
             return
         # Live followers (the server's streams) see the end as they see any other.
+        self.publish_logged(session_id, logged)
+
+    def publish_logged(self, session_id: str, logged: Sequence[EventRecord]) -> None:
+        """Tell ``on_event`` of events the store logged on its own."""
         publish = self.on_event
         if publish is None:
             return
         for record in logged:
             try:
                 prev = record.end_seq - 1 if record.prev is None else record.prev
-                publish(session_id, record.end_seq, turn_id, dict(record.payload), prev)
+                publish(session_id, record.end_seq, record.turn_id, dict(record.payload), prev)
             except Exception:
                 log.exception("runner: the event observer failed")
 

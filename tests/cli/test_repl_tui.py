@@ -7,6 +7,7 @@ artefact file and prints the path.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from drover.journal.records import QueuedMessage
+from drover.store.sqlite import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 from .helpers import base_args, clean_env, run_drover
@@ -407,3 +410,35 @@ def test_tokens_and_compact_say_what_they_mean(
     assert "the history has 0 messages, and the last 8 messages" in shown
     screen.keys("C-d")
     assert screen.exit_status() == 0
+
+
+def test_a_line_entered_during_a_turn_is_queued_and_esc_still_interrupts(
+    fake_llm: FakeLLMServer, tmp_path: Path, screens: list[Screen]
+) -> None:
+    first = "The first paragraph arrived whole.\n\nThe second one never ends"
+    fake_llm.script({"text": first, "stall_after": 12}, {"text": "Queued line answered."})
+    screen = open_repl(screens, fake_llm, tmp_path, "--session", "s1", DROVER_STALL_TIMEOUT="600")
+    screen.type("tell me")
+    screen.wait_for("The first paragraph arrived whole.")
+    screen.keys("second question", "Enter")
+    screen.wait_for("queued: second question")
+    # In the journal while the turn still runs: it would survive this process.
+    queued = asyncio.run(_queued(tmp_path / "journal.db", "s1"))
+    assert [(m.content, m.status) for m in queued] == [("second question", "queued")]
+    assert len(fake_llm.requests) == 1
+    screen.keys("Escape")
+    shown = screen.wait_for(PROMPT, after="Queued line answered.")
+    assert "interrupted during the model's answer" in flat(shown)
+    assert shown.count("› second question") == 1
+    assert len(fake_llm.requests) == 2
+    request = sent(fake_llm)  # the interrupted work, then the queued line
+    assert "The first paragraph arrived whole." in request and "second question" in request
+    screen.keys("C-d")
+    assert screen.exit_status() == 0
+    ran = asyncio.run(_queued(tmp_path / "journal.db", "s1"))
+    assert [(m.content, m.status) for m in ran] == [("second question", "started")]
+
+
+async def _queued(db: Path, session_id: str) -> list[QueuedMessage]:
+    async with SqliteStore(str(db)) as store:
+        return await store.queued_messages(session_id, every=True)

@@ -298,6 +298,7 @@ def test_the_web_page_and_the_schema(fake_llm: FakeLLMServer, serve: Callable[..
         "/v1/sessions/{session_id}/interrupt",
         "/v1/sessions/{session_id}/fork",
         "/v1/sessions/{session_id}/rewind",
+        "/v1/sessions/{session_id}/queue/{message_id}",
         "/v1/sessions/{session_id}/permissions",
         "/v1/sessions/{session_id}/permissions/{request_id}",
         "/v1/sessions/{session_id}/events",

@@ -339,9 +339,15 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             if shared is not None:
                 await shared.start(service)
             # What a previous process left is ended (and resumed) before clients come.
-            await takeover.sweep(runner.recover, resume)
+            await takeover.sweep(runner.recover, resume, service.run_waiting)
             watching = asyncio.get_running_loop().create_task(
-                takeover.watch(runner.recover, resume, interval=interval, first=False)
+                takeover.watch(
+                    runner.recover,
+                    resume,
+                    interval=interval,
+                    first=False,
+                    waiting=service.run_waiting,
+                )
             )
             helpers = _housekeeping(agent.store, drover_config, secret, runner.owner, args)
             if agent.sandbox is not None:

@@ -10,7 +10,10 @@ turn ends ``interrupted`` with its terminal event, and followers go back to the 
 takes each turn under a lock and re-checks its owner and lease, so one process alone recovers a
 turn — and only that process resumes it, as a continuation turn (``prompt=None``) whose history
 tells the model which calls were cut off. A turn recovered by a message posted to its own
-session is resumed by that message's turn instead.
+session is resumed by that message's turn instead; so is one whose session has queued messages
+(the resume runs the next of them, :mod:`drover.turn_queue`). Each sweep that resumes also
+starts the queues of sessions left with queued messages and no turn (a process died between a
+turn's end and the next queued message's start).
 """
 
 from __future__ import annotations
@@ -27,28 +30,44 @@ MAX_WATCH_INTERVAL = 5.0
 #: Ends dead processes' turns: ``{turn_id: session_id}`` of those it ended.
 Recover = Callable[[], Awaitable[dict[str, str]]]
 Resume = Callable[[str], Awaitable[object]]
+#: Starts the queues nothing runs.
+RunWaiting = Callable[[], Awaitable[object]]
 
 
-async def sweep(recover: Recover, resume: Resume | None) -> list[str]:
+async def sweep(
+    recover: Recover, resume: Resume | None, waiting: RunWaiting | None = None
+) -> list[str]:
     """Recover what is orphaned now and resume each recovered session (``resume`` None: only
-    end them); the turn ids recovered."""
+    end them), then, when resuming, run the queues left waiting; the turn ids recovered."""
     taken = await recover()
-    if not taken:
-        return []
-    log.warning("took over %d turn(s) of dead processes: %s", len(taken), sorted(taken))
-    if resume is not None:
-        for turn_id, session_id in taken.items():
-            try:
-                await resume(session_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # busy (a client posted first), closing, …
-                log.info("takeover: turn %s not resumed (%s)", turn_id, exc)
+    if taken:
+        log.warning("took over %d turn(s) of dead processes: %s", len(taken), sorted(taken))
+    if resume is None:
+        return list(taken)
+    for turn_id, session_id in taken.items():
+        try:
+            await resume(session_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # busy (a client posted first), closing, …
+            log.info("takeover: turn %s not resumed (%s)", turn_id, exc)
+    if waiting is not None:
+        try:
+            await waiting()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("takeover: could not start the waiting queues (%s)", exc)
     return list(taken)
 
 
 async def watch(
-    recover: Recover, resume: Resume | None, *, interval: float, first: bool = True
+    recover: Recover,
+    resume: Resume | None,
+    *,
+    interval: float,
+    first: bool = True,
+    waiting: RunWaiting | None = None,
 ) -> None:
     """Run until cancelled: a sweep (at once unless not ``first``), then one every
     ``interval`` seconds."""
@@ -56,7 +75,7 @@ async def watch(
         await asyncio.sleep(interval)
     while True:
         try:
-            await sweep(recover, resume)
+            await sweep(recover, resume, waiting)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

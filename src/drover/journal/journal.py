@@ -226,6 +226,7 @@ class Journal(JournalLog):
         # the finished messages written with a later write, for on_finished_content.
         self._held_upto = 0
         self._finished_later: list[Message] = []
+        self._ending = False
 
     # -- observable state ----------------------------------------------------------------------
 
@@ -507,6 +508,7 @@ class Journal(JournalLog):
         if turn_id is None:
             log.warning("journal: end the turn before the turn started; skipped")
             return
+        self._ending = True
 
         payload = self._redactor.redact_obj(event_to_dict(event))
         stored = payload

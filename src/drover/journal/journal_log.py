@@ -63,6 +63,23 @@ class JournalLog:
     _on_failure: Callable[[StoreError], None] | None
     _on_finished: FinishedContentHook | None
     _max_attempts: int
+    # The turn's end is decided (queued): no event of the session is numbered after it.
+    _ending: bool
+
+    async def note(self, payload: dict[str, Any]) -> bool:
+        """Log an event of the session that is not the turn's own (a message queued or
+        cancelled while it runs), numbered and published among the turn's events, and make
+        it durable; False when the turn's record is closing (its end is decided, or the
+        journal failed): the caller logs it otherwise, after the turn."""
+        if self._ending or self.failure is not None:
+            return False
+        await self._numbers.ensure(1)
+        # No await from this check to the number's taking (a number is reserved): the turn's
+        # end cannot be numbered before this event.
+        if self._ending or self.failure is not None:
+            return False
+        await self._log(str(payload["type"]), payload=self._redactor.redact_obj(payload))
+        return await self._drain()
 
     # -- writes --------------------------------------------------------------------------------
 

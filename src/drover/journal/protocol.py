@@ -2,7 +2,8 @@
 
 Each user takes the protocol of what it uses — :class:`SessionStore` (sessions and what they
 hold), :class:`TurnLeases` (starting, holding and recovering turns), :class:`PermissionGrants`
-(what a session's user allowed "always"), :class:`TurnJournal` (the writes that record a
+(what a session's user allowed "always"), :class:`MessageQueue` (messages waiting for a turn to
+end), :class:`TurnJournal` (the writes that record a
 running turn) and :class:`EventLog` (reading and numbering the log) — and :class:`Store`, all
 of them with a lifecycle, is what a backend implements. The records they give back are in
 :mod:`drover.journal.records`; the writes, as values, in :mod:`drover.journal.writes`.
@@ -27,6 +28,7 @@ from drover.journal.records import (
     FileImageRecord,
     GrantRecord,
     PruneBatch,
+    QueuedMessage,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
@@ -122,6 +124,7 @@ class TurnLeases(Protocol):
         lease_seconds: float,
         *,
         webhook: str | None = None,
+        claim: str | None = None,
     ) -> TurnRecord:
         """A new ``running`` turn at the end of the session, leased to ``owner``. With
         ``webhook`` (a URL), whatever ends the turn also writes its announcement to the
@@ -129,6 +132,9 @@ class TurnLeases(Protocol):
 
         Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is still
         ``running`` (checked and created atomically: never two running turns in a session).
+        With ``claim`` the turn runs that queued message: it must be the session's next
+        queued one, and becomes ``started`` by this turn in the same transaction, else
+        :class:`~drover.errors.QueueChangedError` and no turn starts.
         """
         ...
 
@@ -153,6 +159,43 @@ class TurnLeases(Protocol):
         lease holds and whose owner lives is never touched. ``is_alive`` defaults to
         :func:`~drover.journal.owners.owner_alive`. Returns the recovered turn ids.
         """
+        ...
+
+
+class MessageQueue(Protocol):
+    """Messages posted while a turn of their session ran, waiting to run in order (once each)
+    after it: durable, so a crash loses none. A queue's events (``message_queued``,
+    ``message_cancelled``) are logged by the store only while no turn of the session runs —
+    then the running turn's journal, the log's one writer, logs them."""
+
+    async def enqueue_message(
+        self, session_id: str, content: str
+    ) -> tuple[QueuedMessage, str | None, EventRecord | None]:
+        """Queue ``content`` after the session's other queued messages: the message, the id
+        of the turn running on the session (None: none runs) and the ``message_queued``
+        event logged (None: a turn runs, the caller has its journal log it)."""
+        ...
+
+    async def cancel_queued(
+        self, session_id: str, message_id: str
+    ) -> tuple[bool, str | None, EventRecord | None]:
+        """Cancel a message still queued (the row stays, ``cancelled``): whether it was, and
+        the running turn and logged ``message_cancelled`` event as :meth:`enqueue_message`."""
+        ...
+
+    async def log_queue_event(
+        self, session_id: str, event: dict[str, Any]
+    ) -> tuple[str | None, EventRecord | None]:
+        """Log a queue's event if no turn of the session runs: ``(None, its record)``, else
+        ``(the running turn's id, None)``."""
+        ...
+
+    async def queued_messages(self, session_id: str, *, every: bool = False) -> list[QueuedMessage]:
+        """The session's messages still queued, in order (``every``: whatever their status)."""
+        ...
+
+    async def waiting_sessions(self, limit: int = 100) -> list[str]:
+        """Sessions with a queued message and no running turn."""
         ...
 
 
@@ -321,6 +364,7 @@ class Store(
     SessionStore,
     PermissionGrants,
     TurnLeases,
+    MessageQueue,
     TurnJournal,
     EventLog,
     Retention,

@@ -178,3 +178,19 @@ class PruneBatch:
     events: int
     #: Outbox rows of deliveries done or given up, older than the cut-off.
     deliveries: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedMessage:
+    """A message posted while a turn of its session ran, to run as a turn of its own once
+    the session is free (in ``seq`` order, once)."""
+
+    id: str
+    session_id: str
+    #: Position among the session's queued messages, from 1 (never reused).
+    seq: int
+    content: str
+    #: ``queued`` (waiting), ``started`` (``turn_id`` ran it) or ``cancelled``.
+    status: str
+    turn_id: str | None
+    created_at: float

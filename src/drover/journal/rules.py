@@ -2,7 +2,8 @@
 
 What an open tool call becomes when its turn is cut off, which turns may still be written,
 how left-over streamed text becomes partial messages, a session's title, the form of a flushed
-text row and of an event a store logs on its own, and why a recovered turn ended.
+text row and of an event a store logs on its own, why a recovered turn ended, and the events
+of a session's queued messages.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from drover.errors import LeaseLostError
 from drover.events import TextDelta, ToolState, event_to_dict, interrupted_outcome
-from drover.journal.records import EventRecord
+from drover.journal.records import EventRecord, QueuedMessage
 from drover.messages import Message, TextBlock
 
 #: Why a recovered turn ended.
@@ -100,3 +101,18 @@ def logged_event(
         created_at=now,
         last_seq=seq,
     )
+
+
+def queued_event(message: QueuedMessage) -> dict[str, Any]:
+    """The event that says a message was queued (``message_queued``)."""
+    return {"type": "message_queued", "message_id": message.id, "content": message.content}
+
+
+def cancelled_event(message_id: str) -> dict[str, Any]:
+    """The event that says a queued message was cancelled (``message_cancelled``)."""
+    return {"type": "message_cancelled", "message_id": message_id}
+
+
+def started_event(message_id: str, turn_id: str) -> dict[str, Any]:
+    """The event that says turn ``turn_id`` runs the queued message (``message_started``)."""
+    return {"type": "message_started", "message_id": message_id, "turn_id": turn_id}

@@ -62,11 +62,27 @@ or not:
                                                        event streams end); 409 ``session_busy``
                                                        with the ``turn_id`` while a turn of it
                                                        runs in any process
-``POST /v1/sessions/{id}/messages`` ``{"content",    202 ``{"turn_id"}``; 409 ``session_busy``
-"webhook"?}``                                          with the running ``turn_id``; 422
+``POST /v1/sessions/{id}/messages`` ``{"content",    202 ``{"turn_id"}``; while a turn runs,
+"if_busy"?, "webhook"?}``                              by ``if_busy``: ``reject`` (default) 409
+                                                       ``session_busy`` with the running
+                                                       ``turn_id``; ``enqueue`` 202 ``{"queued":
+                                                       true, "message_id"}`` (run after the turn,
+                                                       in order, once — after a crash too);
+                                                       ``interrupt`` the turn ends
+                                                       ``interrupted``, work kept, and this
+                                                       message's turn resumes it; ``rollback``
+                                                       the turn stops and its work is discarded
+                                                       (kept in the journal, marked) before
+                                                       this message's turn (both answer
+                                                       ``{"turn_id"}`` of the new turn; a turn
+                                                       running in another process is refused
+                                                       as with ``reject``); 422
                                                        ``webhook_refused`` when ``webhook`` is
                                                        not under an origin the server allows
                                                        (below)
+``DELETE /v1/sessions/{id}/queue/{message_id}``        200 ``{"message_id", "cancelled": true}``;
+                                                       404 when it is not queued (ran, or was
+                                                       cancelled): the journal keeps it, marked
 ``POST /v1/sessions/{id}/interrupt`` ``{}``            202 ``{"turn_id"}`` (the turn being
                                                        stopped); 409 ``no_running_turn``
 ``POST /v1/sessions/{id}/fork`` ``{"turn_id"?}``       201 ``{"id", "forked_from",
@@ -123,8 +139,9 @@ With traces on (``--otel`` or the ``OTEL_*`` variables, :mod:`drover.telemetry`)
 
 ``Snapshot``: ``{"id", "title", "model", "created_at", "updated_at", "running_turn_id",
 "forked_from", "forked_turn", "last_event_id", "turns": [Turn], "pending_permissions":
-[PermissionRequest data]}`` (``forked_from``/``forked_turn``: for a fork, the source session and
-the last turn copied from it, else null) where
+[PermissionRequest data], "queued": [{"message_id", "content", "created_at"}]}``
+(``forked_from``/``forked_turn``: for a fork, the source session and the last turn copied from
+it, else null; ``queued``: the messages waiting, in run order) where
 ``last_event_id`` is the sequence number the snapshot is current to (stream from there with
 ``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "discarded",
 "rewound", "created_at", "ended_at", "usage": Usage|null, "user_message": Message|null, "messages":
@@ -218,6 +235,11 @@ included), the one exception being redaction, below. Types and their data beyond
 ``done``                 ``text``, ``usage`` — terminal (turn ``completed``)
 ``incomplete``           ``reason``, ``error``, ``usage``, ``retryable`` — terminal, work kept
 ``error``                ``reason``, ``error``, ``usage``, ``retryable`` — terminal
+``message_queued``       ``message_id``, ``content`` — a message queued (``if_busy: enqueue``);
+                         ``turn_id`` is the turn running when it was queued, or null
+``message_cancelled``    ``message_id`` — a queued message cancelled
+``message_started``      ``message_id``, ``turn_id`` — the queued message's turn starts (just
+                         before its ``turn_started``)
 ``reset``                the client's id cannot be continued (older than what is kept, inside
                          a hole a crash left, or ahead of what survived): ``data`` is the
                          ``Snapshot``; its ``id`` is the snapshot's ``last_event_id`` and it

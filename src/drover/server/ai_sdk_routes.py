@@ -277,6 +277,7 @@ async def post_chat(request: Request) -> Response:
     before = await log_position(service, record.id)
     try:
         turn_id = await service.post_message(record, content)
+        assert isinstance(turn_id, str)  # (if_busy reject: a turn, never a queued message)
     except SessionBusyError as exc:
         message = f"turn {exc.turn_id} is running on this chat"
         raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None

@@ -60,6 +60,7 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route(f"{sid}/interrupt", routes.interrupt, methods=["POST"]),
         Route(f"{sid}/fork", routes.fork, methods=["POST"]),
         Route(f"{sid}/rewind", routes.rewind, methods=["POST"]),
+        Route(f"{sid}/queue/{{message_id}}", routes.cancel_queued, methods=["DELETE"]),
         Route(f"{sid}/permissions", routes.permissions, methods=["GET", "DELETE"]),
         Route(f"{sid}/permissions/{{request_id}}", routes.decide, methods=["POST"]),
         Route(f"{sid}/events", routes.events, methods=["GET"]),

@@ -167,13 +167,32 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Snapshot": {
         "type": "object",
-        "required": [*_SUMMARY_FIELDS, "last_event_id", "turns", "pending_permissions"],
+        "required": [
+            *_SUMMARY_FIELDS,
+            "last_event_id",
+            "turns",
+            "pending_permissions",
+            "queued",
+        ],
         "properties": {
             **_SUMMARY_FIELDS,
             "forked_from": _NULLABLE_STRING,
             "forked_turn": _NULLABLE_STRING,
             "last_event_id": {"type": "integer", "minimum": 0},
             "turns": {"type": "array", "items": _TURN},
+            "queued": {
+                "description": "messages waiting for the running turn to end, in run order",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["message_id", "content", "created_at"],
+                    "properties": {
+                        "message_id": {"type": "string"},
+                        "content": {"type": "string"},
+                        "created_at": {"type": "number"},
+                    },
+                },
+            },
             "pending_permissions": {
                 "type": "array",
                 "items": {
@@ -268,9 +287,26 @@ def schema() -> dict[str, Any]:
         },
         f"{sid}/messages": {
             "post": operation(
-                "Post a user message: starts a turn that runs whatever the clients do",
+                "Post a user message: starts a turn that runs whatever the clients do; while "
+                "a turn runs, if_busy says what happens (reject: 409; enqueue: queued to run "
+                "after it; interrupt: the turn stops, its work kept, and this message resumes "
+                "it; rollback: the turn stops, its work discarded, and this message runs)",
                 {
-                    "202": turn,
+                    "202": json_content(
+                        {
+                            "oneOf": [
+                                object_schema({"turn_id": {"type": "string"}}, ["turn_id"]),
+                                object_schema(
+                                    {
+                                        "queued": {"const": True},
+                                        "message_id": {"type": "string"},
+                                    },
+                                    ["queued", "message_id"],
+                                ),
+                            ]
+                        },
+                        "the turn started, or the message queued",
+                    ),
                     "404": _NOT_FOUND,
                     "409": error_response("a turn is running on the session (turn_id says which)"),
                     **BAD_BODY,
@@ -292,6 +328,7 @@ def schema() -> dict[str, Any]:
                 body=object_schema(
                     {
                         "content": {"type": "string", "minLength": 1},
+                        "if_busy": {"enum": ["reject", "enqueue", "interrupt", "rollback"]},
                         "webhook": {
                             "type": "string",
                             "description": "http(s) URL told of this turn's end (signed, "
@@ -300,6 +337,30 @@ def schema() -> dict[str, Any]:
                     },
                     ["content"],
                 ),
+            )
+        },
+        f"{sid}/queue/{{message_id}}": {
+            "delete": operation(
+                "Cancel a queued message (the journal keeps it, marked cancelled)",
+                {
+                    "200": json_content(
+                        object_schema(
+                            {"message_id": {"type": "string"}, "cancelled": {"const": True}},
+                            ["message_id", "cancelled"],
+                        ),
+                        "cancelled",
+                    ),
+                    "404": error_response("no such session, or the message is not queued"),
+                },
+                params=[
+                    _SESSION_ID,
+                    {
+                        "name": "message_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
             )
         },
         f"{sid}/interrupt": {

@@ -289,6 +289,7 @@ async def create(request: Request) -> Response:
     before = await log_position(service, record.id)
     try:
         turn_id = await service.post_message(record, text)
+        assert isinstance(turn_id, str)  # (if_busy reject: a turn, never a queued message)
     except SessionBusyError as exc:
         message = f"response {RESPONSE_PREFIX}{exc.turn_id} is in progress on this conversation"
         raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None

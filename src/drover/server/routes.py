@@ -17,7 +17,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from drover.control import RewindConflict, RewindPlan, RewindResult
 from drover.errors import DroverError, SessionBusyError
 from drover.events import Decision
-from drover.journal.records import TurnRecord
+from drover.journal.records import QueuedMessage, TurnRecord
 from drover.journal.rules import user_title
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
@@ -25,9 +25,11 @@ from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service, WebhookRefused
 from drover.server.snapshot import session_summary
 from drover.server.sse import event_stream
+from drover.turn_queue import IfBusy
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _DECISIONS: tuple[str, ...] = get_args(Decision)
+_IF_BUSY: tuple[str, ...] = get_args(IfBusy)
 #: Most characters one message may hold.
 MAX_CONTENT = 200_000
 MAX_LIST = 200
@@ -176,15 +178,18 @@ async def delete_session(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     record = await _session(request)
-    data = await json_body(request, {"content": str, "webhook": str})
+    data = await json_body(request, {"content": str, "webhook": str, "if_busy": str})
     content = data.get("content")
     if not isinstance(content, str) or not content.strip():
         raise ApiError(422, "invalid_request", "content must be a non-empty string")
     if len(content) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")
+    if_busy = data.get("if_busy", "reject")
+    if if_busy not in _IF_BUSY:
+        raise ApiError(422, "invalid_request", f"if_busy must be one of {', '.join(_IF_BUSY)}")
     try:
-        turn_id = await _service(request).post_message(
-            record, content, request.headers, webhook=data.get("webhook")
+        sent = await _service(request).post_message(
+            record, content, request.headers, webhook=data.get("webhook"), if_busy=if_busy
         )
     except WebhookRefused as exc:
         raise ApiError(422, "webhook_refused", str(exc)) from None
@@ -193,7 +198,20 @@ async def post_message(request: Request) -> Response:
         raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
     except DroverError as exc:
         raise ApiError(409, "turn_not_started", str(exc)) from None
-    return JSONResponse({"turn_id": turn_id}, status_code=202)
+    if isinstance(sent, QueuedMessage):
+        return JSONResponse({"queued": True, "message_id": sent.id}, status_code=202)
+    return JSONResponse({"turn_id": sent}, status_code=202)
+
+
+async def cancel_queued(request: Request) -> Response:
+    """Cancel a queued message (it stays in the journal, marked cancelled)."""
+    record = await _session(request)
+    message_id = request.path_params["message_id"]
+    if not _ID.fullmatch(message_id) or not await _service(request).cancel_queued(
+        record, message_id
+    ):
+        raise ApiError(404, "not_found", "no such message waiting in the queue")
+    return JSONResponse({"message_id": message_id, "cancelled": True})
 
 
 async def interrupt(request: Request) -> Response:

@@ -39,12 +39,13 @@ from drover.events import (
 )
 from drover.handle import Session
 from drover.journal.protocol import Store
-from drover.journal.records import GrantRecord, SessionRecord
-from drover.runner import Runner
+from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
+from drover.runner import FollowUp, Runner
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
 from drover.server.webhooks import Targets
 from drover.telemetry.metrics import Metrics
+from drover.turn_queue import QUEUE_EVENTS, IfBusy
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class Service:
         self.relay = relay
         self.metrics = metrics
         self.webhooks = webhooks
+        if send_control is not None:
+            self.runner.queue.forward = self._announce_elsewhere
 
     @property
     def store(self) -> Store:
@@ -217,12 +220,14 @@ class Service:
         headers: Mapping[str, str] | None = None,
         *,
         webhook: str | None = None,
-    ) -> str:
+        if_busy: IfBusy = "reject",
+    ) -> str | QueuedMessage:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
-        id once the runner has recorded it. With traces on, the trace context of ``headers``
-        (the request's ``traceparent``) is the parent of the turn's span. ``webhook`` (checked
-        against :attr:`webhooks`: :class:`WebhookRefused` otherwise) replaces the server's for
-        this turn."""
+        id once the runner has recorded it — or, queued behind a running turn (``if_busy``,
+        :meth:`drover.handle.Session.submit`), the queued message. With traces on, the trace
+        context of ``headers`` (the request's ``traceparent``) is the parent of the turn's span.
+        ``webhook`` (checked against :attr:`webhooks`: :class:`WebhookRefused` otherwise)
+        replaces the server's for this turn."""
         if webhook is not None:
             if self.webhooks is None:
                 raise WebhookRefused("this server delivers no webhooks (its operator enables them)")
@@ -231,22 +236,65 @@ class Service:
             except DroverError as exc:
                 raise WebhookRefused(str(exc)) from None
         handle = await self._handle(record)
+        live = [_Transient(self.hub, record.id)]
         telemetry = self.agent.telemetry
         parent: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if telemetry is not None and headers is not None:
             parent = telemetry.parent_from(headers)
         with parent:  # (the turn's task copies the context it is started in)
-            running = handle.start(content, live=[_Transient(self.hub, record.id)], webhook=webhook)
-        assert running.task is not None
+            if content is None:
+                running = handle.start(None, live=live, webhook=webhook)
+                await running.wait_started()
+            else:
+                sent = await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
+                if isinstance(sent, QueuedMessage):
+                    return sent
+                running = sent
+        assert running.task is not None and running.turn_id is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
-        return await running.wait_started()
+        return running.turn_id
+
+    async def cancel_queued(self, record: SessionRecord, message_id: str) -> bool:
+        """Cancel a queued message of the session; False when it is not queued (any more)."""
+        return await (await self._handle(record)).cancel_queued(message_id)
 
     async def resume(self, session_id: str) -> str:
-        """Resume a session's unfinished work as a new turn (a takeover's continuation)."""
+        """Continue a session a dead process left (a takeover): its next queued message's
+        turn when it has one (its unfinished work goes first), else a turn that resumes the
+        unfinished work."""
+        queued = await self.start_queued(session_id)
+        if queued is not None:
+            return queued
         record = await self.store.get_session(session_id)
         if record is None:
             raise NotFoundError(f"no session {session_id}")
-        return await self.post_message(record, None)
+        started = await self.post_message(record, None)
+        assert isinstance(started, str)
+        return started
+
+    async def start_queued(self, session_id: str) -> str | None:
+        """Start the turn of the session's next queued message here; its id (None: nothing
+        is queued, or a turn of the session runs)."""
+        record = await self.store.get_session(session_id)
+        if record is None:
+            return None
+        handle = await self._handle(record)
+        live = (_Transient(self.hub, record.id),)
+        then = FollowUp(handle.engine, live, handle.on_permission, None)
+        running = await self.runner.queue.start_next(then)
+        return None if running is None else running.turn_id
+
+    async def run_waiting(self) -> list[str]:
+        """Start the queues of sessions left with queued messages and no running turn (a
+        process died between a turn's end and the next message's start); their ids."""
+        started = []
+        for session_id in await self.runner.queue.waiting():
+            try:
+                if await self.start_queued(session_id) is not None:
+                    started.append(session_id)
+            except DroverError as exc:  # busy (started meanwhile), closing…
+                log.info("queue: session %s not started (%s)", session_id, exc)
+        return started
 
     async def interrupt(self, session_id: str) -> str:
         turn_id = self.runner.interrupt(session_id)
@@ -268,11 +316,20 @@ class Service:
         turn_id, owner = found[0], found[1]
         return turn_id if await self._send_control(owner, message) else None
 
+    async def _announce_elsewhere(self, session_id: str, event: dict[str, Any]) -> bool:
+        """Give a queue's event to the process running the session's turn, to log."""
+        message = {"op": "announce", "session": session_id, "event": event}
+        return await self._remote(session_id, message) is not None
+
     async def on_control(self, message: dict[str, Any]) -> None:
         """A request another process received for a turn this one runs."""
         session_id = str(message.get("session", ""))
+        event = message.get("event")
         if message.get("op") == "interrupt":
             self.runner.interrupt(session_id)
+        elif message.get("op") == "announce" and isinstance(event, dict):
+            if event.get("type") in QUEUE_EVENTS:
+                await self.runner.queue.announce(session_id, event)
         elif message.get("op") == "decide" and message.get("decision") in (
             "allow",
             "always",

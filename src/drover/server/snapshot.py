@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from drover.journal.protocol import Store
-from drover.journal.records import SessionRecord, ToolCallRecord
+from drover.journal.records import QueuedMessage, SessionRecord, ToolCallRecord
 from drover.messages import message_to_dict
 
 #: Reads of a session being written before the snapshot is taken as it is.
@@ -92,6 +92,7 @@ async def snapshot(
     last = await store.last_event_seq(record.id)
     for _ in range(_ATTEMPTS):
         turns = await _transcript(store, record.id)
+        queued = [_queued(m) for m in await store.queued_messages(record.id)]
         now = await store.last_event_seq(record.id)
         if now == last:
             break
@@ -109,4 +110,9 @@ async def snapshot(
         "last_event_id": last,
         "turns": turns,
         "pending_permissions": pending_permissions,
+        "queued": queued,
     }
+
+
+def _queued(message: QueuedMessage) -> dict[str, Any]:
+    return {"message_id": message.id, "content": message.content, "created_at": message.created_at}

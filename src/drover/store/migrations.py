@@ -365,6 +365,28 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             "CREATE INDEX file_images_by_blob ON file_images (before_hash)",
         ),
     ),
+    (
+        "0012_queued_messages",
+        (
+            # Messages posted while a turn runs, to run in order once it ends (after a crash
+            # too). A row is never deleted but with its session: ``status`` moves from
+            # ``queued`` to ``started`` (``turn_id``: the turn that ran it, claimed in the
+            # same transaction as that turn's start) or ``cancelled``.
+            """CREATE TABLE queued_messages (
+                id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                seq BIGINT NOT NULL,
+                content TEXT NOT NULL,
+                status TEXT NOT NULL,
+                turn_id TEXT,
+                created_at {time} NOT NULL,
+                updated_at {time} NOT NULL,
+                UNIQUE (session_id, seq)
+            )""",
+            "CREATE INDEX queued_messages_waiting ON queued_messages (session_id, seq) "
+            "WHERE status = 'queued'",
+        ),
+    ),
 )
 
 

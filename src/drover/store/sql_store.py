@@ -27,6 +27,7 @@ from drover.journal.records import (
     FileImageRecord,
     GrantRecord,
     PruneBatch,
+    QueuedMessage,
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
@@ -39,6 +40,7 @@ from drover.store import (
     sql_gc,
     sql_log,
     sql_outbox,
+    sql_queue,
     sql_sessions,
     sql_turns,
     sql_work,
@@ -153,6 +155,7 @@ class SqlStore:
         lease_seconds: float,
         *,
         webhook: str | None = None,
+        claim: str | None = None,
     ) -> TurnRecord:
         now = self._clock()
         import uuid
@@ -166,6 +169,7 @@ class SqlStore:
             lease_seconds,
             now,
             webhook,
+            claim,
         )
         return await self.connection.perform(plan, "write")
 
@@ -210,6 +214,35 @@ class SqlStore:
         alive = is_alive or owner_alive
         plan = sql_turns.recover_orphans(self.dialect, self._space, alive, session_id, self._clock)
         return await self.connection.perform(plan, "read")
+
+    # -- queued messages -----------------------------------------------------------------------
+
+    async def enqueue_message(
+        self, session_id: str, content: str
+    ) -> tuple[QueuedMessage, str | None, EventRecord | None]:
+        import uuid
+
+        plan = sql_queue.enqueue(self.dialect, uuid.uuid4().hex, session_id, content, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def cancel_queued(
+        self, session_id: str, message_id: str
+    ) -> tuple[bool, str | None, EventRecord | None]:
+        plan = sql_queue.cancel(self.dialect, session_id, message_id, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def log_queue_event(
+        self, session_id: str, event: dict[str, Any]
+    ) -> tuple[str | None, EventRecord | None]:
+        plan = sql_queue.log_if_idle(self.dialect, session_id, event, self._clock())
+        return await self.connection.perform(plan, "write")
+
+    async def queued_messages(self, session_id: str, *, every: bool = False) -> list[QueuedMessage]:
+        plan = sql_queue.queued(session_id, None if every else "queued")
+        return await self.connection.perform(plan, "read")
+
+    async def waiting_sessions(self, limit: int = 100) -> list[str]:
+        return await self.connection.perform(sql_queue.waiting_sessions(limit), "read")
 
     # -- the turn's writes ---------------------------------------------------------------------
 

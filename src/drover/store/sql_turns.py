@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from drover.errors import SessionBusyError, StoreError
+from drover.errors import QueueChangedError, SessionBusyError, StoreError
 from drover.events import AssistantMessage, Error, Incomplete, ToolStateChanged, event_to_dict
 from drover.journal.owners import holder_gone
 from drover.journal.records import EventRecord, StoredMessage, TurnRecord
@@ -29,6 +29,7 @@ from drover.journal.rules import (
 )
 from drover.journal.writes import EndTurn
 from drover.messages import Message, Usage, message_to_dict
+from drover.store import sql_queue
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, Row, atomic, execute, rows
 from drover.store.rows import turn_from_row
@@ -57,7 +58,10 @@ def begin_turn(
     lease_seconds: float,
     now: float,
     webhook: str | None = None,
+    claim: str | None = None,
 ) -> Plan[TurnRecord]:
+    """A new running turn; with ``claim``, the turn of that queued message, which must be
+    the session's next one (taken in the same transaction, else ``QueueChangedError``)."""
     body = None if user_message is None else d.json(message_to_dict(user_message))
     yield from need_session(d, session_id)
     running = yield from rows(
@@ -65,6 +69,8 @@ def begin_turn(
     )
     if running:
         raise SessionBusyError(session_id, str(first_value(running, "id")))
+    if claim is not None and not (yield from sql_queue.claim(d, session_id, claim, turn_id, now)):
+        raise QueueChangedError(f"queued message {claim} is no longer the next to run")
     yield from numbered(
         d,
         "turns",

@@ -6,10 +6,11 @@ the working directory, bracketed paste) with the status line at the bottom. Duri
 :class:`~drover.cli.repl.keys.TurnKeys` owns the keyboard and :class:`~drover.cli.tui.TurnView`
 draws: Esc (or one Ctrl-C) interrupts the turn in any phase — the journal keeps what it did and
 the next message resumes it — and a second Ctrl-C also leaves the REPL once the interrupted
-turn is recorded. Every other key typed during a turn, or while it ends, goes to the next
-prompt in order; an Enter among them submits the line there. Ctrl-C at the prompt clears it;
-twice leaves, as does Ctrl-D. Both readers share one input, which carries the typed-ahead keys
-from one to the other.
+turn is recorded. A line typed and entered during a turn is queued (``queued: …``, durably,
+in the journal) and runs as the next turn once this one ends, however it ends; every other key
+typed during a turn, or while it ends, goes to the next prompt in order. Ctrl-C at the
+prompt clears it; twice leaves, as does Ctrl-D. Both readers share one input, which carries
+the typed-ahead keys from one to the other.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from drover.events import Done, Error, Incomplete, ToolState
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt, Usage
+from drover.runner import RunningTurn
 
 HISTORY_FILE = "repl_history"
 
@@ -139,6 +141,8 @@ class Repl:
         self.sandbox = agent.sandbox.label() if agent.sandbox is not None else "off"
         self._prompt: PromptSession[str] | None = None
         self._ctrl_c_armed = False
+        # Lines typed during a turn on their way into the journal's queue.
+        self._queueing: set[asyncio.Task[None]] = set()
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -272,18 +276,53 @@ class Repl:
                     style="dim",
                 )
             )
-        view = TurnView(
+        view = self._view()
+        quit = await self._watch(self.session.start(message, live=[view], follow=False), view)
+        # Then the lines queued during it, each as a turn of its own, in order.
+        while not quit:
+            if self._queueing:
+                await asyncio.wait(tuple(self._queueing))
+            waiting = await self.session.queued()
+            view = self._view()
+            running = await self.session.start_queued(live=[view])
+            if running is None:
+                break
+            if waiting and running.claim == waiting[0].id:
+                self.console.print(Text(f"› {waiting[0].content}", style="bold"))
+            quit = await self._watch(running, view)
+        return quit
+
+    def _view(self) -> TurnView:
+        return TurnView(
             self.console, self.agent.workdir, status=self.status, on_usage=self.add_usage
         )
+
+    def _queue(self, line: str) -> bool:
+        """Queue a line entered during a turn (in the journal, so it also outlives this
+        process); it runs when the turn ends."""
+        self.console.print(Text(f"queued: {line}", style="cyan"))
+        task = asyncio.get_running_loop().create_task(self._enqueue(line))
+        self._queueing.add(task)
+        task.add_done_callback(self._queueing.discard)
+        return True
+
+    async def _enqueue(self, line: str) -> None:
+        try:
+            await self.session.submit(line, if_busy="enqueue", follow=False)
+        except DroverError as exc:
+            self.console.print(Text(f"error: could not queue the line: {exc}", style="red"))
+
+    async def _watch(self, running: RunningTurn, view: TurnView) -> bool:
+        """Show a started turn until it ends; True when the user asked to leave."""
         loop = asyncio.get_running_loop()
-        running = self.session.start(message, live=[view])
         task = running.task
         assert task is not None
         handler = _TurnKeysHandler(view, task)
         # The turn's reader keeps the keyboard until the end is reported, so that keys typed
         # while the turn ends are read in raw mode (no echo, no signal, Enter still Enter)
         # and handed to the prompt with the rest.
-        with TurnKeys(handler.key, self.keyboard, self.screen).attached():
+        keys = TurnKeys(handler.key, self.keyboard, self.screen, on_line=self._queue)
+        with keys.attached():
             loop.add_signal_handler(signal.SIGINT, handler.interrupt)
             try:
                 with Live(view, console=self.console, refresh_per_second=10, transient=True):

@@ -35,6 +35,13 @@ ESC_TIMEOUT = 0.05
 #: Takes a key's name (``"escape"``, ``"c-c"``, ``"c-m"`` for Enter…, or the character typed)
 #: and says whether the turn used it; a key it did not use goes to the next prompt.
 KeyHandler = Callable[[str], bool]
+#: Takes a line typed and entered during the turn; True when it took it (queued it), so its
+#: keys do not go to the next prompt.
+LineHandler = Callable[[str], bool]
+
+#: What Enter sends.
+_ENTER = (Keys.ControlM, Keys.ControlJ)
+_ERASE = (Keys.ControlH, Keys.Backspace)
 
 
 class TurnKeys:
@@ -42,12 +49,24 @@ class TurnKeys:
     did not use as ``source``'s typeahead (see the module docstring). ``screen`` is the
     terminal's output, where bracketed paste is switched on and off."""
 
-    def __init__(self, on_key: KeyHandler, source: Input, screen: Output | None = None) -> None:
+    def __init__(
+        self,
+        on_key: KeyHandler,
+        source: Input,
+        screen: Output | None = None,
+        on_line: LineHandler | None = None,
+    ) -> None:
+        """``on_line``: offered each line typed and entered during the turn (plain text,
+        erased characters and pastes only; a line with other editing keys, or a trailing
+        backslash, goes to the next prompt as typed)."""
         self._on_key = on_key
+        self._on_line = on_line
         self._input = source
         self._screen = screen
         self._flush: asyncio.TimerHandle | None = None
         self._kept: list[KeyPress] = []
+        # Where the line being typed starts in ``_kept``.
+        self._line_start = 0
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[None]:
@@ -92,5 +111,31 @@ class TurnKeys:
             if key == Keys.CPRResponse:
                 continue  # the terminal answering a cursor query of the last prompt: no key
             name = key.value if isinstance(key, Keys) else key
-            if not self._on_key(name):
-                self._kept.append(press)
+            if self._on_key(name):
+                continue
+            if key in _ENTER and self._take_line():
+                continue
+            self._kept.append(press)
+            if key in _ENTER:
+                self._line_start = len(self._kept)
+
+    def _take_line(self) -> bool:
+        """Offer the line just entered to ``on_line``; True when it took it."""
+        if self._on_line is None:
+            return False
+        chars: list[str] = []
+        for press in self._kept[self._line_start :]:
+            if press.key in _ERASE:
+                if chars:
+                    chars.pop()
+            elif press.key == Keys.BracketedPaste:
+                chars.append(press.data)
+            elif isinstance(press.key, str) and len(press.key) == 1:
+                chars.append(press.key)
+            else:
+                return False  # edited with keys a line cannot say: the prompt gets them
+        line = "".join(chars)
+        if not line.strip() or line.endswith("\\") or not self._on_line(line):
+            return False
+        del self._kept[self._line_start :]
+        return True
