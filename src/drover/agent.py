@@ -53,7 +53,8 @@ from drover.resources import (
 )
 from drover.result import OutputT, RunOutputT, RunResult, output_schema
 from drover.rules import Rule
-from drover.runner import LEASE_SECONDS, PermissionHandler, Runner
+from drover.runner import LEASE_SECONDS, Runner
+from drover.running import PermissionHandler
 from drover.stream import TurnStream
 from drover.telemetry import Telemetry
 from drover.tools.base import Tool

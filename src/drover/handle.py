@@ -35,7 +35,8 @@ from drover.loop import TurnOptions
 from drover.messages import Message, Prompt
 from drover.output import OutputSchema
 from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
-from drover.runner import FollowUp, PermissionHandler, Runner, RunningTurn
+from drover.runner import Runner
+from drover.running import FollowUp, PermissionHandler, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
 from drover.turn_queue import IfBusy

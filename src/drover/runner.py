@@ -27,11 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,9 @@ from drover.errors import DroverError, SessionBusyError
 from drover.events import (
     Decision,
     Error,
-    Event,
     Incomplete,
     PermissionRequest,
-    TerminalEvent,
-    TurnStarted,
     event_to_dict,
-    is_terminal,
     turn_status,
 )
 from drover.journal.file_images import TurnFiles
@@ -62,6 +57,7 @@ from drover.loop import LoopSettings, TurnControl, TurnOptions
 from drover.messages import Message, Prompt, Usage
 from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
+from drover.running import FollowUp, PermissionHandler, RunningTurn, TurnWatcher
 from drover.session import AgentSession, JournalMark, TurnOutcome
 from drover.sinks import EventSink, Fanout
 from drover.telemetry.logs import TURN_LOG, TurnLog
@@ -79,8 +75,6 @@ log = logging.getLogger(__name__)
 
 #: ``(session_id, seq, turn_id, payload, prev)`` of each numbered event.
 SessionPublish = Callable[[str, int, str | None, dict[str, Any], int], None]
-#: Answers a permission question: ``"allow"``, ``"always"`` or ``"deny"`` (sync or async).
-PermissionHandler = Callable[[PermissionRequest], Decision | Awaitable[Decision]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,119 +111,6 @@ def journal_mark(turn: TurnRecord | None) -> JournalMark | None:
     """What a session's last turn looks like; a session whose mark changed must be reloaded
     (every rewind stamps the last turn's ``rewound_at``)."""
     return None if turn is None else (turn.id, turn.status, turn.discarded, turn.rewound_at)
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """How the turns of a session's queued messages are started after a turn: with the live
-    sinks, permission handler and options the ended turn had."""
-
-    session: AgentSession
-    live: Sequence[EventSink]
-    on_permission: PermissionHandler | None
-    options: TurnOptions | None
-    #: Whether the queued message's turn runs the rest of the queue after it.
-    follow: bool = True
-
-
-@dataclass(eq=False)
-class RunningTurn:
-    """A turn running in this process."""
-
-    session_id: str
-    #: Resolves to the turn's id once the journal recorded its start (or to why it could not
-    #: start).
-    started: asyncio.Future[str]
-    #: Permission questions waiting for an answer, by request id.
-    requests: dict[str, PermissionRequest] = field(default_factory=dict)
-    task: asyncio.Task[TurnOutcome] | None = None
-    #: Lets the runner stop the turn; :meth:`interrupt` tells it why.
-    control: TurnControl = field(default_factory=TurnControl)
-    #: The terminal event, once emitted.
-    end: TerminalEvent | None = None
-    #: The queued message the turn runs (None: a message given directly, or a resume).
-    claim: str | None = None
-    #: What runs the session's queued messages once this turn ends (None: nothing; the
-    #: front door does, or the next message must come first).
-    then: FollowUp | None = None
-    #: The turn's journal, once the turn is recorded (a queue's event is logged through it).
-    journal: Journal | None = None
-    _helpers: set[asyncio.Task[None]] = field(default_factory=set)
-
-    @property
-    def turn_id(self) -> str | None:
-        done = self.started.done() and not self.started.cancelled()
-        return self.started.result() if done and self.started.exception() is None else None
-
-    async def wait_started(self) -> str:
-        """The turn's id once recorded; raises why it could not start."""
-        assert self.task is not None
-        waiting: set[asyncio.Future[Any]] = {self.started, self.task}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if self.started.done() and self.started.exception() is None:
-            return self.started.result()
-        self.task.result()  # raises why the turn could not start
-        raise DroverError("the turn ended before it started")
-
-    def interrupt(self, why: str | None = None) -> None:
-        """Stop the turn: the loop records its work and ends it ``interrupted``, with ``why``
-        as its error when it was not the user's doing (a signal, a shutdown); the first reason
-        given stands."""
-        if why is not None and self.control.interruption is None:
-            self.control.interruption = why
-        if self.task is not None:
-            self.task.cancel()
-
-    async def finished(self) -> None:
-        """Until the turn's task is over, whatever ended it (never raises)."""
-        if self.task is not None:
-            await asyncio.wait([self.task])
-
-    def open_requests(self) -> list[PermissionRequest]:
-        return [r for r in self.requests.values() if not r.decision.done()]
-
-
-class _Watch:
-    """The runner's own live sink of a turn: its id, its end and its permission questions."""
-
-    def __init__(self, running: RunningTurn, handler: PermissionHandler | None) -> None:
-        self._running = running
-        self._handler = handler
-
-    async def send(self, event: Event) -> None:
-        running = self._running
-        if isinstance(event, TurnStarted):
-            if not running.started.done():
-                running.started.set_result(event.turn_id)
-        elif isinstance(event, PermissionRequest):
-            running.requests[event.request_id] = event
-            event.decision.add_done_callback(lambda _: running.requests.pop(event.request_id, None))
-            if self._handler is not None:
-                helper = asyncio.get_running_loop().create_task(self._ask(self._handler, event))
-                running._helpers.add(helper)
-                helper.add_done_callback(running._helpers.discard)
-        elif is_terminal(event):
-            running.end = event  # type: ignore[assignment]
-
-    @staticmethod
-    async def _ask(handler: PermissionHandler, request: PermissionRequest) -> None:
-        decision: Decision = "deny"
-        reason = None
-        try:
-            answer = handler(request)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            if answer in ("allow", "always", "deny"):
-                decision = answer
-            else:
-                log.warning("permission handler returned %r; denying", answer)
-                reason = f"Not run: the permission handler gave no answer ({answer!r})."
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("permission handler failed; denying %s", request.tool_name)
-            reason = f"Not run: the permission handler failed ({type(exc).__name__})."
-        request.decide(decision, reason=reason)
 
 
 class Runner:
@@ -417,7 +298,7 @@ class Runner:
         if follow:
             running.then = FollowUp(session, tuple(live), on_permission, options)
         self._running[session.id] = running  # before any await: a second start sees it
-        sinks = [_Watch(running, on_permission), *live]
+        sinks = [TurnWatcher(running, on_permission), *live]
         hook = webhook or self.webhook
         running.task = loop.create_task(self._drive(session, prompt, sinks, running, options, hook))
         running.task.add_done_callback(functools.partial(self._forget, running))
@@ -426,8 +307,7 @@ class Runner:
     def _forget(self, running: RunningTurn, task: asyncio.Task[TurnOutcome]) -> None:
         if self._running.get(running.session_id) is running:
             del self._running[running.session_id]
-        for helper in tuple(running._helpers):
-            helper.cancel()
+        running.cancel_helpers()
         if not running.started.done():
             if task.cancelled():
                 running.started.cancel()

@@ -33,7 +33,7 @@ from drover.errors import DroverError
 from drover.events import Event, is_terminal
 from drover.messages import Prompt
 from drover.result import OutputT, RunResult, result_of
-from drover.runner import RunningTurn
+from drover.running import RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventChannel, EventSink
 

@@ -30,7 +30,8 @@ from drover.journal.records import EventRecord, QueuedMessage
 from drover.journal.rules import cancelled_event, queued_event
 
 if TYPE_CHECKING:
-    from drover.runner import FollowUp, Runner, RunningTurn
+    from drover.runner import Runner
+    from drover.running import FollowUp, RunningTurn
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from drover.errors import SessionBusyError
 from drover.events import Event, StepStarted, TextDelta, ToolStateChanged
 from drover.handle import Session
 from drover.journal.records import QueuedMessage
-from drover.runner import RunningTurn
+from drover.running import RunningTurn
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 
 #: Set by a test to hold the ``slow`` tool until it is set again.

@@ -40,7 +40,8 @@ from drover.events import (
 from drover.handle import Session
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
-from drover.runner import FollowUp, Runner
+from drover.runner import Runner
+from drover.running import FollowUp
 from drover.server.hub import Hub
 from drover.server.snapshot import snapshot
 from drover.server.webhooks import Targets

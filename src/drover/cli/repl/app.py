@@ -44,7 +44,7 @@ from drover.events import Done, Error, Incomplete, ToolState
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt, Usage
-from drover.runner import RunningTurn
+from drover.running import RunningTurn
 
 HISTORY_FILE = "repl_history"
 
