@@ -49,8 +49,10 @@ LAYERS: dict[str, int] = {
     "mcp": 3,
     # what an operator sees of turns: spans, metrics, log ids (over events and the journal)
     "telemetry": 3,
-    # turns over the journal, and the queued messages it runs after them
+    # turns over the journal, the handle of one running in this process, and the queued
+    # messages it runs after them
     "runner": 4,
+    "running": 4,
     "turn_queue": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams
     "result": 4,

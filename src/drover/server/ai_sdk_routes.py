@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,14 +36,19 @@ from drover.journal.records import SessionRecord, TurnRecord
 from drover.server.ai_sdk import Chunk, UiMessageStream
 from drover.server.auth import principal
 from drover.server.doors import (
+    DONE,
+    DOOR_ID,
+    KEEP_ALIVE,
     Cut,
     Ended,
     Idle,
     follow_response,
     group_of,
+    invalid,
     log_position,
     replay_response,
     responses,
+    service_of,
     start_seq,
     user_text,
 )
@@ -52,15 +56,12 @@ from drover.server.errors import ApiError
 from drover.server.routes import MAX_CONTENT, json_body
 from drover.server.service import Service
 
-_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: The headers of a UI message stream (the ``ai`` package's own, but ``connection``).
 HEADERS = {
     "cache-control": "no-cache",
     "x-vercel-ai-ui-message-stream": "v1",
     "x-accel-buffering": "no",
 }
-DONE = b"data: [DONE]\n\n"
-KEEP_ALIVE = b": keep-alive\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,31 +71,22 @@ class _Message:
     parts: list[dict[str, Any]]
 
 
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
-
-
-def _invalid(message: str) -> ApiError:
-    return ApiError(422, "invalid_request", message)
-
-
 def _messages(raw: Any) -> list[_Message]:
     if not isinstance(raw, list) or not raw:
-        raise _invalid("messages must be a non-empty list of UI messages")
+        raise invalid("messages must be a non-empty list of UI messages")
     out = []
     for n, item in enumerate(raw, 1):
         if not isinstance(item, dict):
-            raise _invalid(f"message {n} is not an object")
+            raise invalid(f"message {n} is not an object")
         role, parts, ident = item.get("role"), item.get("parts"), item.get("id")
         if role not in ("user", "assistant", "system"):
-            raise _invalid(f"message {n}: role must be user or assistant")
+            raise invalid(f"message {n}: role must be user or assistant")
         if role == "system":
-            raise _invalid(f"message {n}: system messages are not taken (the agent has its own)")
+            raise invalid(f"message {n}: system messages are not taken (the agent has its own)")
         if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
-            raise _invalid(f"message {n}: parts must be a list of objects")
+            raise invalid(f"message {n}: parts must be a list of objects")
         if not isinstance(ident, str):
-            raise _invalid(f"message {n}: id must be a string")
+            raise invalid(f"message {n}: id must be a string")
         out.append(_Message(ident, role, parts))
     return out
 
@@ -107,10 +99,10 @@ def _text(message: _Message, n: int) -> str:
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif not (isinstance(kind, str) and kind.startswith("data-")):
-            raise _invalid(f"message {n}: only text parts are taken, not {str(kind)[:40]!r}")
+            raise invalid(f"message {n}: only text parts are taken, not {str(kind)[:40]!r}")
     text = "\n".join(texts)
     if not text.strip():
-        raise _invalid(f"message {n}: the user message has no text")
+        raise invalid(f"message {n}: the user message has no text")
     if len(text) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"message {n} is over {MAX_CONTENT} characters")
     return text
@@ -251,15 +243,15 @@ async def post_chat(request: Request) -> Response:
     owner = principal(request)
     data = await json_body(request, {"id": str, "messages": list, "trigger": str, "messageId": str})
     chat_id = data.get("id")
-    if not isinstance(chat_id, str) or not _ID.fullmatch(chat_id):
-        raise _invalid("id must be 1-128 letters, digits, - and _ (the chat's session id)")
+    if not isinstance(chat_id, str) or not DOOR_ID.fullmatch(chat_id):
+        raise invalid("id must be 1-128 letters, digits, - and _ (the chat's session id)")
     trigger = data.get("trigger", "submit-message")
     if trigger == "regenerate-message":
-        raise _invalid("regenerate-message is not supported: drover keeps every turn")
+        raise invalid("regenerate-message is not supported: drover keeps every turn")
     if trigger != "submit-message":
-        raise _invalid("trigger must be submit-message")
+        raise invalid("trigger must be submit-message")
     messages = _messages(data.get("messages"))
-    service = _service(request)
+    service = service_of(request)
     heartbeat = request.app.state.settings.heartbeat
     record = await _owned(service, chat_id, owner)
     last = messages[-1]
@@ -330,9 +322,9 @@ async def _answer_approvals(
 async def resume_chat(request: Request) -> Response:
     chat_id = request.path_params["chat_id"]
     owner = principal(request)
-    if not _ID.fullmatch(chat_id):
+    if not DOOR_ID.fullmatch(chat_id):
         raise ApiError(404, "not_found", "no such chat")
-    service = _service(request)
+    service = service_of(request)
     record = await service.store.get_session(chat_id)
     if record is None or (owner is not None and record.owner != owner):
         return Response(status_code=204)  # (another token's chat: as good as none)

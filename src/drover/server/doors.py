@@ -20,21 +20,42 @@ reader looks (after catching up, and whenever nothing came for a heartbeat).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from starlette.requests import Request
+
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.journal.rules import ORPHAN_ERROR
+from drover.server.errors import ApiError
 from drover.server.follow import Follower, Reset, frame_event
 from drover.server.hub import TransientFrame
 from drover.server.service import Service
 from drover.session import RESUME_NOTE
 
 TERMINAL = frozenset({"done", "incomplete", "error"})
+#: What a door takes as a session's or a turn's id in a path or a body.
+DOOR_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+#: The SSE comment a door's stream sends when nothing happened for a heartbeat.
+KEEP_ALIVE = b": keep-alive\n\n"
+#: The last frame of both doors' streams.
+DONE = b"data: [DONE]\n\n"
 #: Rows read back from the end of the log at first when looking for a turn's first event.
 _FIRST_SPAN = 256
+
+
+def service_of(request: Request) -> Service:
+    """The server's service, as a door's route reaches it."""
+    service: Service = request.app.state.service
+    return service
+
+
+def invalid(message: str) -> ApiError:
+    """A door's refusal of a request it cannot take (422)."""
+    return ApiError(422, "invalid_request", message)
 
 
 def user_text(turn: TurnRecord) -> str | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,14 +34,19 @@ from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.server.auth import principal
 from drover.server.doors import (
+    DONE,
+    DOOR_ID,
+    KEEP_ALIVE,
     Cut,
     Ended,
     Idle,
     follow_response,
     group_of,
+    invalid,
     log_position,
     replay_response,
     responses,
+    service_of,
     start_seq,
 )
 from drover.server.errors import ApiError
@@ -51,7 +55,6 @@ from drover.server.responses_api import RESPONSE_PREFIX, SEQ_STRIDE, ResponseStr
 from drover.server.routes import MAX_CONTENT, json_body
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 
-_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: What a request may hold (each is checked below); the rest of the Responses API's fields are
 #: refused by name.
 _FIELDS: dict[str, type] = {
@@ -86,51 +89,40 @@ _REFUSED = (
     "user",
 )
 _TAKEN = "model, input, background, stream, store, conversation, previous_response_id"
-KEEP_ALIVE = b": keep-alive\n\n"
-DONE = b"data: [DONE]\n\n"
-
-
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
-
-
-def _invalid(message: str) -> ApiError:
-    return ApiError(422, "invalid_request", message)
 
 
 def _input_text(value: Any) -> str:
     """The user's text: ``input`` as a string, or as a list of one user message."""
     if isinstance(value, list):
         if len(value) != 1 or not isinstance(value[0], dict):
-            raise _invalid(
+            raise invalid(
                 "input must be one user message: drover keeps the conversation (continue it "
                 "with previous_response_id or conversation)"
             )
         item = value[0]
         if item.get("type", "message") != "message" or item.get("role") != "user":
-            raise _invalid(
+            raise invalid(
                 "input's item must be a user message (drover runs its own tools and keeps "
                 "its own history)"
             )
         unknown = sorted(set(item) - {"type", "role", "content"})
         if unknown:
-            raise _invalid(f"unsupported field in the input message: {unknown[0]}")
+            raise invalid(f"unsupported field in the input message: {unknown[0]}")
         content = item.get("content")
         if isinstance(content, list):
             texts = []
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "input_text":
                     kind = part.get("type") if isinstance(part, dict) else part
-                    raise _invalid(f"only input_text content is taken, not {str(kind)[:40]!r}")
+                    raise invalid(f"only input_text content is taken, not {str(kind)[:40]!r}")
                 if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
-                    raise _invalid('an input_text part is {"type": "input_text", "text"}')
+                    raise invalid('an input_text part is {"type": "input_text", "text"}')
                 texts.append(part["text"])
             value = "\n".join(texts)
         else:
             value = content
     if not isinstance(value, str) or not value.strip():
-        raise _invalid("input must be a non-empty string or a user message")
+        raise invalid("input must be a non-empty string or a user message")
     if len(value) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"input is over {MAX_CONTENT} characters")
     return value
@@ -138,7 +130,7 @@ def _input_text(value: Any) -> str:
 
 def _turn_id(response_id: str) -> str:
     ident = response_id.removeprefix(RESPONSE_PREFIX)
-    if not response_id.startswith(RESPONSE_PREFIX) or not _ID.fullmatch(ident):
+    if not response_id.startswith(RESPONSE_PREFIX) or not DOOR_ID.fullmatch(ident):
         raise ApiError(404, "not_found", "no such response")
     return ident
 
@@ -234,9 +226,9 @@ async def _where(service: Service, data: dict[str, Any], owner: str | None) -> S
     """The session a new response runs on."""
     previous, conversation = data.get("previous_response_id"), data.get("conversation")
     if previous is not None and not isinstance(previous, str):
-        raise _invalid("previous_response_id must be a response id")
+        raise invalid("previous_response_id must be a response id")
     if previous is not None and conversation is not None:
-        raise _invalid("give previous_response_id or conversation, not both")
+        raise invalid("give previous_response_id or conversation, not both")
     if previous is not None:
         record, group = await _response(service, previous, owner)
         last = await service.store.last_turn(record.id)
@@ -252,8 +244,8 @@ async def _where(service: Service, data: dict[str, Any], owner: str | None) -> S
     if conversation is not None:
         ident = conversation.get("id") if isinstance(conversation, dict) else conversation
         extra = isinstance(conversation, dict) and set(conversation) != {"id"}
-        if extra or not isinstance(ident, str) or not _ID.fullmatch(ident):
-            raise _invalid('conversation must be a session id (or {"id": ...})')
+        if extra or not isinstance(ident, str) or not DOOR_ID.fullmatch(ident):
+            raise invalid('conversation must be a session id (or {"id": ...})')
         try:
             return await service.session(ident, owner)
         except NotFoundError:
@@ -269,22 +261,22 @@ async def create(request: Request) -> Response:
     data = await json_body(request, {**_FIELDS, **dict.fromkeys(_REFUSED, object)})
     refused = sorted(set(data) & set(_REFUSED))
     if refused:
-        raise _invalid(
+        raise invalid(
             f"{refused[0]} is not supported: the server's agent decides it (drover takes {_TAKEN})"
         )
     if data.get("background") is not True:
-        raise _invalid("background must be true: drover runs every response in the background")
+        raise invalid("background must be true: drover runs every response in the background")
     if data.get("store") is False:
-        raise _invalid("store must be true: drover's journal keeps every response")
+        raise invalid("store must be true: drover's journal keeps every response")
     if not isinstance(data.get("model"), str) or not data["model"]:
-        raise _invalid("model is required (any name: the server's agent runs the turn)")
+        raise invalid("model is required (any name: the server's agent runs the turn)")
     options = data.get("stream_options", {})
     if set(options) - {"include_obfuscation"} or not all(
         isinstance(v, bool) for v in options.values()
     ):
-        raise _invalid("stream_options takes only include_obfuscation, true or false")
+        raise invalid("stream_options takes only include_obfuscation, true or false")
     text = _input_text(data.get("input"))
-    service = _service(request)
+    service = service_of(request)
     record = await _where(service, data, owner)
     before = await log_position(service, record.id)
     try:
@@ -313,7 +305,7 @@ def _flag(request: Request, name: str) -> bool:
 
 async def retrieve(request: Request) -> Response:
     owner = principal(request)
-    service = _service(request)
+    service = service_of(request)
     record, group = await _response(service, request.path_params["response_id"], owner)
     head = group[0]
     start = await start_seq(service.store, record.id, head.id)
@@ -339,7 +331,7 @@ async def retrieve(request: Request) -> Response:
 async def cancel(request: Request) -> Response:
     owner = principal(request)
     await json_body(request, {})
-    service = _service(request)
+    service = service_of(request)
     response_id = request.path_params["response_id"]
     record, group = await _response(service, response_id, owner)
     head = group[0]
