@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,13 +151,24 @@ def read_events(
     got: list[Sse] = []
     with client.stream("GET", url, headers=headers, timeout=BOUND) as response:
         assert response.status_code == 200, response.read()
-        for ev in parse_sse(response.iter_lines()):
+        for ev in parse_sse(_bounded(response.iter_lines(), got)):
             if ev.event == "status":
                 continue
             got.append(ev)
             if until(ev, got):
                 break
     return got
+
+
+def _bounded(lines: Iterator[str], got: list[Sse]) -> Iterator[str]:
+    """``lines`` until ``4 × BOUND`` seconds have passed: keep-alive comments reset the read
+    timeout, so a stream whose awaited event never comes would otherwise be read for ever."""
+    deadline = time.monotonic() + 4 * BOUND
+    for line in lines:
+        if time.monotonic() > deadline:
+            kinds = [ev.event for ev in got]
+            raise AssertionError(f"the awaited event did not come in {4 * BOUND:g} s: {kinds}")
+        yield line
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[Sse]:

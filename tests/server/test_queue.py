@@ -73,9 +73,12 @@ def serve_stalled(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[
         served.close()
 
 
+@pytest.mark.parametrize("takeover", ["resume", "end"])
 def test_two_queued_messages_survive_sigkill_and_run_in_order_once(
-    fake_llm: FakeLLMServer, serve_stalled: Callable[..., Served]
+    fake_llm: FakeLLMServer, serve_stalled: Callable[..., Served], takeover: str
 ) -> None:
+    """Queued messages run after a restart whether the cut-off turn is resumed or only
+    ended (``--takeover end``): they are the user's own messages, not the cut-off work."""
     fake_llm.script(
         {"text": LONG, "stall_after": STALL},
         {"text": "second done"},
@@ -107,7 +110,7 @@ def test_two_queued_messages_survive_sigkill_and_run_in_order_once(
         ]
     server.stop(signal.SIGKILL)
 
-    restarted = serve_stalled()
+    restarted = serve_stalled("--takeover", takeover)
     with restarted.client() as c:
         events = read_events(c, sid, until=lambda _, got: _count(got, "done") == 2)
         snap = c.get(f"/v1/sessions/{sid}").json()

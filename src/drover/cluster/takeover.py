@@ -11,9 +11,10 @@ takes each turn under a lock and re-checks its owner and lease, so one process a
 turn — and only that process resumes it, as a continuation turn (``prompt=None``) whose history
 tells the model which calls were cut off. A turn recovered by a message posted to its own
 session is resumed by that message's turn instead; so is one whose session has queued messages
-(the resume runs the next of them, :mod:`drover.turn_queue`). Each sweep that resumes also
-starts the queues of sessions left with queued messages and no turn (a process died between a
-turn's end and the next queued message's start).
+(the resume runs the next of them, :mod:`drover.turn_queue`). Each sweep also starts the
+queues of sessions left with queued messages and no turn (a process died between a turn's end
+and the next queued message's start, or the turn was only ended): queued messages are the
+user's own, so they run whether taken-over turns are resumed or only ended.
 """
 
 from __future__ import annotations
@@ -38,19 +39,20 @@ async def sweep(
     recover: Recover, resume: Resume | None, waiting: RunWaiting | None = None
 ) -> list[str]:
     """Recover what is orphaned now and resume each recovered session (``resume`` None: only
-    end them), then, when resuming, run the queues left waiting; the turn ids recovered."""
+    end them), then run the queues left waiting; the turn ids recovered."""
     taken = await recover()
     if taken:
         log.warning("took over %d turn(s) of dead processes: %s", len(taken), sorted(taken))
-    if resume is None:
-        return list(taken)
     for turn_id, session_id in taken.items():
+        if resume is None:
+            break
         try:
             await resume(session_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # busy (a client posted first), closing, …
             log.info("takeover: turn %s not resumed (%s)", turn_id, exc)
+    # Queued messages are the user's own, not the cut-off work: they run in either mode.
     if waiting is not None:
         try:
             await waiting()
