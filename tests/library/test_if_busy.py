@@ -18,6 +18,9 @@ from drover.journal.records import QueuedMessage
 from drover.running import RunningTurn
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 
+#: Seconds: a failure bound for a wait, never a synchronisation.
+BOUND = 60.0
+
 #: Set by a test to hold the ``slow`` tool until it is set again.
 GATE: dict[str, asyncio.Event] = {}
 
@@ -85,7 +88,7 @@ async def test_two_messages_queued_during_a_turn_run_after_it_in_order(tmp_path:
         assert first.task is not None
         await first.task
         # The library's own call waits for its queued message's turn.
-        later = await session._agent.runner.queue.turn_of(session.id, third.id)
+        later = await asyncio.wait_for(agent.runner.queue.turn_of(session.id, third.id), BOUND)
         assert later.task is not None
         outcome = await later.task
         assert outcome.event.type == "done"
@@ -144,7 +147,7 @@ async def test_a_cancelled_message_never_runs(tmp_path: Path) -> None:
         GATE["go"].set()
         assert first.task is not None
         await first.task
-        last = await session._agent.runner.queue.turn_of(session.id, kept.id)
+        last = await asyncio.wait_for(agent.runner.queue.turn_of(session.id, kept.id), BOUND)
         assert last.task is not None
         await last.task
         stored = await agent.store.queued_messages(session.id, every=True)
