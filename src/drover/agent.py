@@ -393,7 +393,14 @@ class Agent(Generic[OutputT]):
         opened = await self._resources()
         await self._idle(opened, session_id)
         plan = await plan_rewind(opened.store, session_id, turn_id)
-        result = await apply_rewind(opened.store, plan, files=files, force=force)
+        runner = opened.runner
+        result = await apply_rewind(
+            opened.store,
+            plan,
+            files=files,
+            force=force,
+            logged=lambda event: runner.publish_logged(session_id, [event]),
+        )
         kept = opened.sessions.get(session_id)
         if kept is not None:
             await opened.runner.reload(kept.engine)

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,7 +33,7 @@ from typing import Literal
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.file_images import digest
 from drover.journal.protocol import Store
-from drover.journal.records import FileImageRecord
+from drover.journal.records import EventRecord, FileImageRecord
 from drover.tools.builtin.files import read_bytes, write_bytes
 
 #: Tools whose writes a rewind puts back.
@@ -211,11 +211,16 @@ async def _restore_of(store: Store, writes: list[FileImageRecord]) -> FileRestor
 
 
 async def apply_rewind(
-    store: Store, plan: RewindPlan, *, files: bool, force: bool = False
+    store: Store,
+    plan: RewindPlan,
+    *,
+    files: bool,
+    force: bool = False,
+    logged: Callable[[EventRecord], None] | None = None,
 ) -> RewindResult:
     """Do what ``plan`` says: with ``files``, put the files back (refused with
     :class:`RewindConflict` when one changed outside drover, unless ``force``), then mark the
-    turns rewound."""
+    turns rewound; ``logged`` is told of the ``turns_rewound`` event the journal logged."""
     restored: list[str] = []
     undone: list[tuple[str, int]] = []
     if files:
@@ -228,7 +233,9 @@ async def apply_rewind(
                 await asyncio.to_thread(_put_back, change)
                 restored.append(change.shown)
             undone += change.images
-    rewound = await store.rewind_turns(plan.session_id, plan.turn_id, undone)
+    rewound, event = await store.rewind_turns(plan.session_id, plan.turn_id, undone)
+    if event is not None and logged is not None:
+        logged(event)
     return RewindResult(
         session_id=plan.session_id,
         turn_id=plan.turn_id,

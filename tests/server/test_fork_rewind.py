@@ -5,7 +5,11 @@ unless ``force``; ``bash`` commands are named as not rewindable."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ import httpx2
 
 from drover.testing.server import FakeLLMServer
 
-from .support import Served, read_events
+from .support import BOUND, Served, read_events
 
 ORIGINAL = b"line one\r\nline two\n\xe2\x82\xac tail without newline"
 
@@ -207,3 +211,77 @@ def test_rewind_is_refused_after_an_outside_change_unless_forced(
         assert reply.status_code == 200, reply.text
         assert (work / "keep.txt").read_bytes() == b"v1\n"
         assert (work / "orig.txt").read_bytes() == ORIGINAL
+
+
+def test_a_live_stream_is_told_of_a_rewind_as_a_replay_is(
+    fake_llm: FakeLLMServer, serve: Callable[..., Served]
+) -> None:
+    """A client following the session when a rewind happens gets ``turns_rewound`` live, with
+    the number, ``prev`` and data a replay of the log serves for it."""
+    fake_llm.script({"text": "One."}, {"text": "Two."})
+    server = serve()
+    with server.client() as c:
+        sid = _session(c)
+        first = _turn(c, sid, "one")
+        second = _turn(c, sid, "two")
+        last = int(c.get(f"/v1/sessions/{sid}").json()["last_event_id"])
+        following = threading.Event()
+        live: list[tuple[str | None, str, dict[str, Any]]] = []
+
+        def follow() -> None:
+            url = f"/v1/sessions/{sid}/events?after={last}"
+            with server.client() as own, own.stream("GET", url, timeout=BOUND) as response:
+                for event, frame in _frames(response.iter_lines(), time.monotonic() + BOUND):
+                    if event == "status":
+                        following.set()  # subscribed: what comes now comes live
+                        continue
+                    live.append((frame.get("id"), event, frame["data"]))
+                    if event == "turns_rewound":
+                        return
+
+        with ThreadPoolExecutor(1) as pool:
+            reader = pool.submit(follow)
+            assert following.wait(BOUND)
+            reply = c.post(f"/v1/sessions/{sid}/rewind", json={"turn_id": first})
+            assert reply.status_code == 200, reply.text
+            reader.result(timeout=BOUND)
+        rewound = {
+            "type": "turns_rewound",
+            "turn_ids": [first, second],
+            "turn_id": None,
+            "seq": last + 1,
+            "prev": last,
+        }
+        assert live == [(str(last + 1), "turns_rewound", rewound)]
+        replayed = read_events(c, sid, after=last, until=lambda ev, _: True)
+        assert [(str(e.id), e.event, e.data) for e in replayed] == [
+            (live[0][0], "turns_rewound", live[0][2])
+        ]
+        snapshot = c.get(f"/v1/sessions/{sid}").json()
+        assert [t["rewound"] for t in snapshot["turns"]] == [True, True]
+        assert snapshot["last_event_id"] == int(live[0][0] or 0)
+
+
+def _frames(lines: Iterator[str], deadline: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(event, {"id", "data"})`` of each SSE frame, as sent (comments left out), until the
+    ``deadline`` (keep-alive comments would otherwise keep a missing event waited for)."""
+    frame: dict[str, Any] = {}
+    event = "message"
+    for line in lines:
+        if time.monotonic() > deadline:
+            raise AssertionError("the awaited event did not come")
+        if line == "":
+            if "data" in frame:
+                yield event, frame
+            frame, event = {}, "message"
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                event = value
+            elif name == "id":
+                frame["id"] = value
+            elif name == "data":
+                frame["data"] = json.loads(value)

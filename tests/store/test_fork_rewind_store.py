@@ -120,8 +120,16 @@ async def test_a_rewind_marks_turns_and_restored_images_and_waits_for_a_running_
     await store.write_batch([EndTurn(turn_id=running.id, status="interrupted")])
 
     image = (await store.file_images("s", 2))[0]
-    rewound = await store.rewind_turns("s", second, [(image.turn_id, image.seq)])
+    before = await store.events_after("s")
+    rewound, logged = await store.rewind_turns("s", second, [(image.turn_id, image.seq)])
     assert rewound == [second, third, running.id]
+    # The rewind is in the session's event log, after everything before it, as it was told.
+    assert logged is not None and logged.turn_id is None
+    assert dict(logged.payload) == {"type": "turns_rewound", "turn_ids": rewound}
+    after = await store.events_after("s", before[-1].end_seq if before else 0)
+    assert [(e.end_seq, e.turn_id, dict(e.payload)) for e in after] == [
+        (logged.end_seq, None, dict(logged.payload))
+    ]
     turns = await store.turns("s")
     assert [(t.rewound, t.discarded) for t in turns] == [
         (False, False),
@@ -131,7 +139,8 @@ async def test_a_rewind_marks_turns_and_restored_images_and_waits_for_a_running_
     ]
     assert (await store.file_images("s", 1))[0].restored_at is not None
     # Rewinding again from earlier marks only the turns not rewound yet.
-    assert await store.rewind_turns("s", turns[0].id) == [turns[0].id]
+    again, logged = await store.rewind_turns("s", turns[0].id)
+    assert again == [turns[0].id] and logged is not None
     with pytest.raises(StoreError, match="no turn"):
         await store.rewind_turns("s", "nope")
 

@@ -352,10 +352,11 @@ class SessionControl(Protocol):
 
     async def rewind_turns(
         self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
-    ) -> list[str]:
+    ) -> tuple[list[str], EventRecord | None]:
         """Mark ``turn_id`` and every later turn of the session rewound (and discarded:
         history skips them), and the file images ``restored`` (``(turn_id, seq)``) put back,
-        in one transaction; the ids of the turns newly rewound. Refused with
+        and log ``turns_rewound``, in one transaction; the ids of the turns newly rewound and
+        the event logged (None when none was). Refused with
         :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
         ...
 

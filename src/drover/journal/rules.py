@@ -113,6 +113,12 @@ def cancelled_event(message_id: str) -> dict[str, Any]:
     return {"type": "message_cancelled", "message_id": message_id}
 
 
+def rewound_event(turn_ids: list[str]) -> dict[str, Any]:
+    """The event that says a rewind undid the turns ``turn_ids`` (``turns_rewound``): the
+    session's history goes on from before the first of them."""
+    return {"type": "turns_rewound", "turn_ids": turn_ids}
+
+
 def started_event(message_id: str, turn_id: str) -> dict[str, Any]:
     """The event that says turn ``turn_id`` runs the queued message (``message_started``)."""
     return {"type": "message_started", "message_id": message_id, "turn_id": turn_id}

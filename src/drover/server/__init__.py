@@ -190,8 +190,9 @@ files whose content before was not kept. With ``dry_run`` nothing is done and th
 ``{"session_id", "turn_id", "dry_run": true, "turns", "prompt", "files": [{"path", "action",
 "conflict"}], "diff", "unrestorable", "not_rewindable"}``: ``action`` is
 ``restore|delete|unchanged|unrestorable``, ``diff`` a unified diff from the files now to what
-the rewind would put back, ``prompt`` the user message of ``turn_id``. A live stream is not
-told of a rewind: a client reads the snapshot again.
+the rewind would put back, ``prompt`` the user message of ``turn_id``. The rewind is logged in
+the session's event stream as ``turns_rewound`` (in the same transaction), so a client
+following the session sees it live where a replay serves it.
 
 The event stream
 ----------------
@@ -240,6 +241,8 @@ included), the one exception being redaction, below. Types and their data beyond
 ``message_cancelled``    ``message_id`` — a queued message cancelled
 ``message_started``      ``message_id``, ``turn_id`` — the queued message's turn starts (just
                          before its ``turn_started``)
+``turns_rewound``        ``turn_ids`` — a rewind undid these turns (marked ``rewound`` and
+                         ``discarded`` in the snapshot); ``turn_id`` is null
 ``reset``                the client's id cannot be continued (older than what is kept, inside
                          a hole a crash left, or ahead of what survived): ``data`` is the
                          ``Snapshot``; its ``id`` is the snapshot's ``last_event_id`` and it

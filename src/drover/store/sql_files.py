@@ -15,12 +15,14 @@ import hashlib
 from collections.abc import Callable
 
 from drover.errors import SessionBusyError, StoreError
-from drover.journal.records import FileImageRecord, SessionRecord, TurnRecord
+from drover.journal.records import EventRecord, FileImageRecord, SessionRecord, TurnRecord
+from drover.journal.rules import rewound_event
 from drover.journal.writes import KeepFileImage
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, execute, rows
 from drover.store.rows import session_from_row, turn_from_row
 from drover.store.sql_common import Held, lock_session, numbered, turn_session
+from drover.store.sql_queue import log_if_idle
 
 _TURN_COPY = (
     "status, user_message, reason, error, usage, discarded, created_at, updated_at, ended_at, "
@@ -199,10 +201,11 @@ def rewind_turns(
     turn_id: str,
     restored: list[tuple[str, int]],
     now: float,
-) -> Plan[list[str]]:
+) -> Plan[tuple[list[str], EventRecord | None]]:
     """Mark the turn ``turn_id`` of the session and every later one not yet rewound rewound
     (and discarded), and the file images ``restored`` (``(turn_id, seq)``) restored; the ids
-    of the turns rewound. Refused while a turn of the session runs."""
+    of the turns rewound and the ``turns_rewound`` event logged (None: none was rewound).
+    Refused while a turn of the session runs."""
     if not (yield from lock_session(d, session_id)):
         raise StoreError(f"no session {session_id}")
     running = yield from rows(
@@ -249,4 +252,10 @@ def rewind_turns(
             session_id,
         )
     yield from execute("UPDATE sessions SET updated_at = ? WHERE id = ?", now, session_id)
-    return [str(r["id"]) for r in found]
+    ids = [str(r["id"]) for r in found]
+    if not ids:
+        return ids, None
+    # Logged in the same transaction, so a live client and a replay both see the rewind at
+    # the same place in the session's stream.
+    _, logged = yield from log_if_idle(d, session_id, rewound_event(ids), now)
+    return ids, logged

@@ -278,7 +278,7 @@ class SqlStore:
 
     async def rewind_turns(
         self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
-    ) -> list[str]:
+    ) -> tuple[list[str], EventRecord | None]:
         plan = sql_files.rewind_turns(
             self.dialect, session_id, turn_id, list(restored), self._clock()
         )

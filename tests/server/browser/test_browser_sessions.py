@@ -226,3 +226,27 @@ def test_the_pending_note_goes_once_the_next_turn_takes_the_work(
     expect(page.locator("#transcript .turn")).to_have_count(3)
     expect(page.locator(".turn-pending")).to_have_count(0)
     assert_page_shows_stored_transcript(page, server, session_id)
+
+
+def test_a_rewind_marks_the_turns_live_and_after_a_reload(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
+) -> None:
+    """A rewind made elsewhere (the API, another client) greys the turns it undid in an open
+    page at once, from the ``turns_rewound`` event, as a reload shows them from the snapshot."""
+    fake_llm.script({"text": "First answer."}, {"text": "Second answer."}, {"text": "Third."})
+    server = serve(fake_llm.base_url)
+    sid = new_session(page, server)
+    for n, word in enumerate(("first", "second", "third")):
+        send(page, f"{word} question")
+        expect_status(page, "completed", n)
+    turns = server.snapshot(sid)["turns"]
+    server.request("POST", f"/v1/sessions/{sid}/rewind", {"turn_id": turns[1]["id"]})
+    marked = page.locator('#transcript .turn[data-rewound="true"]')
+    expect(marked).to_have_count(2)
+    expect(turn(page, 0)).to_have_attribute("data-rewound", "false")
+    expect(turn(page, 2).locator(".status-rewound")).to_have_text("rewound")
+    page.reload()
+    expect(page.locator("#transcript .turn")).to_have_count(3)
+    expect(marked).to_have_count(2)
+    expect(turn(page, 0)).to_have_attribute("data-rewound", "false")
+    assert not page.script_errors  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ const EVENT_TYPES = [
   "done",
   "incomplete",
   "error",
+  "turns_rewound",
   "reset",
   "status",
 ];
@@ -209,6 +210,7 @@ class App {
     if (seq) this.model.lastId = seq;
     const turnId = this.model.applyEvent({ ...data, type });
     if (turnId) this.dirty.add(turnId);
+    if (type === "turns_rewound") for (const id of data.turn_ids || []) this.dirty.add(id);
     // A turn starting or ending changes which earlier turns still hold pending work.
     if (type === "turn_started" || TERMINAL.has(type)) for (const id of this.model.order) this.dirty.add(id);
     this.scheduleRender();

@@ -54,6 +54,18 @@ export class Transcript {
 
   /** Apply one event; returns the id of the turn it changed, or null. */
   applyEvent(ev) {
+    if (ev.type === "turns_rewound") {
+      // Logged outside any turn: it names the turns a rewind undid.
+      let changed = null;
+      for (const id of ev.turn_ids || []) {
+        const turn = this.turns.get(id);
+        if (!turn) continue;
+        turn.rewound = true;
+        turn.discarded = true;
+        changed = id;
+      }
+      return changed;
+    }
     if (ev.type === "turn_started") {
       const turn = this.currentTurn(ev.turn_id);
       if (ev.user_message && turn.userText === null) turn.userText = messageText(ev.user_message);
@@ -183,6 +195,7 @@ function newTurn({ id, status }) {
     notices: [],
     createdAt: null,
     discarded: false,
+    rewound: false,
   };
 }
 
@@ -388,6 +401,7 @@ function turnFromSnapshot(raw) {
   turn.error = raw.error || null;
   turn.createdAt = raw.created_at || null;
   turn.discarded = Boolean(raw.discarded);
+  turn.rewound = Boolean(raw.rewound);
   turn.userText = raw.user_message ? messageText(raw.user_message) : null;
   if (raw.usage) turn.usage = usageOf(raw.usage);
   for (const c of raw.tool_calls || []) {

@@ -81,6 +81,7 @@ export class TranscriptView {
       this.root.append(section);
     }
     parts.section.dataset.status = turn.status;
+    parts.section.dataset.rewound = turn.rewound ? "true" : "false";
     parts.user.hidden = turn.userText === null;
     if (turn.userText !== null && parts.user.textContent !== turn.userText) {
       parts.user.textContent = turn.userText;
@@ -259,6 +260,7 @@ export class TranscriptView {
   renderFooter(turn, footer) {
     const badge = el("span", `status-badge status-${turn.status}`, STATUS_TEXT[turn.status] || turn.status);
     const items = [badge];
+    if (turn.rewound) items.push(el("span", "status-badge status-rewound", "rewound"));
     if (turn.status !== "running" && turn.status !== "completed") {
       const why = turn.error || turn.reason;
       if (why) items.push(el("span", "turn-error", why));
