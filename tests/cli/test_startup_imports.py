@@ -1,0 +1,82 @@
+"""A ``-p`` turn loads only what it uses: the server, the database drivers, MCP, the other
+provider's SDK and OpenTelemetry stay out of the process (they cost start-up time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drover.testing.server import FakeLLMServer
+
+from .helpers import base_args, clean_env
+
+# Run ``main()`` as the ``drover`` script does, and write the names of the loaded modules when
+# the process ends: a superset of what was loaded by the first request.
+CHILD = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from drover.cli.main import main
+sys.exit(main())
+"""
+
+ALWAYS_OUT = (
+    "drover.server",
+    "drover.web",
+    # Reading the MCP config files is part of every run; the SDK and the client are not
+    # when no server is configured.
+    "drover.mcp.servers",
+    "drover.mcp.connection",
+    "drover.mcp.tool",
+    "mcp",
+    "psycopg",
+    "psycopg_pool",
+    "redis",
+    "starlette",
+    "uvicorn",
+    "opentelemetry.sdk",
+    "opentelemetry.exporter",
+)
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "out"),
+    [
+        # The Anthropic SDK imports the OpenTelemetry API itself (its tracing), so only the
+        # SDK and exporters are pinned for it.
+        ("anthropic:test", "ANTHROPIC_API_KEY", ("openai",)),
+        ("openai:test", "OPENAI_API_KEY", ("anthropic", "opentelemetry")),
+        ("openai-responses:test", "OPENAI_API_KEY", ("anthropic", "opentelemetry")),
+    ],
+)
+def test_a_p_turn_leaves_unused_modules_unloaded(
+    fake_llm: FakeLLMServer, tmp_path: Path, model: str, key: str, out: tuple[str, ...]
+) -> None:
+    fake_llm.script({"text": "hello"})
+    args = base_args(fake_llm, tmp_path)
+    args[args.index("anthropic:test")] = model
+    if not model.startswith("anthropic"):
+        args[args.index(fake_llm.base_url)] = fake_llm.openai_base_url
+    listing = tmp_path / "modules.json"
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(listing), "-p", "hi", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(**{key: "test"}),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(fake_llm.requests) == 1
+    loaded = json.loads(listing.read_text())
+    unwanted = [
+        name
+        for name in loaded
+        if any(name == top or name.startswith(top + ".") for top in (*ALWAYS_OUT, *out))
+    ]
+    assert unwanted == []
