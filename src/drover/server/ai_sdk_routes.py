@@ -42,6 +42,7 @@ from drover.server.doors import (
     Cut,
     Ended,
     Idle,
+    blank,
     follow_response,
     group_of,
     invalid,
@@ -101,7 +102,7 @@ def _text(message: _Message, n: int) -> str:
         elif not (isinstance(kind, str) and kind.startswith("data-")):
             raise invalid(f"message {n}: only text parts are taken, not {str(kind)[:40]!r}")
     text = "\n".join(texts)
-    if not text.strip():
+    if blank(text):
         raise invalid(f"message {n}: the user message has no text")
     if len(text) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"message {n} is over {MAX_CONTENT} characters")

@@ -47,6 +47,19 @@ DONE = b"data: [DONE]\n\n"
 _FIRST_SPAN = 256
 
 
+#: What JSON Schema's ``\S`` (an ECMAScript pattern) counts as white space. Python's
+#: ``str.strip`` also strips the separators U+001C–U+001F and U+0085, so a text the schemas
+#: accept as not blank could be refused as blank; the doors test blankness as the schema does.
+_SCHEMA_SPACE = re.compile(
+    "[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]*"
+)
+
+
+def blank(text: str) -> bool:
+    r"""Whether ``text`` is empty or white space only, as the doors' schemas (``\S``) see it."""
+    return _SCHEMA_SPACE.fullmatch(text) is not None
+
+
 def service_of(request: Request) -> Service:
     """The server's service, as a door's route reaches it."""
     service: Service = request.app.state.service

@@ -40,6 +40,7 @@ from drover.server.doors import (
     Cut,
     Ended,
     Idle,
+    blank,
     follow_response,
     group_of,
     invalid,
@@ -121,7 +122,7 @@ def _input_text(value: Any) -> str:
             value = "\n".join(texts)
         else:
             value = content
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or blank(value):
         raise invalid("input must be a non-empty string or a user message")
     if len(value) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"input is over {MAX_CONTENT} characters")

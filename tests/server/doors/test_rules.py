@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 
+from drover.server.doors import blank
 from drover.testing.server import FakeLLMServer
 
 from ..support import Served
@@ -208,3 +210,20 @@ def test_the_responses_door_takes_only_what_maps_to_a_turn(
         assert again.status_code == 200, again.text
         assert again.json()["conversation"]["id"] == session
         assert again.json()["previous_response_id"] == response["id"]
+
+
+@pytest.mark.parametrize(
+    ("text", "is_blank"),
+    [
+        ("", True),
+        (" \t\r\n\v\f", True),
+        ("\u00a0\u2003\u3000\ufeff", True),
+        # Python's str.strip() takes these for white space; JSON Schema's \S does not, so the
+        # schemas accept them (the fuzzer found a 422 for a schema-valid "\x1f\x1f").
+        ("\x1f\x1f", False),
+        ("\x1c\x85", False),
+        ("  a  ", False),
+    ],
+)
+def test_blank_is_what_the_schemas_pattern_says(text: str, is_blank: bool) -> None:
+    assert blank(text) is is_blank
