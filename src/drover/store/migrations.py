@@ -388,7 +388,7 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
         ),
     ),
     (
-        "0013_messages_rowid_log_key",
+        "0013_messages_rowid",
         (
             # As the log in 0010: in a WITHOUT ROWID table a row keeps at most ~234 bytes on
             # its 1 KiB page and the rest goes to overflow pages of its own, the last one mostly
@@ -433,9 +433,6 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
                     "created_at, updated_at FROM tool_calls ORDER BY turn_id, step, call_index",
                     "DROP TABLE tool_calls",
                     "ALTER TABLE tool_calls_rowid RENAME TO tool_calls",
-                    # The log's reads go through its key (``sql_log``): this index was as big
-                    # as the key's own (0.2x the history) for no read.
-                    "DROP INDEX events_by_last_seq",
                 ),
                 postgres=(),
             ),

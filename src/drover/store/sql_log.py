@@ -46,12 +46,10 @@ def _insert_events(n: int) -> str:
 def last_seq_sql(d: Dialect) -> str:
     """The greatest number the session's log holds, its streaming tail included (two
     parameters: the session's id, twice)."""
-    # A row's ``last_seq`` never falls below an earlier row's: the last row in key order holds
-    # the greatest, found through the key (SQLite keeps no index on ``last_seq``).
     return (
-        f"{d.greatest}(COALESCE((SELECT last_seq FROM events WHERE session_id = ? "
-        "ORDER BY seq DESC, part DESC LIMIT 1), 0), COALESCE((SELECT MAX(last_seq) "
-        "FROM partial_text WHERE session_id = ?), 0))"
+        f"{d.greatest}(COALESCE((SELECT MAX(last_seq) FROM events "
+        "WHERE session_id = ?), 0), COALESCE((SELECT MAX(last_seq) FROM partial_text "
+        "WHERE session_id = ?), 0))"
     )
 
 
@@ -203,15 +201,9 @@ def events_after(
     snapshot (a step's rows moving into ``events`` in between would otherwise show twice or not
     at all)."""
     most = d.no_limit if limit is None else limit
-    # Rows never nest: one that covers a number above ``after_seq`` starts there or is one of
-    # the rows with the greatest first number at or below it, so the key finds them all.
     found = yield from rows(
-        "SELECT * FROM events WHERE session_id = ? AND seq >= COALESCE((SELECT MAX(seq) "
-        "FROM events WHERE session_id = ? AND seq <= ?), 0) AND last_seq > ? "
-        "ORDER BY seq, part LIMIT ?",
+        "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
         session_id,
-        session_id,
-        after_seq,
         after_seq,
         most,
     )
