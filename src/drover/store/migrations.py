@@ -387,6 +387,57 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             "WHERE status = 'queued'",
         ),
     ),
+    (
+        "0013_messages_rowid",
+        (
+            # As the log in 0010: in a WITHOUT ROWID table a row keeps at most ~234 bytes on
+            # its 1 KiB page and the rest goes to overflow pages of its own, the last one mostly
+            # empty. An assistant message of 300-900 bytes took a whole overflow page for its
+            # tail (messages held 1.25x their bytes in pages after 300 tool steps). A rowid
+            # table keeps up to ~990 bytes of a row on a shared page, and of a longer row what
+            # does not fill an overflow page; the key becomes a unique index.
+            PerBackend(
+                sqlite=(
+                    """CREATE TABLE messages_rowid (
+                        turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
+                        seq INTEGER NOT NULL,
+                        role TEXT NOT NULL,
+                        body TEXT NOT NULL,
+                        partial INTEGER NOT NULL DEFAULT 0,
+                        created_at REAL NOT NULL,
+                        PRIMARY KEY (turn_id, seq)
+                    )""",
+                    "INSERT INTO messages_rowid (turn_id, seq, role, body, partial, created_at) "
+                    "SELECT turn_id, seq, role, body, partial, created_at FROM messages "
+                    "ORDER BY turn_id, seq",
+                    "DROP TABLE messages",
+                    "ALTER TABLE messages_rowid RENAME TO messages",
+                    """CREATE TABLE tool_calls_rowid (
+                        turn_id TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
+                        call_id TEXT NOT NULL,
+                        step INTEGER NOT NULL DEFAULT 0,
+                        call_index INTEGER NOT NULL,
+                        name TEXT NOT NULL,
+                        state TEXT NOT NULL,
+                        input TEXT,
+                        output TEXT,
+                        is_error INTEGER NOT NULL DEFAULT 0,
+                        outcome_unknown INTEGER NOT NULL DEFAULT 0,
+                        read_only INTEGER NOT NULL DEFAULT 0,
+                        created_at REAL NOT NULL,
+                        updated_at REAL NOT NULL,
+                        PRIMARY KEY (turn_id, call_id)
+                    )""",
+                    "INSERT INTO tool_calls_rowid SELECT turn_id, call_id, step, call_index, "
+                    "name, state, input, output, is_error, outcome_unknown, read_only, "
+                    "created_at, updated_at FROM tool_calls ORDER BY turn_id, step, call_index",
+                    "DROP TABLE tool_calls",
+                    "ALTER TABLE tool_calls_rowid RENAME TO tool_calls",
+                ),
+                postgres=(),
+            ),
+        ),
+    ),
 )
 
 
