@@ -56,6 +56,11 @@ class _Link:
         self.proxy = proxy
         self.client = client
         self.server = socket.create_connection(("127.0.0.1", proxy.upstream_port))
+        # The proxy sends each protocol message on its own: with Nagle's algorithm on, each
+        # small message after the first waits for the peer's delayed ACK (tens of ms a round
+        # trip, seconds over a migration).
+        for sock in (self.client, self.server):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.statements: list[str] = []
         self.pid = 0
         self.dropping = False
