@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from functools import partial
 from typing import Any, Unpack
 
 import anthropic
@@ -228,12 +226,11 @@ class AnthropicEvents:
         return out
 
 
-def _interpret(
-    status_error: Callable[..., Exception], sse: SseEvent, response: httpx2.Response
-) -> dict[str, Any] | None:
+def _interpret(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | None:
     """One server-sent event as the SDK's stream would take it: an ``error`` event raised as
-    the SDK raises it (a status error built from its body), ``ping``, unnamed and empty events
-    skipped, any other event's JSON."""
+    the SDK raises it (the status error of the 200 response, built from the event's body: the
+    SDK has no subclass for a 200), ``ping``, unnamed and empty events skipped, any other
+    event's JSON."""
     if not sse.event or sse.event == "ping":
         return None
     if sse.event == "error":
@@ -243,7 +240,7 @@ def _interpret(
             message = f"{body}"
         except orjson.JSONDecodeError:
             message = sse.data or f"Error code: {response.status_code}"
-        raise status_error(message, body=body, response=response)
+        raise anthropic.APIStatusError(message, response=response, body=body)
     if not sse.data:
         return None
     event: dict[str, Any] = orjson.loads(sse.data)
@@ -320,8 +317,7 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
         if request.tools:
             body["tools"] = to_anthropic_tools(request.tools)
         stream = await self._guard(self._send(body))
-        read = partial(_interpret, self._client._make_status_error)
-        return RawEvents(stream, read), AnthropicEvents()
+        return RawEvents(stream, _interpret), AnthropicEvents()
 
     async def _send(self, body: dict[str, Any]) -> anthropic.AsyncStream[Any]:
         """POST ``body`` (``messages.create``'s parameters, streaming) as the SDK would.
