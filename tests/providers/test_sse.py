@@ -93,11 +93,13 @@ def test_the_last_done_of_openai_chat() -> None:
 
 def test_fields_and_blank_events() -> None:
     # Only one space after the colon is dropped; a line without a colon is a field with an
-    # empty value; an event with no data line is not dispatched, and its name does not carry
-    # over to the next event.
-    body = b"data:  two spaces\n\nevent: lost\n\ndata\n\nevent: named\ndata:\n\n"
+    # empty value; a named event with no data line is dispatched with empty data, as the
+    # SDKs' decoders do (the spec drops it), an unnamed one is not; a name does not carry over
+    # to the next event.
+    body = b"data:  two spaces\n\nevent: bare\n\n: comment\n\ndata\n\nevent: named\ndata:\n\n"
     assert decode(body) == [
         SseEvent("", " two spaces"),
+        SseEvent("bare", ""),
         SseEvent("", ""),
         SseEvent("named", ""),
     ]

@@ -11,8 +11,13 @@ interpretation exactly:
   there is one; a line without a colon is a field with an empty value;
 * ``data`` lines are joined with ``\\n``; ``event`` sets the event's name; ``id`` and ``retry``
   (which drover does not use) and unknown fields are ignored;
-* a blank line dispatches the event, unless no ``data`` line came (then it is dropped); at the
-  end of the body an event not followed by a blank line is discarded, as the spec says.
+* a blank line dispatches the event, unless neither a ``data`` nor an ``event`` line came (then
+  it is dropped); at the end of the body an event not followed by a blank line is discarded,
+  as the spec says.
+
+One departure from the spec, to read as the SDKs read: a named event with no ``data`` line is
+dispatched, with empty data (the spec drops it). The SDKs' decoders do so, and the Anthropic
+SDK raises an ``event: error`` that carries no data as an error; so does drover.
 
 An event without an ``event`` field has the name ``""`` (the spec's default ``message``), so a
 caller can tell it apart from a named one.
@@ -96,5 +101,5 @@ class SseDecoder:
         data, event = self._data, self._event
         self._data, self._event = [], ""
         if not data:
-            return None
+            return SseEvent(event, "") if event else None
         return SseEvent(event, data[0] if len(data) == 1 else "\n".join(data))
