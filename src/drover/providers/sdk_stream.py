@@ -17,6 +17,11 @@ starting from the generator this module iterates and from the frames of the exce
 ended it. Only async generators are followed, and never drover's own (they are the callers,
 and still running).
 
+A provider may read the body itself (:class:`RawEvents`: the SDK sends the request, checks
+the status and builds its stream object; drover decodes the bytes with
+:mod:`drover.providers.sse` and ``orjson`` instead of building the SDK's per-event models).
+Closing it closes httpx's suspended body iterators the same way, then the SDK's stream.
+
 The stall timeout is the transport's: :func:`transport_timeout` makes it httpx's connect and
 read timeout, so it bounds every wait for bytes — for the connection, for the status line,
 and between any two pieces of the body. Counting bytes rather than parsed events lets the
