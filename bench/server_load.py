@@ -370,7 +370,8 @@ def main() -> int:
                         human_bytes(r["per_stream"]),
                     ]
                 )
-                print(f"  {label}: {turns} turns done", flush=True)
+                # Each row as soon as it is measured: a run cut short keeps what it measured.
+                print(f"  {label}: {turns} turns done: {'  '.join(map(str, rows[-1]))}", flush=True)
         for label, src in measured if options.replay else []:
             # One answer of `replay` deltas, streamed as fast as the fake can.
             text = "x " * (options.replay * CHUNK // 2)

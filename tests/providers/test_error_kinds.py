@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from drover.errors import ContextOverflowError, ProviderHTTPError
+from drover.errors import ContextOverflowError, ProviderHTTPError, StreamError
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 
@@ -113,3 +113,37 @@ async def test_the_apis_own_404_names_the_url_without_the_hint(
     message = str(outcome.error)
     assert message.startswith("HTTP 404: model: gpt-nope (POST http://")
     assert "is the base URL right?" not in message
+
+
+@pytest.mark.parametrize("error_frame", ["event: error\n\n", 'event: error\ndata: {"x": 1}\n\n'])
+async def test_an_anthropic_error_event_fails_the_stream_as_the_sdk_raises_it(
+    fake_llm: FakeLLMServer, error_frame: str
+) -> None:
+    """drover reads Anthropic's stream itself; an ``error`` event — with no data line too,
+    which the SDK raises as "Error code: 200" — still fails the attempt, never a quiet end."""
+    start = (
+        "event: message_start\n"
+        'data: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+        '"role":"assistant","model":"m","content":[],"stop_reason":null,'
+        '"usage":{"input_tokens":1,"output_tokens":0}}}\n\n'
+    )
+    # A complete answer follows: an error event dropped would end the stream normally.
+    rest = (
+        "event: content_block_start\n"
+        'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'
+        "\n\nevent: content_block_delta\n"
+        'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}'
+        "\n\nevent: content_block_stop\n"
+        'data: {"type":"content_block_stop","index":0}\n\n'
+        "event: message_delta\n"
+        'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+        '"usage":{"output_tokens":1}}\n\n'
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+    fake_llm.script({"raw_text": start + error_frame + rest})
+    provider = make_provider("anthropic", fake_llm, max_retries=0)
+    try:
+        outcome = await drain(provider, request())
+    finally:
+        await provider.aclose()
+    assert isinstance(outcome.error, StreamError), outcome.error

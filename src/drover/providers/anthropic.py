@@ -36,6 +36,8 @@ import re
 from typing import Any, Unpack
 
 import anthropic
+import httpx2
+import orjson
 from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
@@ -53,8 +55,9 @@ from drover.model_stream import (
 )
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.retry import stream_error
-from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, int_attr
-from drover.providers.sdk_stream import ClosableStream
+from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, field, int_attr
+from drover.providers.sdk_stream import ClosableStream, RawEvents
+from drover.providers.sse import SseEvent
 from drover.providers.wire_json import encode_body
 
 PROVIDER = "anthropic"
@@ -81,7 +84,8 @@ _DELTA_KINDS: dict[str, tuple[DeltaKind, str]] = {
 
 
 class AnthropicEvents:
-    """Maps one response's raw SDK events onto neutral stream events (no I/O)."""
+    """Maps one response's raw events onto neutral stream events (no I/O): the events as the
+    API's JSON (dicts), or as the SDK's models."""
 
     def __init__(self) -> None:
         self._kinds: dict[int, str] = {}
@@ -115,14 +119,14 @@ class AnthropicEvents:
                 self._counts[key] = value
 
     def feed(self, event: RawMessageStreamEvent) -> list[StreamEvent]:
-        kind = getattr(event, "type", None)
+        kind = field(event, "type", None)
         if kind == "message_start":
-            message = getattr(event, "message", None)
+            message = field(event, "message", None)
             for name in ("id", "model"):
-                value = getattr(message, name, None)
+                value = field(message, name, None)
                 if isinstance(value, str) and value:
                     self._meta["message_id" if name == "id" else name] = value
-            self._take_usage(getattr(message, "usage", None))
+            self._take_usage(field(message, "usage", None))
             return [UsageUpdate(usage=self.usage)]
         if kind == "content_block_start":
             return self._block_start(event)
@@ -131,10 +135,10 @@ class AnthropicEvents:
         if kind == "content_block_stop":
             return self._block_stop(event)
         if kind == "message_delta":
-            reason = getattr(getattr(event, "delta", None), "stop_reason", None)
+            reason = field(field(event, "delta", None), "stop_reason", None)
             if isinstance(reason, str) and reason:
                 self._stop_reason = reason
-            self._take_usage(getattr(event, "usage", None))
+            self._take_usage(field(event, "usage", None))
             return [UsageUpdate(usage=self.usage)]
         if kind == "message_stop":
             return self._end()
@@ -162,46 +166,46 @@ class AnthropicEvents:
         return [StreamEnd(stop_reason=stop, usage=self.usage, meta=dict(self._meta))]
 
     def _block_start(self, event: Any) -> list[StreamEvent]:
-        index, block = getattr(event, "index", None), getattr(event, "content_block", None)
-        kind = getattr(block, "type", None)
+        index, block = field(event, "index", None), field(event, "content_block", None)
+        kind = field(block, "type", None)
         if not isinstance(index, int):
             return []
         out: list[StreamEvent] = []
         if kind in ("text", "thinking"):
             self._kinds[index] = kind
             out.append(BlockStart(index=index, kind=kind))
-            initial = getattr(block, kind, None)
+            initial = field(block, kind, None)
             if isinstance(initial, str) and initial:
                 out.append(BlockDelta(index=index, kind=kind, data=initial))
-            signature = getattr(block, "signature", None) if kind == "thinking" else None
+            signature = field(block, "signature", None) if kind == "thinking" else None
             if isinstance(signature, str) and signature:
                 out.append(BlockDelta(index=index, kind="signature", data=signature))
         elif kind == "redacted_thinking":
             self._kinds[index] = kind
-            self._redacted[index] = str(getattr(block, "data", "") or "")
+            self._redacted[index] = str(field(block, "data", "") or "")
             out.append(BlockStart(index=index, kind="thinking"))
         elif kind == "tool_use":
             self._kinds[index] = kind
-            tool_id, name = getattr(block, "id", ""), getattr(block, "name", "")
+            tool_id, name = field(block, "id", ""), field(block, "name", "")
             out.append(BlockStart(index=index, kind="tool_use", id=str(tool_id), name=str(name)))
-            whole = getattr(block, "input", None)
+            whole = field(block, "input", None)
             if isinstance(whole, dict) and whole:
                 self._whole_input[index] = whole
         return out
 
     def _block_delta(self, event: Any) -> list[StreamEvent]:
-        index, delta = getattr(event, "index", None), getattr(event, "delta", None)
+        index, delta = field(event, "index", None), field(event, "delta", None)
         if not isinstance(index, int) or self._kinds.get(index) not in (
             "text",
             "thinking",
             "tool_use",
         ):
             return []
-        mapped = _DELTA_KINDS.get(str(getattr(delta, "type", "")))
+        mapped = _DELTA_KINDS.get(str(field(delta, "type", "")))
         if mapped is None:
             return []  # citations and delta kinds drover does not know
-        kind, field = mapped
-        data = getattr(delta, field, None)
+        kind, key = mapped
+        data = field(delta, key, None)
         if not isinstance(data, str) or not data:
             return []
         if kind == "input_json":
@@ -209,7 +213,7 @@ class AnthropicEvents:
         return [BlockDelta(index=index, kind=kind, data=data)]
 
     def _block_stop(self, event: Any) -> list[StreamEvent]:
-        index = getattr(event, "index", None)
+        index = field(event, "index", None)
         if not isinstance(index, int) or index not in self._kinds:
             return []
         out: list[StreamEvent] = []
@@ -220,6 +224,27 @@ class AnthropicEvents:
             out.append(BlockDelta(index=index, kind="input_json", data=json.dumps(whole)))
         out.append(BlockStop(index=index))
         return out
+
+
+def _interpret(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | None:
+    """One server-sent event as the SDK's stream would take it: an ``error`` event raised as
+    the SDK raises it (the status error of the 200 response, built from the event's body: the
+    SDK has no subclass for a 200), ``ping``, unnamed and empty events skipped, any other
+    event's JSON."""
+    if not sse.event or sse.event == "ping":
+        return None
+    if sse.event == "error":
+        body: object = sse.data
+        try:
+            body = orjson.loads(sse.data)
+            message = f"{body}"
+        except orjson.JSONDecodeError:
+            message = sse.data or f"Error code: {response.status_code}"
+        raise anthropic.APIStatusError(message, response=response, body=body)
+    if not sse.data:
+        return None
+    event: dict[str, Any] = orjson.loads(sse.data)
+    return event
 
 
 def _classify(
@@ -291,9 +316,10 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
             body["thinking"] = thinking
         if request.tools:
             body["tools"] = to_anthropic_tools(request.tools)
-        return await self._guard(self._send(body)), AnthropicEvents()
+        stream = await self._guard(self._send(body))
+        return RawEvents(stream, _interpret), AnthropicEvents()
 
-    async def _send(self, body: dict[str, Any]) -> ClosableStream[Any]:
+    async def _send(self, body: dict[str, Any]) -> anthropic.AsyncStream[Any]:
         """POST ``body`` (``messages.create``'s parameters, streaming) as the SDK would.
 
         ``create`` first copies the whole body (the SDK's ``prepare_request_data``: every dict

@@ -128,9 +128,16 @@ def _http_error(exc: Any, errors: SdkErrors) -> tuple[ProviderError, float | Non
     return error, parse_retry_after(exc.response.headers)
 
 
+def field(obj: object, name: str, default: Any = None) -> Any:
+    """A field of an API object, given as its JSON (a dict) or as the SDK's model."""
+    if type(obj) is dict:
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
 def int_attr(obj: object, name: str) -> int | None:
-    """An SDK object's integer field (a count), or None when absent or not an integer."""
-    value = getattr(obj, name, None)
+    """An API object's integer field (a count), or None when absent or not an integer."""
+    value = field(obj, name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

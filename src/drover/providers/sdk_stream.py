@@ -17,6 +17,11 @@ starting from the generator this module iterates and from the frames of the exce
 ended it. Only async generators are followed, and never drover's own (they are the callers,
 and still running).
 
+A provider may read the body itself (:class:`RawEvents`: the SDK sends the request, checks
+the status and builds its stream object; drover decodes the bytes with
+:mod:`drover.providers.sse` and ``orjson`` instead of building the SDK's per-event models).
+Closing it closes httpx's suspended body iterators the same way, then the SDK's stream.
+
 The stall timeout is the transport's: :func:`transport_timeout` makes it httpx's connect and
 read timeout, so it bounds every wait for bytes — for the connection, for the status line,
 and between any two pieces of the body. Counting bytes rather than parsed events lets the
@@ -29,7 +34,8 @@ from __future__ import annotations
 
 import gc
 import types
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -37,6 +43,7 @@ import httpx2
 
 from drover.config import DEFAULT_STALL_TIMEOUT as DEFAULT_STALL_TIMEOUT
 from drover.errors import ProviderConnectionError, ProviderError, StreamError
+from drover.providers.sse import SseDecoder, SseEvent
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -195,3 +202,60 @@ def suspended_chain(roots: Iterable[object]) -> list[types.AsyncGeneratorType[An
             ref for ref in gc.get_referents(item) if isinstance(ref, types.AsyncGeneratorType)
         ]
     return found
+
+
+class SdkResponse(Protocol):
+    """What drover uses of an SDK's stream object: its HTTP response, and closing it."""
+
+    @property
+    def response(self) -> httpx2.Response: ...
+
+    async def close(self) -> None: ...
+
+
+class RawEvents:
+    """An SDK stream read from its HTTP response's bytes, as the API's events in plain JSON.
+
+    The SDK sent the request, checked the status and built the stream object; this reads the
+    body with :class:`~drover.providers.sse.SseDecoder` and :func:`orjson.loads`, never
+    building the SDK's per-event models. ``interpret`` turns each server-sent event into the
+    event the provider's mapper takes, None to skip it, or raises the SDK's error for it.
+    ``close`` closes httpx's body iterators, then the SDK's stream (which closes the response).
+    """
+
+    def __init__(
+        self, stream: SdkResponse, interpret: Callable[[SseEvent, httpx2.Response], object]
+    ) -> None:
+        self._stream = stream
+        self._response = stream.response
+        self._chunks = stream.response.aiter_bytes()
+        self._interpret = interpret
+        self._decoder = SseDecoder()
+        self._pending: deque[SseEvent] = deque()
+        self._ended = False
+
+    def __aiter__(self) -> RawEvents:
+        return self
+
+    async def __anext__(self) -> Any:
+        pending = self._pending
+        while True:
+            while not pending:
+                if self._ended:
+                    raise StopAsyncIteration
+                try:
+                    chunk = await anext(self._chunks)
+                except StopAsyncIteration:
+                    self._ended = True  # an event the body left unfinished is discarded
+                    continue
+                pending.extend(self._decoder.feed(chunk))
+            event = self._interpret(pending.popleft(), self._response)
+            if event is not None:
+                return event
+
+    async def close(self) -> None:
+        try:
+            for generator in suspended_chain([self._chunks]):
+                await generator.aclose()
+        finally:
+            await self._stream.close()
