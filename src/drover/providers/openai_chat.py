@@ -14,7 +14,11 @@ order they first appear: reasoning, text, then one ``tool_use`` block per call.
   when calls were streamed (some servers say ``stop`` anyway) else ``end_turn``, ``length`` →
   ``max_tokens``, ``content_filter`` → ``refusal``. The stream's end gives the
   :class:`StreamEnd`; without a usage chunk the usage is zero and marked partial.
-* A chunk with an ``error`` key (the SDK raises it) → :class:`StreamError`.
+* A chunk with an ``error`` key (raised as the SDK raises it) → :class:`StreamError`.
+
+The stream is read from the response's bytes (:class:`~drover.providers.sdk_stream.RawEvents`:
+drover decodes the events and each chunk's JSON itself, instead of the SDK's per-chunk models);
+the SDK still builds the client, sends the request, retries and raises status errors.
 * Error code ``context_length_exceeded`` (a 400, or an error chunk) →
   :class:`ContextOverflowError`; an error status whose body is not the API's JSON (a base URL
   without ``/v1``) names the URL it tried.
@@ -33,10 +37,13 @@ server understands.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Literal, TypeAlias, TypeVar, Unpack
 
+import httpx2
 import openai
+import orjson
 from openai.types.chat import ChatCompletionChunk
 
 from drover.messages import Usage
@@ -58,10 +65,12 @@ from drover.providers.sdk_provider import (
     SdkOptions,
     SdkProvider,
     as_str,
+    field,
     int_attr,
     untransformed,
 )
-from drover.providers.sdk_stream import ClosableStream
+from drover.providers.sdk_stream import ClosableStream, RawEvents
+from drover.providers.sse import SseEvent
 from drover.providers.wire_json import encode_body
 
 PROVIDER = "openai"
@@ -100,17 +109,36 @@ OPENAI_ERRORS = SdkErrors(
 )
 
 
+def chat_chunk(sse: SseEvent, response: httpx2.Response) -> dict[str, Any]:
+    """One server-sent event of a completion as the SDK's stream takes it: ``[DONE]`` ends
+    the stream, a chunk with an ``error`` is raised as the SDK raises it (``APIError``), any
+    other event is the chunk's JSON."""
+    if sse.data.startswith("[DONE]"):
+        raise StopAsyncIteration
+    chunk = orjson.loads(sse.data)
+    if isinstance(chunk, dict) and chunk.get("error"):
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        if not message or not isinstance(message, str):
+            message = "An error occurred during streaming"
+        raise openai.APIError(message=message, request=response.request, body=error)
+    if not isinstance(chunk, dict):
+        raise ValueError(f"a completion chunk is a JSON object, not {type(chunk).__name__}")
+    return chunk
+
+
 @dataclass(slots=True)
 class _Call:
     raw_id: str = ""
     name: str = ""
     index: int | None = None
     closed: bool = False
-    waiting: list[str] = field(default_factory=list)
+    waiting: list[str] = dataclass_field(default_factory=list)
 
 
 class ChatEvents:
-    """Maps one completion's chunks onto neutral stream events (no I/O)."""
+    """Maps one completion's chunks onto neutral stream events (no I/O): the chunks as the
+    API's JSON (dicts), or as the SDK's models."""
 
     def __init__(self) -> None:
         self._next_index = 0
@@ -122,22 +150,22 @@ class ChatEvents:
         self._usage: Usage | None = None
         self._meta: dict[str, Any] = {"provider": PROVIDER}
 
-    def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+    def feed(self, chunk: ChatCompletionChunk | dict[str, Any]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
-        if "completion_id" not in self._meta and as_str(getattr(chunk, "id", None)):
-            self._meta["completion_id"] = chunk.id
-            self._meta["model"] = as_str(getattr(chunk, "model", None))
-        for choice in getattr(chunk, "choices", None) or ():
-            if getattr(choice, "index", 0) not in (0, None):
+        if "completion_id" not in self._meta and as_str(field(chunk, "id", None)):
+            self._meta["completion_id"] = field(chunk, "id")
+            self._meta["model"] = as_str(field(chunk, "model", None))
+        for choice in field(chunk, "choices", None) or ():
+            if field(choice, "index", 0) not in (0, None):
                 continue  # drover asks for one choice
-            delta = getattr(choice, "delta", None)
+            delta = field(choice, "delta", None)
             if delta is not None:
                 out += self._delta(delta)
-            reason = getattr(choice, "finish_reason", None)
+            reason = field(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self._finish = reason
                 out += self._close_all()
-        usage = getattr(chunk, "usage", None)
+        usage = field(chunk, "usage", None)
         if usage is not None:
             self._usage = _usage(usage)
             out.append(UsageUpdate(usage=self._usage))
@@ -164,15 +192,15 @@ class ChatEvents:
     def _delta(self, delta: Any) -> list[StreamEvent]:
         out: list[StreamEvent] = []
         for name in ("reasoning_content", "reasoning"):
-            reasoning = getattr(delta, name, None)
+            reasoning = field(delta, name, None)
             if isinstance(reasoning, str) and reasoning:
                 out += self._append("thinking", reasoning)
                 break
         for name in ("content", "refusal"):
-            text = getattr(delta, name, None)
+            text = field(delta, name, None)
             if isinstance(text, str) and text:
                 out += self._append("text", text)
-        for call in getattr(delta, "tool_calls", None) or ():
+        for call in field(delta, "tool_calls", None) or ():
             out += self._tool_delta(call)
         return out
 
@@ -191,8 +219,8 @@ class ChatEvents:
         return index
 
     def _tool_delta(self, fragment: Any) -> list[StreamEvent]:
-        raw_id = as_str(getattr(fragment, "id", None))
-        key = getattr(fragment, "index", None)
+        raw_id = as_str(field(fragment, "id", None))
+        key = field(fragment, "index", None)
         if not isinstance(key, int):
             # Servers that leave out the index: a new id starts a new call.
             same = self._last_call is not None and (
@@ -203,11 +231,11 @@ class ChatEvents:
         call = self._calls.setdefault(key, _Call())
         if raw_id and not call.raw_id:
             call.raw_id = raw_id
-        function = getattr(fragment, "function", None)
-        name = as_str(getattr(function, "name", None))
+        function = field(fragment, "function", None)
+        name = as_str(field(function, "name", None))
         if name and not call.name:
             call.name = name
-        arguments = as_str(getattr(function, "arguments", None))
+        arguments = as_str(field(function, "arguments", None))
         out: list[StreamEvent] = []
         if call.closed:
             return out  # fragments after the finish reason have nowhere to go
@@ -255,7 +283,7 @@ def _usage(raw: Any) -> Usage:
     def count(obj: Any, name: str) -> int:
         return int_attr(obj, name) or 0
 
-    details = getattr(raw, "prompt_tokens_details", None)
+    details = field(raw, "prompt_tokens_details", None)
     return Usage(
         input_tokens=count(raw, "prompt_tokens"),
         output_tokens=count(raw, "completion_tokens"),
@@ -303,7 +331,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
                 openai.types.chat.ChatCompletion,
                 openai.AsyncStream[ChatCompletionChunk],
             )
-            return await self._guard(opening), ChatEvents()
+            return RawEvents(await self._guard(opening), chat_chunk), ChatEvents()
         opening = self._client.chat.completions.create(
             model=self._model,
             messages=[],  # sent as given through ``extra_body`` (see ``untransformed``)
@@ -315,7 +343,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
             max_completion_tokens=max_tokens if self._official else openai.omit,
             max_tokens=openai.omit if self._official else max_tokens,
         )
-        return await self._guard(opening), ChatEvents()
+        return RawEvents(await self._guard(opening), chat_chunk), ChatEvents()
 
 
 _Chunk = TypeVar("_Chunk")

@@ -258,4 +258,9 @@ class RawEvents:
             for generator in suspended_chain([self._chunks]):
                 await generator.aclose()
         finally:
+            # The SDK's stream made its own iterator, which drover never starts; it holds the
+            # stream in a reference cycle, so it is closed here rather than by a collector.
+            for value in tuple(getattr(self._stream, "__dict__", {}).values()):
+                if isinstance(value, types.AsyncGeneratorType) and not value.ag_running:
+                    await value.aclose()
             await self._stream.close()
