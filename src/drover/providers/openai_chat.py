@@ -109,10 +109,10 @@ OPENAI_ERRORS = SdkErrors(
 )
 
 
-def chat_chunk(sse: SseEvent, response: httpx2.Response) -> dict[str, Any]:
+def chat_chunk(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | None:
     """One server-sent event of a completion as the SDK's stream takes it: ``[DONE]`` ends
     the stream, a chunk with an ``error`` is raised as the SDK raises it (``APIError``), any
-    other event is the chunk's JSON."""
+    other event is the chunk's JSON (None, skipped, when that is not an object)."""
     if sse.data.startswith("[DONE]"):
         raise StopAsyncIteration
     chunk = orjson.loads(sse.data)
@@ -122,9 +122,8 @@ def chat_chunk(sse: SseEvent, response: httpx2.Response) -> dict[str, Any]:
         if not message or not isinstance(message, str):
             message = "An error occurred during streaming"
         raise openai.APIError(message=message, request=response.request, body=error)
-    if not isinstance(chunk, dict):
-        raise ValueError(f"a completion chunk is a JSON object, not {type(chunk).__name__}")
-    return chunk
+    # Anything but an object has no chunk's fields: the SDK's models read nothing from it.
+    return chunk if isinstance(chunk, dict) else None
 
 
 @dataclass(slots=True)
