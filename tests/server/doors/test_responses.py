@@ -138,13 +138,19 @@ def test_across_a_restart_mid_turn_the_response_goes_on_and_ends_as_the_journal_
     tmp_path: Path,
 ) -> None:
     gate = Gate(tmp_path / "work")
-    # Each delta ends in a key-like run, which a flush holds back: the last delta a client
-    # saw before the crash is never whole in the journal.
+    # Each 8-character delta ends in a key-like run, which a flush holds back. The model's
+    # stream stalls after its 200th delta (the fake's Anthropic stream opens with
+    # message_start, content_block_start and a ping: 3 frames), past the journal's 1,024-byte
+    # flush, and the client is killed once it has seen that delta: some text is kept, and the
+    # last delta the client saw is never whole in the journal, however far the server got
+    # ahead of a slow client.
+    deltas = 200
     fake_llm.script(
-        {"text": "".join(f"{i:04d} abc" for i in range(600)), "stall_after": 200},
+        {"text": "".join(f"{i:04d} abc" for i in range(600)), "stall_after": deltas + 3},
         {"text": "Picking up.", "tool_calls": [GATED]},
         {"text": "All done."},
     )
+    last = f"{deltas - 1:04d} abc"
     first = serve()
     seen = []
     client = sdk(first)
@@ -152,7 +158,8 @@ def test_across_a_restart_mid_turn_the_response_goes_on_and_ends_as_the_journal_
     with pytest.raises((openai.APIError, httpx2.HTTPError)), stream:  # noqa: PT012
         for event in stream:
             seen.append(event)
-            if sum(e.type == "response.output_text.delta" for e in seen) == 60:
+            text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+            if text.endswith(last):
                 first.stop(signal.SIGKILL)
     response_id = seen[0].response.id
     session_id = seen[0].response.conversation.id
