@@ -1,5 +1,5 @@
-"""A tool call's output is stored once: the log row of the call's end refers to the call's row,
-and every read of the log puts the output back where the live event had it."""
+"""A tool call's output is stored once: the log row of the call's end and the step's results
+message refer to the call's row, and every read puts the output back where it was."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from drover.events import AssistantMessage, StepStarted, ToolResults, ToolStateChanged, TurnStarted
 from drover.journal.journal import Journal
-from drover.journal.writes import OUTPUT_OF, AppendEvent, UpsertToolCall
+from drover.journal.writes import OUTPUT_OF, AppendEvent, AppendMessage, EndTurn, UpsertToolCall
 from drover.messages import (
     ToolResultBlock,
     ToolUseBlock,
@@ -18,6 +18,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.runner import load_history
+from drover.store.result_refs import OUTPUT_IN_CALL
 from drover.store.sqlite import SqliteStore
 
 OUTPUT = "page " * 400  # ~2 KB, as a fetched page
@@ -97,3 +99,84 @@ async def test_an_end_the_call_did_not_take_carries_its_own_output(store: Any) -
         "state": "output-error",
         "output": "second",
     }
+
+
+async def test_the_results_message_leaves_the_output_in_its_call_row(tmp_path: Path) -> None:
+    """The results message refers to its call's row for the output: the journal holds the
+    output once, and every read (the turn's messages, the history, a replayed ``tool_results``
+    event) has it back in place."""
+    published: dict[int, dict[str, Any]] = {}
+    async with SqliteStore(tmp_path / "j.db") as store:
+        journal = await _tool_step(store, published)
+        (turn,) = await store.turns(journal.session_id)
+        stored = await store.turn_messages(turn.id)
+        (_, loaded), *_ = await store.turns_with_messages(journal.session_id)
+        records = await store.events_after(journal.session_id)
+    (results,) = [r for r in records if r.type == "tool_results"]
+    assert list(results.payload.items()) == list(published[results.seq].items())
+    assert results.payload["message"]["content"][0]["content"] == OUTPUT
+    for messages in (stored, loaded):
+        assert messages[-1].message == tool_result_message(
+            [ToolResultBlock(tool_use_id="c1", content=OUTPUT)]
+        )
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        bodies = [json.loads(b) for (b,) in conn.execute("SELECT body FROM messages")]
+    finally:
+        conn.close()
+    assert not any(OUTPUT in json.dumps(b) for b in bodies)
+    (result,) = [b for body in bodies for b in body["content"] if b["type"] == "tool_result"]
+    assert result == {"type": "tool_result", "tool_use_id": "c1", "is_error": False} | {
+        OUTPUT_IN_CALL: True
+    }
+
+
+async def test_a_result_refers_only_to_an_ended_call_of_its_turn_with_that_output(
+    store: Any,
+) -> None:
+    """A result keeps its content unless its call's row, in the message's turn, has ended with
+    exactly that output: a call still running (its output may change), one that ended with
+    another output, one with no row here (a late result for another turn's call). The running
+    call's row holds the same text when the message is written, and another one later."""
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("read"), "h:1:1", 30)
+
+    def call(call_id: str, state: str, output: str | None) -> UpsertToolCall:
+        return UpsertToolCall(
+            turn_id=turn.id, call_id=call_id, call_index=0, name="f", state=state, output=output
+        )
+
+    await store.write_batch(
+        [
+            call("ended", "output-available", "one\x00"),
+            call("running", "running", "two"),
+            call("other", "output-available", "three"),
+        ]
+    )
+    contents = {"ended": "one\x00", "running": "two", "other": "edited", "elsewhere": "four"}
+    message = tool_result_message(
+        [ToolResultBlock(tool_use_id=c, content=text) for c, text in contents.items()]
+    )
+    await store.write_batch([AppendMessage(turn_id=turn.id, message=message)])
+    # The running call ends afterwards with another output: the message still says its own.
+    await store.write_batch([call("running", "output-available", "late")])
+    (_, (read_all,)), *_ = await store.turns_with_messages(session.id)
+    (read,) = await store.turn_messages(turn.id)
+    expected = dict(contents)
+    expected["ended"] = (await store.tool_calls(turn.id))[0].output  # as the backend keeps NUL
+    for got in (read, read_all):
+        assert {r.tool_use_id: r.content for r in got.message.tool_results} == expected
+
+
+async def test_a_fork_keeps_the_outputs_its_results_refer_to(store: Any) -> None:
+    published: dict[int, dict[str, Any]] = {}
+    journal = await _tool_step(store, published)
+    (turn,) = await store.turns(journal.session_id)
+    await store.write_batch([EndTurn(turn_id=turn.id, status="completed")])
+    fork = await store.fork_session(journal.session_id)
+    (copy,) = await store.turns(fork.id)
+    history = await load_history(store, fork.id)
+    assert history.committed[-1] == tool_result_message(
+        [ToolResultBlock(tool_use_id="c1", content=OUTPUT)]
+    )
+    assert (await store.turn_messages(copy.id))[-1].message == history.committed[-1]

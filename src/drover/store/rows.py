@@ -102,11 +102,12 @@ def tool_call_from_row(row: Row) -> ToolCallRecord:
     )
 
 
-def stored_message_from_row(row: Row) -> StoredMessage:
+def stored_message(row: Row, body: Any) -> StoredMessage:
+    """A ``messages`` row, with its body decoded (and its outputs put back) by the caller."""
     return StoredMessage(
         turn_id=str(row["turn_id"]),
         seq=int(row["seq"]),
-        message=message_from_dict(_json(row["body"])),
+        message=message_from_dict(body),
         partial=bool(row["partial"]),
         created_at=float(row["created_at"]),
     )

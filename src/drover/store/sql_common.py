@@ -17,9 +17,10 @@ from typing import Any
 from drover.errors import StoreError
 from drover.events import TERMINAL_TOOL_STATES
 from drover.journal.rules import check_writable
-from drover.messages import Message, message_to_dict
+from drover.messages import Message
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, Row, execute, rows
+from drover.store.result_refs import stored_body
 
 #: The terminal tool-call states, as a SQL list.
 TERMINAL_SQL = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TOOL_STATES))
@@ -123,12 +124,16 @@ def numbered(
 
 
 def add_message(d: Dialect, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
-    """Store a message as the turn's next; its seq in the turn."""
-    return numbered(
-        d,
-        "messages",
-        "role, body, partial, created_at, turn_id",
-        "?, ?::jsonb, ?, ?, ?",
-        (message.role, d.json(message_to_dict(message)), partial, now, turn_id),
-        ("turn_id",),
+    """Store a message as the turn's next (its results' outputs left in their calls' rows,
+    :mod:`drover.store.result_refs`); its seq in the turn."""
+    body = yield from stored_body(d, turn_id, message)
+    return (
+        yield from numbered(
+            d,
+            "messages",
+            "role, body, partial, created_at, turn_id",
+            "?, ?::jsonb, ?, ?, ?",
+            (message.role, d.json(body), partial, now, turn_id),
+            ("turn_id",),
+        )
     )

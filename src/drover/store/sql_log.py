@@ -23,6 +23,7 @@ from drover.journal.writes import MESSAGE_OF, OUTPUT_OF, TEXT_OF, AppendEvent, w
 from drover.messages import Message, Usage, message_from_dict, message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.plan import Exec, Plan, execute, rows
+from drover.store.result_refs import Outputs, refers, turn_outputs, with_outputs
 from drover.store.rows import event_from_row, json_value, partial_text_record
 from drover.store.sql_common import Held, first_value, need_session, turn_session
 
@@ -228,7 +229,13 @@ def _resolved(records: list[EventRecord]) -> Plan[list[EventRecord]]:
     text), ``output_of`` (a call's end: the output its call's row holds). One read of the
     messages, and one of the calls' outputs, per turn referred to."""
     bodies: dict[str, dict[int, Message]] = {}
-    outputs: dict[str, dict[str, str | None]] = {}
+    outputs: dict[str, Outputs] = {}
+
+    def outputs_of(turn_id: str) -> Plan[Outputs]:
+        if turn_id not in outputs:
+            outputs[turn_id] = yield from turn_outputs(turn_id)
+        return outputs[turn_id]
+
     out: list[EventRecord] = []
     for record in records:
         payload = record.payload
@@ -242,19 +249,18 @@ def _resolved(records: list[EventRecord]) -> Plan[list[EventRecord]]:
             out.append(record)
             continue
         if OUTPUT_OF in payload:
-            if turn_id not in outputs:
-                found = yield from rows(
-                    "SELECT call_id, output FROM tool_calls WHERE turn_id = ?", turn_id
-                )
-                outputs[turn_id] = {str(r["call_id"]): r["output"] for r in found}
-            new = with_output(payload, outputs[turn_id].get(str(payload[OUTPUT_OF])))
+            held = yield from outputs_of(turn_id)
+            new = with_output(payload, held.get(str(payload[OUTPUT_OF])))
             out.append(replace(record, payload=new))
             continue
         if turn_id not in bodies:
             found = yield from rows("SELECT seq, body FROM messages WHERE turn_id = ?", turn_id)
-            bodies[turn_id] = {
-                int(r["seq"]): message_from_dict(json_value(r["body"])) for r in found
-            }
+            bodies[turn_id] = {}
+            for r in found:
+                body = json_value(r["body"])
+                if refers(body):
+                    body = with_outputs(body, (yield from outputs_of(turn_id)))
+                bodies[turn_id][int(r["seq"])] = message_from_dict(body)
         messages = bodies[turn_id]
         if TEXT_AT in payload:
             ref = payload[TEXT_AT]

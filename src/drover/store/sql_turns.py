@@ -32,6 +32,7 @@ from drover.messages import Message, Usage, message_to_dict
 from drover.store import sql_queue
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, Row, atomic, execute, rows
+from drover.store.result_refs import SessionOutputs
 from drover.store.rows import turn_from_row
 from drover.store.sql_common import (
     TERMINAL_SQL,
@@ -231,10 +232,11 @@ def turns_with_messages(
 ) -> Plan[list[tuple[TurnRecord, list[StoredMessage]]]]:
     """The session's turns, each with its messages; run it in a snapshot."""
     found = yield from rows("SELECT * FROM turns WHERE session_id = ? ORDER BY seq", session_id)
+    outputs = SessionOutputs(session_id)
     out = []
     for row in found:
         turn = turn_from_row(row)
-        out.append((turn, (yield from turn_messages(turn.id, now))))
+        out.append((turn, (yield from turn_messages(turn.id, now, outputs))))
     return out
 
 

@@ -4,7 +4,8 @@ A running turn's messages are numbered in the turn; a finished step's message re
 step's streamed text rows in the same write (:mod:`drover.store.sql_text`), and the log row
 that carries it may refer to it instead of holding a copy. A tool call is one row holding its
 latest state; a call in a terminal state keeps it. The log row of a call's end may refer to the
-call's row for its output, which is then stored once.
+call's row for its output, and so may the step's results message
+(:mod:`drover.store.result_refs`): the output is then stored once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from drover.journal.writes import (
 from drover.messages import message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.plan import Exec, Plan, execute, rows
-from drover.store.rows import stored_message_from_row, tool_call_from_row
+from drover.store.result_refs import Outputs, OutputsOf, refers, turn_outputs, with_outputs
+from drover.store.rows import json_value, stored_message, tool_call_from_row
 from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_session
 from drover.store.sql_log import log
 from drover.store.sql_text import FreedSpace, deltas, retire
@@ -101,16 +103,27 @@ def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = N
         yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
 
 
-def turn_messages(turn_id: str, now: float) -> Plan[list[StoredMessage]]:
+def turn_messages(
+    turn_id: str, now: float, outputs_of: OutputsOf = turn_outputs
+) -> Plan[list[StoredMessage]]:
     """The turn's messages, then those rebuilt from its unfolded deltas (``now`` their time);
-    run it in a snapshot (a fold committing in between cannot show twice)."""
+    run it in a snapshot (a fold committing in between cannot show twice). ``outputs_of``
+    reads the outputs its results left in their calls' rows."""
     found = yield from rows(
         "SELECT turn_id, seq, body, partial, created_at FROM messages WHERE turn_id = ? "
         "ORDER BY seq",
         turn_id,
     )
     left = yield from deltas(turn_id)
-    out = [stored_message_from_row(r) for r in found]
+    out = []
+    outputs: Outputs | None = None
+    for r in found:
+        body = json_value(r["body"])
+        if refers(body):
+            if outputs is None:
+                outputs = yield from outputs_of(turn_id)
+            body = with_outputs(body, outputs)
+        out.append(stored_message(r, body))
     first = out[-1].seq + 1 if out else 1
     for seq, message in enumerate(partial_messages(left), first):
         out.append(
