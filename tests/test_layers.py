@@ -43,6 +43,8 @@ LAYERS: dict[str, int] = {
     "toolrun": 3,
     "hooks": 3,
     "loop": 3,
+    # the model call a turn has in progress, and what is kept of it when the turn breaks
+    "loop_step": 3,
     "session": 3,
     "workers": 3,
     # MCP servers' tools (over the tool seam and the config)
