@@ -62,6 +62,8 @@ LAYERS: dict[str, int] = {
     "stream": 5,
     "resources": 5,
     "agent": 5,
+    # the session handles an open agent keeps
+    "agent_sessions": 5,
     "control": 5,
     # front doors, what several server processes share, and the test kit
     "cli": 6,
