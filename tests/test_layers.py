@@ -43,6 +43,8 @@ LAYERS: dict[str, int] = {
     "toolrun": 3,
     "hooks": 3,
     "loop": 3,
+    # the model call a turn has in progress, and what is kept of it when the turn breaks
+    "loop_step": 3,
     "session": 3,
     "workers": 3,
     # MCP servers' tools (over the tool seam and the config)
@@ -60,6 +62,8 @@ LAYERS: dict[str, int] = {
     "stream": 5,
     "resources": 5,
     "agent": 5,
+    # the session handles an open agent keeps
+    "agent_sessions": 5,
     "control": 5,
     # front doors, what several server processes share, and the test kit
     "cli": 6,

@@ -31,15 +31,14 @@ from typing import TYPE_CHECKING, Any, Generic, Self, overload
 
 from pydantic import BaseModel
 
+from drover.agent_sessions import delete_idle_session, ensure_idle, kept_handle, open_handle
 from drover.config import Config
 from drover.config_tables import HookSpec
 from drover.control import RewindPlan, RewindResult, apply_rewind, plan_rewind
-from drover.conversation import ConversationManager
-from drover.errors import DroverError, SessionBusyError
+from drover.errors import DroverError
 from drover.handle import Session
 from drover.instructions import PromptParts
 from drover.journal.protocol import Store
-from drover.loop import LoopSettings
 from drover.mcp.config import McpFile
 from drover.messages import Prompt
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
@@ -68,9 +67,6 @@ log = logging.getLogger(__name__)
 
 #: Decides a permission request: ``"allow"``, ``"always"`` or ``"deny"`` (sync or async).
 PermissionCallback = PermissionHandler
-
-#: Session handles an agent keeps between turns (the least recently used idle ones go).
-MAX_SESSIONS = 256
 
 
 class Agent(Generic[OutputT]):
@@ -287,11 +283,8 @@ class Agent(Generic[OutputT]):
         answers its permission questions instead of the agent's handler."""
         opened = await self._resources()
         if session is not None:
-            kept = opened.sessions.get(session)
+            kept = kept_handle(opened, session, on_permission)
             if kept is not None:
-                opened.sessions.move_to_end(session)
-                if on_permission is not None:
-                    kept.on_permission = on_permission
                 return kept
         if session is None:
             if must_exist and not continue_latest:
@@ -301,7 +294,7 @@ class Agent(Generic[OutputT]):
             created = await opened.store.get_session(session) is None
             if created and must_exist:
                 raise DroverError(f"no session {session} in this journal")
-        config, workdir = opened.config, opened.workdir
+        workdir = opened.workdir
         record = await opened.runner.open_session(
             workdir=workdir,
             model=opened.model,
@@ -312,59 +305,26 @@ class Agent(Generic[OutputT]):
         kept = opened.sessions.get(record.id)
         if kept is not None:  # ``continue_latest`` found one already open
             return kept
-        engine = await opened.runner.agent_session(
-            record,
-            provider=opened.provider,
-            tools=opened.tools,
-            workdir=workdir,
-            policy=PermissionPolicy(
-                self.permission_mode,
-                allow=self.allow_rules,
-                deny=self.deny_rules,
-                workdir=workdir,
-            ),
-            settings=LoopSettings(max_turns=self._max_turns or config.max_turns),
-            convo=ConversationManager(
-                context_limit=config.context_limit,
-                chars_per_token=config.chars_per_token,
-                system_prompt=opened.prompt.text(),
-            ),
+        policy = PermissionPolicy(
+            self.permission_mode, allow=self.allow_rules, deny=self.deny_rules, workdir=workdir
         )
-        if opened.coordinator is not None:
-            engine.prelude = opened.coordinator.resume
-        engine.hooks = opened.hooks
-        handle: Session[OutputT] = Session(
+        return await open_handle(
             self,
+            opened,
             record,
-            engine,
             created=created,
+            policy=policy,
+            max_turns=self._max_turns,
             on_permission=on_permission or self.on_permission,
             output=self._output,
         )
-        opened.sessions[record.id] = handle
-        self._forget_idle(opened)
-        return handle
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a stored session and everything it holds (False: there is none). Refused
         with :class:`~drover.errors.SessionBusyError` while a turn of it runs, in this
         process or in another live one; a turn a dead process left running is recovered
         first. This agent's handle of the session goes too."""
-        opened = await self._resources()
-        running = opened.runner.running(session_id)
-        if running is not None:
-            try:
-                turn_id = running.turn_id or await running.wait_started()
-            except Exception:  # it could not start: nothing runs
-                turn_id = None
-            if turn_id is not None:
-                raise SessionBusyError(session_id, turn_id)
-        await opened.store.recover_orphans(session_id=session_id)
-        # The store checks again, with the session locked: a turn that began meanwhile wins.
-        deleted = await opened.store.delete_session(session_id)
-        opened.sessions.pop(session_id, None)
-        opened.models.pop(session_id, None)
-        return deleted
+        return await delete_idle_session(await self._resources(), session_id)
 
     async def fork(
         self, session_id: str, *, turn_id: str | None = None, owner: str | None = None
@@ -379,7 +339,7 @@ class Agent(Generic[OutputT]):
     async def plan_rewind(self, session_id: str, turn_id: str) -> RewindPlan:
         """What :meth:`rewind` of ``turn_id`` would do (files, diff, what cannot be undone)."""
         opened = await self._resources()
-        await self._idle(opened, session_id)
+        await ensure_idle(opened, session_id)
         return await plan_rewind(opened.store, session_id, turn_id)
 
     async def rewind(
@@ -391,7 +351,7 @@ class Agent(Generic[OutputT]):
         outside drover since, unless ``force``. Refused with
         :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
         opened = await self._resources()
-        await self._idle(opened, session_id)
+        await ensure_idle(opened, session_id)
         plan = await plan_rewind(opened.store, session_id, turn_id)
         runner = opened.runner
         result = await apply_rewind(
@@ -405,25 +365,6 @@ class Agent(Generic[OutputT]):
         if kept is not None:
             await opened.runner.reload(kept.engine)
         return result
-
-    async def _idle(self, opened: Resources, session_id: str) -> None:
-        """Raise :class:`~drover.errors.SessionBusyError` when a turn of the session runs in
-        this process; recover one a dead process left running."""
-        running = opened.runner.running(session_id)
-        if running is not None:
-            raise SessionBusyError(session_id, running.turn_id or "")
-        await opened.store.recover_orphans(session_id=session_id)
-
-    def _forget_idle(self, opened: Resources) -> None:
-        """Keep at most :data:`MAX_SESSIONS` handles; a session with a turn running stays."""
-        excess = len(opened.sessions) - MAX_SESSIONS
-        for session_id in list(opened.sessions):
-            if excess <= 0:
-                return
-            if opened.runner.running(session_id) is None:
-                del opened.sessions[session_id]
-                opened.models.pop(session_id, None)
-                excess -= 1
 
     async def switch_model(self, session: Session[Any], model: str) -> None:
         """Use ``model`` for ``session`` from its next turn on (the agent's ``base_url``);

@@ -14,19 +14,9 @@ Every turn ends with exactly one terminal event (see :mod:`drover.events`):
 
 Interruption is task cancellation, and it may arrive at any await — while the model streams,
 while a tool runs or waits for permission, or while a consumer handles any event. What the
-loop records then depends only on how far the current model call (its :class:`_Step`) got:
-
-==================================  ==========================================================
-no step in progress                 nothing: everything the turn made is already in its work
-streaming                           the partial message; calls announced but not finished are
-                                    closed as never run
-message kept, tools not started     one "never ran" result per call
-tools running                       the batch's results: real outputs of finished calls, an
-                                    interrupted result for the others
-==================================  ==========================================================
-
-A step is dropped the moment its last message joins the turn's work, so nothing is ever
-recorded twice. The loop then emits the terminal event and lets the cancellation propagate —
+loop records then depends only on how far the current model call (its
+:class:`~drover.loop_step.Step`) got: see :mod:`drover.loop_step`, which keeps what a broken
+step produced. The loop then emits the terminal event and lets the cancellation propagate —
 unless the turn was stopped through :class:`TurnControl` (the journal failed, the lease was
 lost), in which case the turn ends with that reason and returns normally.
 
@@ -50,14 +40,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from drover.accumulate import Accumulator
 from drover.compact import compact_history
 from drover.conversation import ConversationManager
 from drover.errors import ContextOverflowError, EmptyResponseError, ProviderError, StreamError
 from drover.events import (
-    NOT_RUN_TEXT,
     AssistantMessage,
     Done,
     EndReason,
@@ -66,29 +54,21 @@ from drover.events import (
     Retry,
     StepStarted,
     TerminalEvent,
-    TextDelta,
-    ThinkingDelta,
     ToolResults,
-    ToolStateChanged,
     TurnStarted,
     UsageReport,
 )
 from drover.hooks import Hooks
+from drover.loop_step import Step
 from drover.messages import (
-    ContentBlock,
     Message,
     ToolResultBlock,
-    ToolUseBlock,
     Usage,
     tool_result_message,
 )
 from drover.model_stream import (
-    BlockDelta,
-    BlockStart,
-    BlockStop,
     ModelRequest,
     RetryBudget,
-    StreamEvent,
     UsageUpdate,
 )
 from drover.model_stream import RetryNotice as ProviderRetry
@@ -203,29 +183,6 @@ class TurnScope:
 #: Runs inside the turn before its first model call; may change the turn's work in place.
 Prelude = Callable[["AgentLoop", TurnWork], Awaitable[None]]
 
-Phase = Literal["streaming", "kept", "tools"]
-
-
-@dataclass(slots=True)
-class _Step:
-    """The model call in progress, for the cleanup of an abnormal end.
-
-    ``streaming``: the response is arriving; ``kept``: the response joined the turn's work and
-    its tool calls have not started; ``tools``: its tool batch runs. A step whose last message
-    (the response without calls, or the tool results) joined the work is dropped.
-    """
-
-    acc: Accumulator = field(default_factory=Accumulator)
-    phase: Phase = "streaming"
-    #: tool_use blocks announced during the stream: id → (call index, name).
-    announced: dict[str, tuple[int, str]] = field(default_factory=dict)
-    message: Message | None = None
-    batch: ToolBatch | None = None
-    #: Whether the usage of the current attempt was already added to the turn's totals.
-    usage_counted: bool = False
-    #: Whether the current attempt's use so far went out as it began (see ``_report_start``).
-    usage_started: bool = False
-
 
 class AgentLoop:
     def __init__(
@@ -258,7 +215,7 @@ class AgentLoop:
         #: The turn and session being run (known once ``run_turn`` got its ``started``).
         self.turn_id = ""
         self.session_id = ""
-        self._step: _Step | None = None
+        self._step: Step | None = None
 
     async def run_turn(self, work: TurnWork, started: TurnStarted | None = None) -> TerminalEvent:
         """Run the turn to its terminal event (also stored in ``work.outcome``).
@@ -281,7 +238,7 @@ class AgentLoop:
             step, self._step = self._step, None
             if step is not None:
                 self._count_partial_usage(work, step)
-                await self._salvage(work, step)
+                await step.salvage(self.sink, work.messages)
             if not control.cancelled or control.reason is None:
                 await self._end(work, "interrupted", control.interruption or INTERRUPTED_BY_USER)
                 raise
@@ -318,12 +275,12 @@ class AgentLoop:
             if self.settings.compaction and self.convo.needs_compaction(work.messages):
                 await compact_history(self.provider, self.convo, self.settings.keep_tail, self.sink)
 
-            step = self._step = _Step()
+            step = self._step = Step()
             try:
                 message = await self._stream_with_retries(work, step)
             except ProviderError as exc:
                 self._step = None
-                await self._salvage(work, step)
+                await step.salvage(self.sink, work.messages)
                 reason: EndReason = (
                     "empty_response" if isinstance(exc, EmptyResponseError) else "error"
                 )
@@ -381,7 +338,7 @@ class AgentLoop:
         if self.control.cancelled:
             await asyncio.sleep(0)
 
-    async def _stream_with_retries(self, work: TurnWork, step: _Step) -> Message:
+    async def _stream_with_retries(self, work: TurnWork, step: Step) -> Message:
         budget = RetryBudget(limit=self.settings.max_retries)
         stream_retries = 0
         compacted = False
@@ -398,7 +355,7 @@ class AgentLoop:
                     self.provider, self.convo, self.settings.keep_tail, self.sink
                 ):
                     raise
-                await self._restart(step)
+                await step.restart(self.sink)
             except StreamError as exc:
                 self._count_partial_usage(work, step)
                 if not exc.retryable:
@@ -413,7 +370,7 @@ class AgentLoop:
                     ) from exc
                 stream_retries += 1
                 shown = step.acc.has_content
-                await self._restart(step)
+                await step.restart(self.sink)
                 delay = self.settings.stream_retry_delay * (2 ** (stream_retries - 1))
                 await self.sink.send(
                     Retry(attempt=budget.used, delay=delay, error=str(exc), discard_partial=shown)
@@ -424,13 +381,7 @@ class AgentLoop:
                 self._count_partial_usage(work, step)
                 raise
 
-    async def _restart(self, step: _Step) -> None:
-        """Forget a failed attempt of the step: its announced calls never ran."""
-        await self._interrupt_announced(step)
-        step.acc, step.announced, step.usage_counted = Accumulator(), {}, False
-        step.usage_started = False
-
-    async def _stream_once(self, work: TurnWork, step: _Step, budget: RetryBudget) -> Message:
+    async def _stream_once(self, work: TurnWork, step: Step, budget: RetryBudget) -> Message:
         request = ModelRequest(
             system=self.convo.system_prompt,
             messages=[*self.convo.messages(), *work.messages],
@@ -451,7 +402,7 @@ class AgentLoop:
                 finished = acc.apply(event)
                 if isinstance(event, UsageUpdate) and not step.usage_started:
                     await self._report_start(work, step)
-                await self._announce(step, event, finished)
+                await step.announce(self.sink, event, finished)
         usage = acc.usage
         work.usage = work.usage + usage
         step.usage_counted = True
@@ -468,7 +419,7 @@ class AgentLoop:
             raise EmptyResponseError()
         return message
 
-    async def _report_start(self, work: TurnWork, step: _Step) -> None:
+    async def _report_start(self, work: TurnWork, step: Step) -> None:
         """The use the API reports as its answer starts (Anthropic's input tokens), marked
         partial: it is charged for even if the process dies mid-answer, so the journal keeps it."""
         step.usage_started = True
@@ -480,114 +431,15 @@ class AgentLoop:
                 UsageReport(usage=usage, total_input=total[0], total_output=total[1])
             )
 
-    async def _announce(
-        self, step: _Step, event: StreamEvent, finished: ContentBlock | None
-    ) -> None:
-        """Turn stream progress into live events."""
-        if isinstance(event, BlockDelta):
-            if event.kind == "text":
-                await self.sink.send(TextDelta(text=event.data, index=event.index))
-            elif event.kind == "thinking":
-                await self.sink.send(ThinkingDelta(text=event.data, index=event.index))
-        elif isinstance(event, BlockStart) and event.kind == "tool_use":
-            index = len(step.announced)
-            step.announced[event.id] = (index, event.name)
-            await self.sink.send(
-                ToolStateChanged(
-                    call_id=event.id, call_index=index, name=event.name, state="input-streaming"
-                )
-            )
-        elif (
-            isinstance(event, BlockStop)
-            and isinstance(finished, ToolUseBlock)
-            and finished.id in step.announced
-        ):
-            index, name = step.announced[finished.id]
-            await self.sink.send(
-                ToolStateChanged(
-                    call_id=finished.id,
-                    call_index=index,
-                    name=name,
-                    state="input-available",
-                    input=finished.input,
-                )
-            )
-
     # -- abnormal ends -------------------------------------------------------------------------
 
     @staticmethod
-    def _count_partial_usage(work: TurnWork, step: _Step) -> None:
+    def _count_partial_usage(work: TurnWork, step: Step) -> None:
         """Usage of a cut-off stream counts as far as it is known, marked partial."""
         if step.usage_counted:
             return
         step.usage_counted = True
         work.usage = work.usage + step.acc.usage.as_partial()
-
-    async def _interrupt_announced(self, step: _Step) -> None:
-        """Tool calls seen in a stream that broke never ran: close their states."""
-        announced, step.announced = step.announced, {}
-        for call_id, (index, name) in announced.items():
-            await self._send_not_run(call_id, index, name)
-
-    async def _send_not_run(self, call_id: str, index: int, name: str) -> None:
-        await self.sink.send(
-            ToolStateChanged(
-                call_id=call_id,
-                call_index=index,
-                name=name,
-                state="interrupted",
-                output=NOT_RUN_TEXT,
-                is_error=True,
-            )
-        )
-
-    async def _salvage(self, work: TurnWork, step: _Step) -> None:
-        """Keep what the broken step produced, according to how far it got (module doc)."""
-        if step.phase == "tools" and step.batch is not None:
-            batch = step.batch
-            message = tool_result_message(batch.results())
-            work.messages.append(message)
-            await batch.close_unreported()
-            await self.sink.send(ToolResults(message=message))
-            return
-        if step.phase in ("kept", "tools") and step.message is not None:
-            calls = step.message.tool_uses
-            message = tool_result_message(
-                [
-                    ToolResultBlock(tool_use_id=c.id, content=NOT_RUN_TEXT, is_error=True)
-                    for c in calls
-                ]
-            )
-            work.messages.append(message)
-            for index, call in enumerate(calls):
-                await self._send_not_run(call.id, index, call.name)
-            await self.sink.send(ToolResults(message=message))
-            return
-        partial = step.acc.partial_message()
-        finished_calls = partial.tool_uses if partial else ()
-        indexes = {call_id: index for call_id, (index, _) in step.announced.items()}
-        kept = {call.id for call in finished_calls}
-        step.announced = {k: v for k, v in step.announced.items() if k not in kept}
-        results: Message | None = None
-        if partial is not None:
-            work.messages.append(partial)
-            if finished_calls:
-                # Calls whose input was complete: recorded, never run.
-                results = tool_result_message(
-                    [
-                        ToolResultBlock(tool_use_id=c.id, content=NOT_RUN_TEXT, is_error=True)
-                        for c in finished_calls
-                    ]
-                )
-                work.messages.append(results)
-        await self._interrupt_announced(step)
-        if partial is None:
-            return
-        await self.sink.send(AssistantMessage(message=partial, partial=True))
-        for position, call in enumerate(finished_calls):
-            await self._send_not_run(call.id, indexes.get(call.id, position), call.name)
-        if results is not None:
-            await self.sink.send(ToolResults(message=results))
 
     async def _add_results(self, work: TurnWork, results: list[ToolResultBlock]) -> None:
         await self._add_message(work, tool_result_message(results))

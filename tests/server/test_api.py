@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx2
 
+from drover.server import openapi
 from drover.testing.server import FakeLLMServer
 
 from .support import BOUND, DROVER, TERMINAL, Served, clean_env, parse_sse, read_events
@@ -253,6 +254,43 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
         # CORS is off unless configured.
         plain = c.get("/v1/sessions", headers={"Origin": "http://page.example"})
         assert "access-control-allow-origin" not in plain.headers
+
+
+#: Contents whose blankness Python's ``str.strip`` and the schema's ``\S`` (ECMAScript) see
+#: differently: strip takes U+001C–U+001F and U+0085 for white space and keeps U+FEFF.
+SCHEMA_NOT_BLANK = ("\x1c\x1d\x1e\x1f", "\x85", " \x1f\u00a0")
+SCHEMA_BLANK = ("\ufeff", "\u00a0\ufeff\u3000")
+
+
+def test_a_message_s_content_is_blank_exactly_as_its_schema_says(
+    fake_llm: FakeLLMServer, serve: Callable[..., Served]
+) -> None:
+    post = openapi.schema()["paths"]["/v1/sessions/{session_id}/messages"]["post"]
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["content"]["pattern"] == "\\S"
+    fake_llm.script({"text": "About to write.", "tool_calls": [WRITE]})
+    server = serve("--permission-mode", "ask")
+    with server.client() as c:
+        sid = _session(c)
+        msgs = f"/v1/sessions/{sid}/messages"
+        assert c.post(msgs, json={"content": "go"}).status_code == 202
+        # A turn waits for permission: the messages below wait in the queue (no model call).
+        _until_permission(c, sid)
+        for text in SCHEMA_NOT_BLANK:
+            reply = c.post(msgs, json={"content": text, "if_busy": "enqueue"})
+            assert reply.status_code == 202, (text, reply.text)
+            (queued,) = c.get(f"/v1/sessions/{sid}").json()["queued"]
+            assert queued["content"] == text
+            gone = c.delete(f"/v1/sessions/{sid}/queue/{queued['message_id']}")
+            assert gone.status_code == 200
+        for text in SCHEMA_BLANK:
+            reply = c.post(msgs, json={"content": text, "if_busy": "enqueue"})
+            assert reply.status_code == 422, (text, reply.text)
+            assert reply.json()["error"]["code"] == "invalid_request"
+        assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 202
+        # (Polled: httpx's iter_lines, which the event reader uses, splits lines at U+0085.)
+        _wait_for(lambda: c.get(f"/v1/sessions/{sid}").json()["turns"][0]["status"] != "running")
+        assert c.get(f"/v1/sessions/{sid}").json()["turns"][0]["status"] == "interrupted"
 
 
 def test_heartbeats_and_the_transient_status_event(

@@ -5,6 +5,8 @@ runs, and blobs going with the last session that names them."""
 from __future__ import annotations
 
 import hashlib
+import time
+from typing import TypeVar, cast
 
 import pytest
 import support.writes as writes
@@ -13,8 +15,12 @@ from drover.errors import DroverError, SessionBusyError, StoreError
 from drover.journal.protocol import Store
 from drover.journal.writes import EndTurn, KeepFileImage
 from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.plan import rows
+from drover.store import sql_files
+from drover.store.plan import Atomic, Plan, rows
+from drover.store.sql_common import lock_session
 from drover.store.sql_store import SqlStore
+
+T = TypeVar("T")
 
 OWNER = "test-host:1:1"
 
@@ -143,6 +149,33 @@ async def test_a_rewind_marks_turns_and_restored_images_and_waits_for_a_running_
     assert again == [turns[0].id] and logged is not None
     with pytest.raises(StoreError, match="no turn"):
         await store.rewind_turns("s", "nope")
+
+
+def _recorded(plan: Plan[T], statements: list[str]) -> Plan[T]:
+    """``plan``, noting the SQL of every statement it makes."""
+    op = next(plan)
+    try:
+        while True:
+            statements.append(op.sql if not isinstance(op, Atomic) else "atomic")
+            op = plan.send((yield op))
+    except StopIteration as stop:
+        return cast(T, stop.value)
+
+
+async def test_a_rewind_locks_and_checks_its_session_once(store: Store) -> None:
+    """The rewind's event is logged under the lock the rewind took, the session known to be
+    idle: neither the session's row nor its running turn is read again for it."""
+    assert isinstance(store, SqlStore)
+    await store.create_session(session_id="s", workdir="/w", model="m")
+    turn = await _ended_turn(store, "s", "one")
+    statements: list[str] = []
+    plan = sql_files.rewind_turns(store.dialect, "s", turn, [], time.time())
+    rewound, logged = await store.connection.perform(_recorded(plan, statements), "write")
+    assert rewound == [turn]
+    assert logged is not None and dict(logged.payload)["type"] == "turns_rewound"
+    lock = next(lock_session(store.dialect, "s")).sql
+    assert statements.count(lock) == 1
+    assert sum("status = 'running'" in sql for sql in statements) == 1
 
 
 async def test_blobs_go_with_the_last_session_that_names_them(store: Store) -> None:

@@ -7,7 +7,8 @@
   values, made together in one transaction), :mod:`~drover.journal.rules` (what every backend
   decides the same way) and :mod:`~drover.journal.owners` (who runs a turn);
 - the journal itself: :class:`~drover.journal.journal.Journal`, the event sink that records a
-  running turn (with :mod:`~drover.journal.journal_log`), its write queue
+  running turn (with :mod:`~drover.journal.journal_log` and
+  :mod:`~drover.journal.journal_text`), its write queue
   (:mod:`~drover.journal.journal_queue`), its numbering of the session's log
   (:mod:`~drover.journal.numbering`), its text buffers, flush timer, step results and a
   worker's log (:mod:`~drover.journal.worker_log`), redaction (:mod:`~drover.journal.redact`)

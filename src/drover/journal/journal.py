@@ -23,16 +23,13 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``tool_progress``           not stored: transient (:func:`drover.events.is_transient`)
 ==========================  ================================================================
 
-Every event except the deltas is appended to the session's event log. Each text flush writes
-one ``partial_text`` row: its text, the numbers of its deltas and the marks where each ends —
-the log's tail while the step streams (read back as a coalesced ``text_delta`` event
-``{"text", "index", "step"}``) and what recovery folds into a partial message. That one row is
-the whole cost of a flush (about one small page). When the step's message is stored, its rows
-move into the log as one row per block whose text refers to the message; the
-``assistant_message`` row refers to the message too, ``done`` to the answer's message, and a
-call's end to the call's row, which holds its output (the store puts them back when the log is
-read). An n-byte answer thus costs n bytes of message and the marks of its deltas once the step
-ends: O(n), each byte stored once.
+Every event except the deltas is appended to the session's event log. Streamed text goes in
+``partial_text`` rows, one per flush (:mod:`drover.journal.journal_text`); when the step's
+message is stored, its rows move into the log as one row per block whose text refers to the
+message; the ``assistant_message`` row refers to the message too, ``done`` to the answer's
+message, and a call's end to the call's row, which holds its output (the store puts them back
+when the log is read). An n-byte answer thus costs n bytes of message and the marks of its
+deltas once the step ends: O(n), each byte stored once.
 
 Everything persisted is redacted first; streamed text through a
 :class:`~drover.journal.redact.StreamRedactor` (:mod:`drover.journal.text_buffer`).
@@ -105,13 +102,13 @@ from drover.events import (
     turn_status,
 )
 from drover.journal.flush_timer import FlushTimer
-from drover.journal.journal_log import FinishedContentHook, JournalLog, log
+from drover.journal.journal_log import FinishedContentHook, log
 from drover.journal.journal_queue import WriteQueue
+from drover.journal.journal_text import JournalText
 from drover.journal.numbering import Numbering, Publish
 from drover.journal.protocol import EventLog, TurnJournal
 from drover.journal.records import EventRecord
 from drover.journal.redact import Redactor
-from drover.journal.rules import flushed_text_event
 from drover.journal.step_results import StepResults
 from drover.journal.text_buffer import TextBuffers
 from drover.journal.worker_log import WorkerLog, worker_event
@@ -136,7 +133,7 @@ _MADE_AT_ONCE = frozenset(
 )
 
 
-class Journal(JournalLog):
+class Journal(JournalText):
     def __init__(
         self,
         store: TurnJournal,
@@ -553,53 +550,8 @@ class Journal(JournalLog):
 
     # -- text ----------------------------------------------------------------------------------
 
-    def _publish_delta(self, delta: TextDelta, seq: int) -> None:
-        """Tell the observer of a live delta numbered ``seq`` (as it would read it back)."""
-        body = {"type": "text_delta", "text": delta.text, "index": delta.index, "step": self._step}
-        self._publish(seq, self._turn_id, body)
-
     async def _write_held_text(self) -> None:
         """Number and write all the text still buffered, now (a worker's, before its parent's
         turn ends)."""
         if await self._take_text(final=True):
             await self._drain()
-
-    async def _take_text(self, *, final: bool) -> bool:
-        """Queue the buffered text that is safe to write (all of it when ``final``); whether
-        there was any. A worker's rows are numbered and published here, each as one event
-        (its deltas were not)."""
-        if self._number_deltas:
-            writes = self._text.take(self._turn_id, final=final)
-            for write in writes:
-                self._writes.push("append partial text", write)
-        else:
-            # The numbers first: once the text is taken nothing may wait (a cancellation
-            # there would lose it).
-            await self._numbers.ensure(self._text.blocks)
-            writes = self._text.take(self._turn_id, final=final)
-            for write in writes:
-                event = flushed_text_event(write.text, write.block_index, write.step)
-                await self._log("text_delta", payload=event)  # (a number at hand: no wait)
-        self._last_flush = self._clock()
-        return bool(writes)
-
-    async def _flush(self) -> None:
-        self._timer.cancel()
-        await self._take_text(final=False)
-        await self._drain()
-
-    def _defer(self) -> None:
-        """Leave the queued writes for the next drain, at the latest the timer's."""
-        if len(self._writes):
-            self._timer.start()
-
-    async def _timed_flush(self) -> None:
-        # The flush is under way (the timer is no longer pending); an authoritative flush
-        # waits for it instead of cancelling it.
-        try:
-            await self._take_text(final=False)
-            await self._drain()
-        except LeaseLostError as exc:
-            self._fail("number flushed text", exc)
-        except Exception:
-            log.exception("journal: timed flush failed")

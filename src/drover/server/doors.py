@@ -48,15 +48,16 @@ _FIRST_SPAN = 256
 
 
 #: What JSON Schema's ``\S`` (an ECMAScript pattern) counts as white space. Python's
-#: ``str.strip`` also strips the separators U+001C–U+001F and U+0085, so a text the schemas
-#: accept as not blank could be refused as blank; the doors test blankness as the schema does.
+#: ``str.strip`` also strips the separators U+001C–U+001F and U+0085 (and keeps U+FEFF), so a
+#: text the schemas accept as not blank could be refused as blank; the doors and the plain
+#: messages route test blankness as the schema does.
 _SCHEMA_SPACE = re.compile(
     "[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]*"
 )
 
 
 def blank(text: str) -> bool:
-    r"""Whether ``text`` is empty or white space only, as the doors' schemas (``\S``) see it."""
+    r"""Whether ``text`` is empty or white space only, as the API's schemas (``\S``) see it."""
     return _SCHEMA_SPACE.fullmatch(text) is not None
 
 

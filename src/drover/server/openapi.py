@@ -327,7 +327,7 @@ def schema() -> dict[str, Any]:
                 ],
                 body=object_schema(
                     {
-                        "content": {"type": "string", "minLength": 1},
+                        "content": {"type": "string", "minLength": 1, "pattern": "\\S"},
                         "if_busy": {"enum": ["reject", "enqueue", "interrupt", "rollback"]},
                         "webhook": {
                             "type": "string",

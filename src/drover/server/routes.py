@@ -21,6 +21,7 @@ from drover.journal.records import QueuedMessage, TurnRecord
 from drover.journal.rules import user_title
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
+from drover.server.doors import blank
 from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service, WebhookRefused
 from drover.server.snapshot import session_summary
@@ -180,7 +181,8 @@ async def post_message(request: Request) -> Response:
     record = await _session(request)
     data = await json_body(request, {"content": str, "webhook": str, "if_busy": str})
     content = data.get("content")
-    if not isinstance(content, str) or not content.strip():
+    # Blank as the schema's \S pattern sees it (not str.strip's, which takes more for space).
+    if not isinstance(content, str) or blank(content):
         raise ApiError(422, "invalid_request", "content must be a non-empty string")
     if len(content) > MAX_CONTENT:
         raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")

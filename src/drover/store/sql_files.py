@@ -22,7 +22,7 @@ from drover.store.dialect import Dialect
 from drover.store.plan import Plan, execute, rows
 from drover.store.rows import session_from_row, turn_from_row
 from drover.store.sql_common import Held, lock_session, numbered, turn_session
-from drover.store.sql_queue import log_if_idle
+from drover.store.sql_queue import log_idle
 
 _TURN_COPY = (
     "status, user_message, reason, error, usage, discarded, created_at, updated_at, ended_at, "
@@ -256,6 +256,6 @@ def rewind_turns(
     if not ids:
         return ids, None
     # Logged in the same transaction, so a live client and a replay both see the rewind at
-    # the same place in the session's stream.
-    _, logged = yield from log_if_idle(d, session_id, rewound_event(ids), now)
+    # the same place in the session's stream; the session is locked and idle (checked above).
+    logged = yield from log_idle(d, session_id, rewound_event(ids), now)
     return ids, logged

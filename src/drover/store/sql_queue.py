@@ -48,10 +48,17 @@ def _log_if_idle(
     running = yield from _running(session_id)
     if running is not None:
         return running, None
+    return None, (yield from log_idle(d, session_id, event, now))
+
+
+def log_idle(d: Dialect, session_id: str, event: dict[str, Any], now: float) -> Plan[EventRecord]:
+    """Log ``event`` outside any turn: its record. The caller holds the session's lock and
+    made sure that no turn of the session runs (a running turn's journal is the log's only
+    writer)."""
     found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", session_id, session_id)
     before = int(first_value(found, "seq"))
     seq = yield from log(d, session_id, None, event, now)
-    return None, replace(logged_event(session_id, seq, None, event, now), prev=before)
+    return replace(logged_event(session_id, seq, None, event, now), prev=before)
 
 
 def enqueue(
