@@ -370,13 +370,18 @@ class DroverRun:
 
 
 def drover_provider(protocol: str, base_url: str) -> Any:
-    """A real drover provider (``anthropic`` or ``openai`` Chat Completions) for ``base_url``,
-    the address its SDK is given (the fake's root for Anthropic, its ``/v1`` for OpenAI)."""
+    """A real drover provider (``anthropic``, ``openai`` Chat Completions or OpenAI
+    ``responses``) for ``base_url``, the address its SDK is given (the fake's root for
+    Anthropic, its ``/v1`` for OpenAI)."""
     knobs: dict[str, Any] = {"api_key": "bench-key", "base_url": base_url, "max_retries": 0}
     if protocol == "anthropic":
         from drover.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider("fake-model", **knobs)
+    if protocol == "responses":
+        from drover.providers.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider("fake-model", **knobs)
     from drover.providers.openai_chat import OpenAIChatProvider
 
     return OpenAIChatProvider("fake-model", **knobs)

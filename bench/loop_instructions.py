@@ -26,6 +26,7 @@ checkout's.
 
     .venv/bin/python bench/loop_instructions.py                 # --steps 20 --protocol openai
     .venv/bin/python bench/loop_instructions.py --before /tmp/before/src
+    .venv/bin/python bench/loop_instructions.py --protocol responses   # the Responses API
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ def count(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=20, help="the shorter run's steps")
-    parser.add_argument("--protocol", choices=["anthropic", "openai"], default="openai")
+    parser.add_argument(
+        "--protocol", choices=["anthropic", "openai", "responses"], default="openai"
+    )
     parser.add_argument("--stretch", type=float, default=50.0)
     parser.add_argument("--jobs", type=int, default=2, help="counted runs at once")
     parser.add_argument("--rounds", type=int, default=1, help="counts of each run (median)")

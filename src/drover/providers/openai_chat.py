@@ -43,7 +43,6 @@ from typing import Any, Literal, TypeAlias, TypeVar, Unpack
 
 import httpx2
 import openai
-import orjson
 from openai.types.chat import ChatCompletionChunk
 
 from drover.messages import Usage
@@ -71,7 +70,7 @@ from drover.providers.sdk_provider import (
 )
 from drover.providers.sdk_stream import ClosableStream, RawEvents
 from drover.providers.sse import SseEvent
-from drover.providers.wire_json import encode_body
+from drover.providers.wire_json import decode_event, encode_body
 
 PROVIDER = "openai"
 API = "the OpenAI Chat Completions API"
@@ -109,13 +108,17 @@ OPENAI_ERRORS = SdkErrors(
 )
 
 
-def chat_chunk(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | None:
-    """One server-sent event of a completion as the SDK's stream takes it: ``[DONE]`` ends
-    the stream, a chunk with an ``error`` is raised as the SDK raises it (``APIError``), any
-    other event is the chunk's JSON (None, skipped, when that is not an object)."""
+def openai_event(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | None:
+    """One server-sent event of an ``openai`` SDK stream (a completion's chunk, or a Responses
+    event) as the SDK's stream takes it: ``[DONE]`` ends the stream, data that is not JSON (or
+    none) raises ``json``'s error, a payload with an ``error`` is raised as the SDK raises it
+    (``APIError``), any other event is its JSON (None, skipped, when that is not an object).
+
+    The event's name is not read: the SDK reads it only for the Assistants API's ``thread.*``
+    events, which neither Chat Completions nor Responses send."""
     if sse.data.startswith("[DONE]"):
         raise StopAsyncIteration
-    chunk = orjson.loads(sse.data)
+    chunk = decode_event(sse.data)
     if isinstance(chunk, dict) and chunk.get("error"):
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else None
@@ -330,7 +333,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
                 openai.types.chat.ChatCompletion,
                 openai.AsyncStream[ChatCompletionChunk],
             )
-            return RawEvents(await self._guard(opening), chat_chunk), ChatEvents()
+            return RawEvents(await self._guard(opening), openai_event), ChatEvents()
         opening = self._client.chat.completions.create(
             model=self._model,
             messages=[],  # sent as given through ``extra_body`` (see ``untransformed``)
@@ -342,7 +345,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
             max_completion_tokens=max_tokens if self._official else openai.omit,
             max_tokens=openai.omit if self._official else max_tokens,
         )
-        return RawEvents(await self._guard(opening), chat_chunk), ChatEvents()
+        return RawEvents(await self._guard(opening), openai_event), ChatEvents()
 
 
 _Chunk = TypeVar("_Chunk")

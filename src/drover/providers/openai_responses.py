@@ -19,6 +19,13 @@ item at its ``output_index``:
   :class:`ContextOverflowError` when their code is ``context_length_exceeded``, as is a 400
   with that code. A stream that stops before any of these was cut off: :class:`StreamError`.
 
+The stream is read from the response's bytes (:class:`~drover.providers.sdk_stream.RawEvents`
+with :func:`~drover.providers.openai_chat.openai_event`, as for Chat Completions: drover decodes
+the events and each event's JSON itself, instead of the SDK's per-event models); the SDK still
+builds the client, sends the request, retries and raises status errors. The mapper reads the
+events as the API's JSON (dicts); an SDK model given to it is read as the JSON it was built
+from.
+
 Structured output (``request.output``) is asked for with ``text.format`` ``json_schema``
 (:mod:`drover.providers.output_format`).
 
@@ -64,17 +71,23 @@ from drover.providers.convert_openai_responses import (
     plan_input,
     to_responses_tools,
 )
-from drover.providers.openai_chat import CONTEXT_LENGTH_EXCEEDED, OPENAI_ERRORS, post_encoded
+from drover.providers.openai_chat import (
+    CONTEXT_LENGTH_EXCEEDED,
+    OPENAI_ERRORS,
+    openai_event,
+    post_encoded,
+)
 from drover.providers.output_format import responses_text_format
 from drover.providers.retry import context_overflow, stream_error
 from drover.providers.sdk_provider import (
     SdkOptions,
     SdkProvider,
     as_str,
+    field,
     int_attr,
     untransformed,
 )
-from drover.providers.sdk_stream import ClosableStream
+from drover.providers.sdk_stream import RawEvents
 from drover.providers.wire_json import encode_body
 
 API = "the OpenAI Responses API"
@@ -87,7 +100,10 @@ _INCOMPLETE: dict[str, StopReason] = {
 
 
 def _dump(item: Any) -> dict[str, Any]:
-    """An output item as the plain JSON the server sent (it is stored, then sent back)."""
+    """An output item (or an event) as the plain JSON the server sent (an item is stored, then
+    sent back): the decoded JSON itself, or the JSON an SDK model was built from."""
+    if type(item) is dict:
+        return item
     to_dict = getattr(item, "to_dict", None)
     dumped = to_dict(mode="json", warnings=False) if callable(to_dict) else None
     return dict(dumped) if isinstance(dumped, dict) else {}
@@ -96,12 +112,12 @@ def _dump(item: Any) -> dict[str, Any]:
 def _item_text(item: Any) -> str:
     """The text of a message item, or of a reasoning item's summary (or content)."""
     parts: list[str] = []
-    if getattr(item, "type", None) == "reasoning":
-        for part in getattr(item, "summary", None) or getattr(item, "content", None) or ():
-            parts.append(as_str(getattr(part, "text", None)))
+    if field(item, "type") == "reasoning":
+        for part in field(item, "summary") or field(item, "content") or ():
+            parts.append(as_str(field(part, "text")))
         return "\n\n".join(p for p in parts if p)
-    for part in getattr(item, "content", None) or ():
-        parts.append(as_str(getattr(part, "text", None)) or as_str(getattr(part, "refusal", None)))
+    for part in field(item, "content") or ():
+        parts.append(as_str(field(part, "text")) or as_str(field(part, "refusal")))
     return "".join(parts)
 
 
@@ -128,7 +144,7 @@ _DELTAS: dict[str, BlockKind] = {
 
 
 class ResponsesEvents:
-    """Maps one response's SDK events onto neutral stream events (no I/O)."""
+    """Maps one response's events (the API's JSON) onto neutral stream events (no I/O)."""
 
     def __init__(self, input_digest: str | Callable[[], str] | None = None) -> None:
         """``input_digest`` (or the function that computes it, called once the response has
@@ -138,29 +154,31 @@ class ResponsesEvents:
         self._digest = input_digest
         self._ended = False
 
-    def feed(self, event: ResponseStreamEvent) -> list[StreamEvent]:
-        kind = as_str(getattr(event, "type", None))
-        index = getattr(event, "output_index", None)
+    def feed(self, event: dict[str, Any] | ResponseStreamEvent) -> list[StreamEvent]:
+        data = _dump(event)
+        kind = as_str(data.get("type"))
+        index = data.get("output_index")
+        # Deltas first: they are nearly every event of a response.
+        if kind in _DELTAS and isinstance(index, int):
+            return self._delta(index, kind, data)
         if kind in ("response.created", "response.in_progress", "response.queued"):
-            self._remember_id(getattr(event, "response", None))
+            self._remember_id(data.get("response"))
             return []
         if kind == "response.output_item.added" and isinstance(index, int):
-            return self._added(index, getattr(event, "item", None))
-        if kind in _DELTAS and isinstance(index, int):
-            return self._delta(index, kind, event)
+            return self._added(index, data.get("item"))
         if kind == "response.function_call_arguments.done" and isinstance(index, int):
-            return self._whole(index, as_str(getattr(event, "arguments", None)))
+            return self._whole(index, as_str(data.get("arguments")))
         if kind == "response.output_item.done" and isinstance(index, int):
-            return self._done(index, getattr(event, "item", None))
+            return self._done(index, data.get("item"))
         if kind in ("response.completed", "response.incomplete"):
-            return self._end(getattr(event, "response", None))
+            return self._end(data.get("response"))
         if kind == "response.failed":
-            error = getattr(getattr(event, "response", None), "error", None)
-            message = as_str(getattr(error, "message", None)) or "the response failed"
-            raise _failure(message, as_str(getattr(error, "code", None)) or "failed")
+            error = field(data.get("response"), "error")
+            message = as_str(field(error, "message")) or "the response failed"
+            raise _failure(message, as_str(field(error, "code")) or "failed")
         if kind == "error":
-            message = as_str(getattr(event, "message", None)) or "the stream reported an error"
-            raise _failure(message, as_str(getattr(event, "code", None)) or None)
+            message = as_str(data.get("message")) or "the stream reported an error"
+            raise _failure(message, as_str(data.get("code")) or None)
         return []
 
     def finish(self) -> list[StreamEvent]:
@@ -171,12 +189,12 @@ class ResponsesEvents:
         return []
 
     def _remember_id(self, response: Any) -> None:
-        response_id = as_str(getattr(response, "id", None))
+        response_id = as_str(field(response, "id"))
         if response_id:
             self._meta["response_id"] = response_id
 
     def _added(self, index: int, item: Any) -> list[StreamEvent]:
-        kind = _KINDS.get(as_str(getattr(item, "type", None)))
+        kind = _KINDS.get(as_str(field(item, "type")))
         if kind is None or index in self._items:
             return []  # built-in tools and other items drover does not act on
         self._items[index] = _Item(kind)
@@ -184,25 +202,25 @@ class ResponsesEvents:
         if kind == "thinking":
             meta["item"] = _dump(item)
         else:
-            meta["item_id"] = as_str(getattr(item, "id", None))
+            meta["item_id"] = as_str(field(item, "id"))
         if kind != "tool_use":
             return [BlockStart(index=index, kind=kind, meta=meta)]
         start = BlockStart(
             index=index,
             kind="tool_use",
-            id=as_str(getattr(item, "call_id", None)),
-            name=as_str(getattr(item, "name", None)),
+            id=as_str(field(item, "call_id")),
+            name=as_str(field(item, "name")),
             meta=meta,
         )
-        return [start, *self._whole(index, as_str(getattr(item, "arguments", None)))]
+        return [start, *self._whole(index, as_str(field(item, "arguments")))]
 
-    def _delta(self, index: int, kind: str, event: Any) -> list[StreamEvent]:
+    def _delta(self, index: int, kind: str, event: dict[str, Any]) -> list[StreamEvent]:
         item = self._items.get(index)
-        data = as_str(getattr(event, "delta", None))
+        data = as_str(event.get("delta"))
         if item is None or item.done or item.kind != _DELTAS[kind] or not data:
             return []
         if item.kind == "thinking":
-            part = getattr(event, "summary_index", None)
+            part = event.get("summary_index")
             if isinstance(part, int) and part != item.summary_index:
                 item.summary_index = part
                 if item.streamed:
@@ -232,8 +250,8 @@ class ResponsesEvents:
         if state is None or state.done:
             return out
         if state.kind == "tool_use":
-            out += self._whole(index, as_str(getattr(item, "arguments", None)))
-            meta: dict[str, Any] = {"item_id": as_str(getattr(item, "id", None))}
+            out += self._whole(index, as_str(field(item, "arguments")))
+            meta: dict[str, Any] = {"item_id": as_str(field(item, "id"))}
         else:
             out += self._whole(index, _item_text(item))
             meta = {"item": _dump(item)} if state.kind == "thinking" else {}
@@ -249,15 +267,14 @@ class ResponsesEvents:
                 item.done = True
                 out.append(BlockStop(index=index))
         called = any(item.kind == "tool_use" for item in self._items.values()) or any(
-            getattr(entry, "type", None) == "function_call"
-            for entry in getattr(response, "output", None) or ()
+            field(entry, "type") == "function_call" for entry in field(response, "output") or ()
         )
         stop: StopReason = "tool_use" if called else "end_turn"
-        if getattr(response, "status", None) == "incomplete":
-            details = getattr(response, "incomplete_details", None)
-            stop = _INCOMPLETE.get(as_str(getattr(details, "reason", None)), "other")
+        if field(response, "status") == "incomplete":
+            details = field(response, "incomplete_details")
+            stop = _INCOMPLETE.get(as_str(field(details, "reason")), "other")
         self._ended = True
-        usage = _usage(getattr(response, "usage", None))
+        usage = _usage(field(response, "usage"))
         meta = dict(self._meta)
         if self._digest is not None:
             meta["input_digest"] = self._digest if isinstance(self._digest, str) else self._digest()
@@ -277,7 +294,7 @@ def _usage(raw: Any) -> Usage:
 
     if raw is None:
         return Usage(partial=True)
-    details = getattr(raw, "input_tokens_details", None)
+    details = field(raw, "input_tokens_details")
     return Usage(
         input_tokens=count(raw, "input_tokens"),
         output_tokens=count(raw, "output_tokens"),
@@ -331,7 +348,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         """Whether requests may continue stored responses with ``previous_response_id``."""
         return self._server_stores
 
-    async def _open(self, request: ModelRequest) -> tuple[ClosableStream[Any], ResponsesEvents]:
+    async def _open(self, request: ModelRequest) -> tuple[RawEvents, ResponsesEvents]:
         plan = plan_input(request.messages, stored=self._server_stores)
         try:
             sdk_stream = await self._create(request, plan)
@@ -343,7 +360,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
             sdk_stream = await self._create(request, plan)
         # The digest is read once the response has ended, not before the request goes out.
         digest = (lambda: plan.digest) if self._server_stores else None
-        return sdk_stream, ResponsesEvents(digest)
+        return RawEvents(sdk_stream, openai_event), ResponsesEvents(digest)
 
     async def _create(
         self, request: ModelRequest, plan: InputPlan
