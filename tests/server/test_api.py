@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx2
 
 from drover.server import openapi
+from drover.server.openapi_parts import NOT_BLANK
 from drover.testing.server import FakeLLMServer
 
 from .support import BOUND, DROVER, TERMINAL, Served, clean_env, parse_sse, read_events
@@ -256,10 +257,11 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
         assert "access-control-allow-origin" not in plain.headers
 
 
-#: Contents whose blankness Python's ``str.strip`` and the schema's ``\S`` (ECMAScript) see
-#: differently: strip takes U+001C–U+001F and U+0085 for white space and keeps U+FEFF.
-SCHEMA_NOT_BLANK = ("\x1c\x1d\x1e\x1f", "\x85", " \x1f\u00a0")
-SCHEMA_BLANK = ("\ufeff", "\u00a0\ufeff\u3000")
+#: Contents white space to Python's ``str.isspace`` (the providers drop such a text) or to the
+#: ECMAScript ``\s`` a JSON Schema pattern means, but not to both: blank to the schema and the
+#: route alike. And contents neither engine takes for white space.
+SCHEMA_BLANK = ("\x1c\x1d\x1e\x1f", "\x85", " \x1f\u00a0", "\ufeff", "\u00a0\ufeff\u3000")
+SCHEMA_NOT_BLANK = ("\x1fx\x1f", "\u200b", " \ufeff.")
 
 
 def test_a_message_s_content_is_blank_exactly_as_its_schema_says(
@@ -267,7 +269,7 @@ def test_a_message_s_content_is_blank_exactly_as_its_schema_says(
 ) -> None:
     post = openapi.schema()["paths"]["/v1/sessions/{session_id}/messages"]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]
-    assert body["properties"]["content"]["pattern"] == "\\S"
+    assert body["properties"]["content"]["pattern"] == NOT_BLANK
     fake_llm.script({"text": "About to write.", "tool_calls": [WRITE]})
     server = serve("--permission-mode", "ask")
     with server.client() as c:

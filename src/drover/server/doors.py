@@ -33,6 +33,7 @@ from drover.journal.rules import ORPHAN_ERROR
 from drover.server.errors import ApiError
 from drover.server.follow import Follower, Reset, frame_event
 from drover.server.hub import TransientFrame
+from drover.server.openapi_parts import NOT_BLANK
 from drover.server.service import Service
 from drover.session import RESUME_NOTE
 
@@ -47,18 +48,13 @@ DONE = b"data: [DONE]\n\n"
 _FIRST_SPAN = 256
 
 
-#: What JSON Schema's ``\S`` (an ECMAScript pattern) counts as white space. Python's
-#: ``str.strip`` also strips the separators U+001C–U+001F and U+0085 (and keeps U+FEFF), so a
-#: text the schemas accept as not blank could be refused as blank; the doors and the plain
-#: messages route test blankness as the schema does.
-_SCHEMA_SPACE = re.compile(
-    "[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]*"
-)
+_NOT_BLANK = re.compile(NOT_BLANK)
 
 
 def blank(text: str) -> bool:
-    r"""Whether ``text`` is empty or white space only, as the API's schemas (``\S``) see it."""
-    return _SCHEMA_SPACE.fullmatch(text) is not None
+    """Whether ``text`` is empty or white space only, exactly as the API's schemas see it
+    (:data:`~drover.server.openapi_parts.NOT_BLANK`)."""
+    return _NOT_BLANK.search(text) is None
 
 
 def service_of(request: Request) -> Service:

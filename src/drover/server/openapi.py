@@ -14,6 +14,7 @@ from drover.journal.rules import MAX_TITLE_CHARS
 from drover.server import openapi_doors
 from drover.server.openapi_parts import (
     BAD_BODY,
+    NOT_BLANK,
     error_response,
     json_content,
     object_schema,
@@ -327,7 +328,7 @@ def schema() -> dict[str, Any]:
                 ],
                 body=object_schema(
                     {
-                        "content": {"type": "string", "minLength": 1, "pattern": "\\S"},
+                        "content": {"type": "string", "minLength": 1, "pattern": NOT_BLANK},
                         "if_busy": {"enum": ["reject", "enqueue", "interrupt", "rollback"]},
                         "webhook": {
                             "type": "string",

@@ -8,6 +8,7 @@ from typing import Any
 from drover.server.openapi_parts import (
     BAD_BODY,
     ID_PATTERN,
+    NOT_BLANK,
     error_response,
     json_content,
     object_schema,
@@ -46,7 +47,7 @@ _UI_STREAM = {
     "content": {"text/event-stream": {"schema": _SSE_EVENT}},
 }
 #: Text with something in it besides white space (a JSON Schema regex).
-_NOT_BLANK = {"type": "string", "pattern": "\\S"}
+_NOT_BLANK = {"type": "string", "pattern": NOT_BLANK}
 _TEXT_PART = {
     "type": "object",
     "required": ["type", "text"],

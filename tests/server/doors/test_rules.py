@@ -6,14 +6,19 @@ token that made it)."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from support.mcp_servers import require_node
 
 from drover.server.doors import blank
+from drover.server.openapi_parts import NOT_BLANK
 from drover.testing.server import FakeLLMServer
 
 from ..support import Served
@@ -218,12 +223,62 @@ def test_the_responses_door_takes_only_what_maps_to_a_turn(
         ("", True),
         (" \t\r\n\v\f", True),
         ("\u00a0\u2003\u3000\ufeff", True),
-        # Python's str.strip() takes these for white space; JSON Schema's \S does not, so the
-        # schemas accept them (the fuzzer found a 422 for a schema-valid "\x1f\x1f").
-        ("\x1f\x1f", False),
-        ("\x1c\x85", False),
+        # White space to Python (the providers drop such a text as empty), not to ECMAScript:
+        # the fuzzer found a 422 for "\x1f\x1f" when the schema said \S; now both refuse it.
+        ("\x1f\x1f", True),
+        ("\x1c\x85", True),
+        ("\u200b", False),
         ("  a  ", False),
     ],
 )
 def test_blank_is_what_the_schemas_pattern_says(text: str, is_blank: bool) -> None:
     assert blank(text) is is_blank
+
+
+def test_the_schemas_pattern_and_blank_agree_for_python_and_ecmascript() -> None:
+    """Every character white space to either engine is blank, whichever engine reads the
+    schema's pattern (a JavaScript client's validator, or Python's)."""
+    require_node()
+    python = {chr(i) for i in range(sys.maxunicode + 1) if chr(i).isspace()}
+    ecmascript = json.loads(
+        subprocess.run(
+            ["node", "-e", _SPACES_IN_JS],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    )
+    assert "\ufeff" in ecmascript and "\x1c" in python  # where the two engines differ
+    samples = sorted(python | set(ecmascript) | {"a", "\u200b", "\x00", "é"})
+    matched_in_js = json.loads(
+        subprocess.run(
+            ["node", "-e", _MATCHES_IN_JS, NOT_BLANK, json.dumps(samples)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    )
+    for char, in_js in zip(samples, matched_in_js, strict=True):
+        spaced = char in python or char in ecmascript
+        assert blank(char) is spaced, hex(ord(char))
+        assert (re.search(NOT_BLANK, char) is None) is spaced, hex(ord(char))
+        assert (not in_js) is spaced, hex(ord(char))
+
+
+#: Every character of the Basic Multilingual Plane ECMAScript's ``\s`` matches, as a JSON list.
+_SPACES_IN_JS = """
+const out = [];
+for (let i = 0; i <= 0xffff; i++) {
+  const c = String.fromCharCode(i);
+  if (/\\s/.test(c)) out.push(c);
+}
+console.log(JSON.stringify(out));
+"""
+#: Whether the pattern (argv 1) matches each text of a JSON list (argv 2), with ECMAScript's
+#: rules (``u``: as JSON Schema validators built on JavaScript read patterns).
+_MATCHES_IN_JS = """
+const pattern = new RegExp(process.argv[1], "u");
+console.log(JSON.stringify(JSON.parse(process.argv[2]).map((t) => pattern.test(t))));
+"""
