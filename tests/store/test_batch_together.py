@@ -154,3 +154,30 @@ async def test_a_batch_with_a_taken_number_among_its_rows_makes_none_of_them(
             [AppendEvent(session.id, turn.id, {"type": "usage"}, seq=n) for n in (1, 2, 3)]
         )
     assert [r.seq for r in await store.events_after(session.id)] == [2]
+
+
+async def test_a_row_covering_numbers_past_its_own_bounds_the_log_and_its_reads(
+    store: Store,
+) -> None:
+    """A row of coalesced text covers the numbers of the deltas it holds (``seq`` to
+    ``last_seq``): as the log's last row it gives the log's last number, and a read after any
+    number it covers starts with it; a read after its last number does not."""
+    session = await store.create_session(workdir="/w", model="m")
+    turn = await store.begin_turn(session.id, user_message("go"), OWNER, 30)
+    text = {"type": "text_delta", "text": "Hello, world"}
+    await store.write_batch(
+        [
+            AppendEvent(session.id, turn.id, {"type": "step_started", "step": 1}, seq=1),
+            AppendEvent(session.id, turn.id, text, seq=2, last_seq=7),
+        ]
+    )
+    assert await store.last_event_seq(session.id) == 7
+    assert await store.log_bounds(session.id) == (7, 8)
+    assert await store.next_event_seq(session.id) == 8
+    for after in range(9):
+        got = [(r.seq, r.last_seq) for r in await store.events_after(session.id, after)]
+        expected = [(1, 1), (2, 7)] if after == 0 else [(2, 7)] if after < 7 else []
+        assert got == expected, after
+    await store.write_batch([AppendEvent(session.id, turn.id, {"type": "note"}, seq=8)])
+    got = [(r.seq, r.last_seq) for r in await store.events_after(session.id, 5, limit=1)]
+    assert got == [(2, 7)]

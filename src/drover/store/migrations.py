@@ -438,6 +438,17 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "0014_last_seq_partial_index",
+        (
+            # Only a row of coalesced text covers numbers past its own (``last_seq > seq``),
+            # and only such rows are looked up by ``last_seq``; every other row is found by its
+            # ``seq``, through the key. An index of every row's ``last_seq`` took 0.22x of the
+            # history's bytes after 300 tool steps (one row in ~12 is text).
+            "DROP INDEX events_by_last_seq",
+            "CREATE INDEX events_by_last_seq ON events (session_id, last_seq) WHERE last_seq > seq",
+        ),
+    ),
 )
 
 

@@ -44,13 +44,19 @@ def _insert_events(n: int) -> str:
     return _INSERT_EVENTS + ", ".join([_EVENT_ROW] * n)
 
 
+#: How many parameters :func:`last_seq_sql` takes (each the session's id).
+LAST_SEQ_PARAMS = 3
+
+
 def last_seq_sql(d: Dialect) -> str:
-    """The greatest number the session's log holds, its streaming tail included (two
-    parameters: the session's id, twice)."""
+    """The greatest number the session's log holds, its streaming tail included
+    (:data:`LAST_SEQ_PARAMS` parameters: the session's id each time). A row covers numbers past
+    its own only when it holds coalesced text (``last_seq > seq``): only those are indexed by
+    ``last_seq``; the others' greatest number is their greatest ``seq``."""
     return (
-        f"{d.greatest}(COALESCE((SELECT MAX(last_seq) FROM events "
-        "WHERE session_id = ?), 0), COALESCE((SELECT MAX(last_seq) FROM partial_text "
-        "WHERE session_id = ?), 0))"
+        f"{d.greatest}(COALESCE((SELECT MAX(seq) FROM events WHERE session_id = ?), 0), "
+        "COALESCE((SELECT MAX(last_seq) FROM events WHERE session_id = ? AND last_seq > seq), 0), "
+        "COALESCE((SELECT MAX(last_seq) FROM partial_text WHERE session_id = ?), 0))"
     )
 
 
@@ -59,15 +65,13 @@ def next_event_seq(d: Dialect, session_id: str) -> Plan[int]:
     found = yield from rows(
         f"SELECT {d.greatest}({last_seq_sql(d)}, COALESCE((SELECT "
         "seq_reserved FROM sessions WHERE id = ?), 0)) + 1 AS n",
-        session_id,
-        session_id,
-        session_id,
+        *[session_id] * (LAST_SEQ_PARAMS + 1),
     )
     return int(first_value(found, "n"))
 
 
 def last_event_seq(d: Dialect, session_id: str) -> Plan[int]:
-    found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", session_id, session_id)
+    found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", *[session_id] * LAST_SEQ_PARAMS)
     return int(first_value(found, "seq"))
 
 
@@ -77,9 +81,7 @@ def log_bounds(d: Dialect, session_id: str) -> Plan[tuple[int, int]]:
         f"SELECT b.last AS last, {d.greatest}(b.last, COALESCE((SELECT "
         "seq_reserved FROM sessions WHERE id = ?), 0)) + 1 AS n "
         f"FROM (SELECT {last_seq_sql(d)} AS last) b",
-        session_id,
-        session_id,
-        session_id,
+        *[session_id] * (LAST_SEQ_PARAMS + 1),
     )
     return int(first_value(found, "last")), int(first_value(found, "n"))
 
@@ -203,8 +205,16 @@ def events_after(
     at all)."""
     most = d.no_limit if limit is None else limit
     found = yield from rows(
-        "SELECT * FROM events WHERE session_id = ? AND last_seq > ? ORDER BY seq, part LIMIT ?",
+        # A row covers a number above ``after_seq`` when its own is (found through the key),
+        # or when it holds coalesced text reaching past it (the rows indexed by ``last_seq``;
+        # ``+seq`` keeps the planner on that index).
+        "SELECT * FROM events WHERE session_id = ? AND seq > ? UNION ALL "
+        "SELECT * FROM events WHERE session_id = ? AND last_seq > ? AND last_seq > seq "
+        "AND +seq <= ? ORDER BY seq, part LIMIT ?",
         session_id,
+        after_seq,
+        session_id,
+        after_seq,
         after_seq,
         most,
     )

@@ -18,7 +18,7 @@ from drover.journal.rules import cancelled_event, logged_event, queued_event
 from drover.store.dialect import Dialect
 from drover.store.plan import Plan, Row, execute, rows
 from drover.store.sql_common import first_value, need_session, numbered
-from drover.store.sql_log import last_seq_sql, log
+from drover.store.sql_log import LAST_SEQ_PARAMS, last_seq_sql, log
 
 
 def _message(row: Row) -> QueuedMessage:
@@ -55,7 +55,7 @@ def log_idle(d: Dialect, session_id: str, event: dict[str, Any], now: float) -> 
     """Log ``event`` outside any turn: its record. The caller holds the session's lock and
     made sure that no turn of the session runs (a running turn's journal is the log's only
     writer)."""
-    found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", session_id, session_id)
+    found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", *[session_id] * LAST_SEQ_PARAMS)
     before = int(first_value(found, "seq"))
     seq = yield from log(d, session_id, None, event, now)
     return replace(logged_event(session_id, seq, None, event, now), prev=before)

@@ -44,7 +44,7 @@ from drover.store.sql_common import (
     numbered,
     turn_session,
 )
-from drover.store.sql_log import last_seq_sql, log, running_usage
+from drover.store.sql_log import LAST_SEQ_PARAMS, last_seq_sql, log, running_usage
 from drover.store.sql_outbox import enqueue
 from drover.store.sql_text import FreedSpace, deltas, retire
 from drover.store.sql_work import turn_messages
@@ -171,7 +171,7 @@ def end_turn(
     if w.first_seq is not None:
         before = w.first_seq - 1
     else:
-        found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", session_id, session_id)
+        found = yield from rows(f"SELECT {last_seq_sql(d)} AS seq", *[session_id] * LAST_SEQ_PARAMS)
         before = int(first_value(found, "seq"))
     logged: list[EventRecord] = []
     yield from settle(d, space, session_id, w.turn_id, now, logged, w.first_seq)
