@@ -18,7 +18,6 @@ from drover.testing.server import FakeLLMServer
 
 from .support import start_server
 
-
 #: What the model answers, in turn: a completed turn, then a failed one.
 ANSWERS = (
     {"text": "ok"},
