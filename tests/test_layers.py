@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     "instructions": 1,
     # images read from files into prompts
     "images": 1,
+    # the working directory a run is given, checked
+    "workdir": 1,
     # one turn
     "permissions": 3,
     "compact": 3,

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from drover.config import Config, load_config
 from drover.config_tables import HookSpec
-from drover.errors import ConfigError
 from drover.handle import Session
 from drover.hooks import Hooks
 from drover.instructions import InstructionFile, PromptParts, find_instructions
@@ -42,23 +41,11 @@ from drover.tools.sandbox import (
     require_sandbox,
     settings_from_config,
 )
+from drover.workdir import resolve_workdir
 from drover.workers import Coordinator, add_task_tool
 
 if TYPE_CHECKING:
     from drover.mcp.servers import McpServers
-
-
-def resolve_workdir(path: Path | str | None) -> Path:
-    """The working directory (default: the current one), checked and made absolute."""
-    workdir = (Path(path) if path is not None else Path.cwd()).expanduser()
-    if not workdir.is_dir():
-        raise ConfigError(f"working directory does not exist or is not a directory: {workdir}")
-    try:
-        str(workdir).encode("utf-8")
-    except UnicodeEncodeError:
-        # The journal and the model see the path as text: it must be valid UTF-8.
-        raise ConfigError(f"working directory path is not valid UTF-8: {workdir}") from None
-    return workdir.resolve()
 
 
 def default_system_prompt(workdir: Path) -> str:

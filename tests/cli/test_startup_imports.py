@@ -80,3 +80,53 @@ def test_a_p_turn_leaves_unused_modules_unloaded(
         if any(name == top or name.startswith(top + ".") for top in (*ALWAYS_OUT, *out))
     ]
     assert unwanted == []
+
+
+#: What ``drover mcp approve``/``revoke`` (and a ``list`` with nothing configured) never use:
+#: the MCP SDK and the web server it brings, the agent and its parts, any provider's SDK.
+MCP_COMMANDS_OUT = (
+    "mcp",
+    "drover.mcp.servers",
+    "drover.mcp.connection",
+    "drover.agent",
+    "drover.runner",
+    "drover.server",
+    "uvicorn",
+    "starlette",
+    "anthropic",
+    "openai",
+)
+
+
+@pytest.mark.parametrize(
+    ("action", "mcp_json"),
+    [("approve", True), ("revoke", True), ("list", False)],
+)
+def test_mcp_commands_that_start_no_server_leave_the_sdk_and_the_agent_unloaded(
+    tmp_path: Path, action: str, mcp_json: bool
+) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    if mcp_json:
+        servers = {"tool": {"command": "sh", "args": ["-c", "exit 1"]}}
+        (workdir / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    listing = tmp_path / "modules.json"
+    env = clean_env(XDG_DATA_HOME=str(tmp_path / "data"), XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(listing), "mcp", action, "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout  # it did its work (approved, forgot, or said there is nothing)
+    loaded = json.loads(listing.read_text())
+    unwanted = [
+        name
+        for name in loaded
+        if any(name == top or name.startswith(top + ".") for top in MCP_COMMANDS_OUT)
+    ]
+    assert unwanted == []

@@ -15,6 +15,7 @@ changes the cases instead of silently testing fewer points.
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,10 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
+from drover import runner
 from drover.errors import StoreError
 from drover.events import Event
+from drover.journal.journal import Journal
 from drover.loop import TurnControl
 from drover.runner import Runner
 from drover.store.dialect import SQLITE
@@ -32,6 +35,15 @@ from drover.store.sqlite_conn import SqliteConnection
 from drover.testing.scripted import Reply, ScriptedProvider, request_problems
 
 from .turn_rig import Recorder, Rig, check_record, durable_history, terminal
+
+
+@pytest.fixture(autouse=True)
+def journal_retries_back_to_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turns' journals retry a failed write as often as ever, without the pause between
+    attempts (0.05 s doubling: 0.75 s for a write that fails for good): these tests look at
+    what a failure leaves, not at how retries are spaced."""
+    monkeypatch.setattr(runner, "Journal", functools.partial(Journal, retry_delay=0.0))
+
 
 T = TypeVar("T")
 

@@ -30,6 +30,8 @@ from .conftest import call, make_agent
 pytestmark = pytest.mark.usefixtures("node")
 
 ECHO = "mcp__everything__echo"
+#: A call that runs for ``duration`` seconds and reports its progress after each of ``steps``
+#: equal steps (the tests that act on its first report make them 0.1 s).
 LONG = "mcp__everything__trigger-long-running-operation"
 
 
@@ -39,7 +41,7 @@ async def _run_killing_on_progress(
     """A turn whose first call the test kills at its first progress report, and whose second
     call comes after; ``(status, final state by call id, pid killed)``."""
     fake_llm.script(
-        {"tool_calls": [call(LONG, duration=30, steps=30)]},
+        {"tool_calls": [call(LONG, duration=30, steps=300)]},
         {"tool_calls": [call(ECHO, message="again")]},
         {"text": "Went on."},
     )
@@ -99,7 +101,7 @@ async def test_an_interrupted_call_is_cancelled_on_the_server(
     fake_llm: FakeLLMServer, tmp_path: Path, read_only: bool
 ) -> None:
     record = tmp_path / "sent.jsonl"
-    fake_llm.script({"tool_calls": [call(LONG, duration=60, steps=60)]})
+    fake_llm.script({"tool_calls": [call(LONG, duration=60, steps=600)]})
     server = everything(record=record, readOnly=read_only)
     async with make_agent(
         fake_llm, tmp_path, {"everything": server}, permission_mode="allow"
@@ -237,7 +239,7 @@ async def test_an_http_server_that_dies_mid_call_and_comes_back(
     fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
     fake_llm.script(
-        {"tool_calls": [call(LONG, duration=30, steps=30)]},
+        {"tool_calls": [call(LONG, duration=30, steps=300)]},
         {"tool_calls": [call(ECHO, message="down")]},
         {"text": "It is down."},
         {"tool_calls": [call(ECHO, message="up")]},

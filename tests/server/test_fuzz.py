@@ -18,11 +18,21 @@ from drover.testing.server import FakeLLMServer
 
 from .support import start_server
 
+#: What the model answers, in turn: a completed turn, then a failed one.
+ANSWERS = (
+    {"text": "ok"},
+    {"http_error": {"status": 400, "type": "invalid_request_error", "message": "refused"}},
+)
+
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     fake = FakeLLMServer()
-    fake.allow_unexpected = True  # fuzzed messages start turns the script does not answer
+    # Fuzzed messages start turns: each is answered at once, by a text or by a refusal (a
+    # turn that fails). Left unanswered, a request would get the fake's 500, which the
+    # provider retries with its back-off (~4-7 s a turn, for nothing the schema checks).
+    fake.script(*ANSWERS * 100)
+    fake.allow_unexpected = True  # more turns than that are still answered (a 500)
     fake.start()
     served = start_server(fake, Path(tmp_path_factory.mktemp("fuzz")), "--max-body", "4096")
     try:

@@ -102,7 +102,11 @@ class Collector:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # serve_forever looks for a shutdown every poll_interval (default 0.5 s: what stop()
+        # waited, each test).
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         host, port = self._server.server_address[:2]
         self.endpoint = f"http://{host}:{port}"
 

@@ -7,15 +7,12 @@ import argparse
 import contextlib
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drover.agent import Agent
+from drover.cli.mcp import mcp_files, project_of
 from drover.config import Config, load_config
-from drover.mcp.approval import ProjectServers, project_servers
-from drover.mcp.config import McpFile, user_config_file
 from drover.providers.base import Provider
-from drover.resources import resolve_workdir
 from drover.runner import LEASE_SECONDS
 from drover.telemetry import Telemetry
 from drover.telemetry.logs import configure_logging
@@ -99,20 +96,3 @@ async def cli_agent(
     finally:
         if telemetry is not None:
             await telemetry.aclose()
-
-
-def project_of(args: argparse.Namespace, config: Config) -> ProjectServers | None:
-    """The workdir's ``.mcp.json`` and which of its servers are approved (None: none)."""
-    return project_servers(resolve_workdir(args.workdir), config)
-
-
-def mcp_files(args: argparse.Namespace, project: ProjectServers | None) -> list[Path | McpFile]:
-    """The MCP config files the flags mean: the user-level ``mcp.json`` when it exists, the
-    approved servers of the workdir's ``.mcp.json``, then each ``--mcp-config FILE`` (which
-    must exist)."""
-    given: list[Path] = getattr(args, "mcp_config", None) or []
-    user = user_config_file()
-    files: list[Path | McpFile] = [user] if user.is_file() else []
-    if project is not None and project.approved:
-        files.append(project.file())
-    return [*files, *given]

@@ -38,7 +38,7 @@ from drover.events import (
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Message, Prompt, Usage
-from drover.resources import resolve_workdir
+from drover.workdir import resolve_workdir
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
 #: The recorded error of a turn stopped by SIGTERM (not the user's Ctrl-C).

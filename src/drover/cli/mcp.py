@@ -6,7 +6,11 @@ is not approved is listed as such and not started. Nothing secret is shown: comm
 appear as written, ``${VAR}`` unexpanded. Exit status 0 when every server it started started,
 1 otherwise (or on a broken config file, which is one line on stderr). ``approve`` approves
 the workdir's ``.mcp.json`` servers as the file is now; ``revoke`` forgets the answer kept for
-it (:mod:`drover.mcp.approval`).
+it (:mod:`drover.mcp.approval`). :func:`mcp_files` says which MCP config files a run's flags
+mean, for every command that runs turns.
+
+The MCP SDK (~1 s to import) loads only when servers are listed: ``approve``, ``revoke`` and
+a ``list`` with no server configured do without it.
 """
 
 from __future__ import annotations
@@ -15,15 +19,29 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from drover.cli.build import mcp_files, project_of
-from drover.config import load_config
-from drover.mcp.approval import HOW_TO_APPROVE, Approvals, ProjectServers, approve_all
-from drover.mcp.config import PROJECT_FILE, McpServerConfig, load_servers, user_config_file
+from drover.config import Config, load_config
+from drover.mcp.approval import (
+    HOW_TO_APPROVE,
+    Approvals,
+    ProjectServers,
+    approve_all,
+    project_servers,
+)
+from drover.mcp.config import (
+    PROJECT_FILE,
+    McpFile,
+    McpServerConfig,
+    load_servers,
+    user_config_file,
+)
 from drover.mcp.logs import default_log_dir
-from drover.mcp.servers import McpServers, ServerState
-from drover.resources import resolve_workdir
+from drover.workdir import resolve_workdir
+
+if TYPE_CHECKING:
+    from drover.mcp.servers import ServerState
 
 #: The status of a project server nobody approved.
 NOT_APPROVED = "not approved"
@@ -49,6 +67,9 @@ async def list_servers(args: argparse.Namespace) -> int:
                 f"{workdir / PROJECT_FILE}; add files with --mcp-config FILE)"
             )
         return 0
+    # The MCP SDK (and the web server it brings) loads only when there are servers to list.
+    from drover.mcp.servers import McpServers
+
     # The listing says why a server failed; the start-up warnings would say it twice.
     logging.getLogger("drover.mcp").addHandler(logging.NullHandler())
     servers = McpServers(configs, workdir=workdir)
@@ -67,6 +88,8 @@ async def list_servers(args: argparse.Namespace) -> int:
 
 
 def _not_approved(config: McpServerConfig, project: ProjectServers) -> ServerState:
+    from drover.mcp.servers import ServerState
+
     how = HOW_TO_APPROVE.format(workdir=f" --workdir {project.workdir}")
     return ServerState(
         name=config.name,
@@ -78,6 +101,23 @@ def _not_approved(config: McpServerConfig, project: ProjectServers) -> ServerSta
         tools=(),
         log_path=default_log_dir() / f"{config.name}.log",
     )
+
+
+def project_of(args: argparse.Namespace, config: Config) -> ProjectServers | None:
+    """The workdir's ``.mcp.json`` and which of its servers are approved (None: none)."""
+    return project_servers(resolve_workdir(args.workdir), config)
+
+
+def mcp_files(args: argparse.Namespace, project: ProjectServers | None) -> list[Path | McpFile]:
+    """The MCP config files the flags mean: the user-level ``mcp.json`` when it exists, the
+    approved servers of the workdir's ``.mcp.json``, then each ``--mcp-config FILE`` (which
+    must exist)."""
+    given: list[Path] = getattr(args, "mcp_config", None) or []
+    user = user_config_file()
+    files: list[Path | McpFile] = [user] if user.is_file() else []
+    if project is not None and project.approved:
+        files.append(project.file())
+    return [*files, *given]
 
 
 def approve(args: argparse.Namespace) -> int:

@@ -3,12 +3,10 @@ whatever the model writes, no element or attribute reaches the DOM except the re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from playwright.sync_api import Page
-
-from drover.testing.server import FakeLLMServer
 
 from .harness import DroverServe
 
@@ -38,12 +36,28 @@ ALLOWED_ATTRS = {
 }
 
 
+@pytest.fixture(scope="module")
+def served_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One ``drover serve`` for the module (its URL): the renderer is one of its static files,
+    and no test here runs a turn (so no model is called: any base URL lets it start)."""
+    tmp = tmp_path_factory.mktemp("markdown")
+    (tmp / "work").mkdir()
+    server = DroverServe(
+        model_base_url="http://127.0.0.1:9",
+        workdir=tmp / "work",
+        db=tmp / "journal.db",
+        log=tmp / "serve.log",
+    )
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
 @pytest.fixture
-def render(
-    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
-) -> Callable[[str], dict[str, list[str] | str]]:
-    server = serve(fake_llm.base_url)
-    page.goto(server.url + "/")
+def render(page: Page, served_page: str) -> Callable[[str], dict[str, list[str] | str]]:
+    page.goto(served_page + "/")
 
     def run(source: str) -> dict[str, list[str] | str]:
         result: dict[str, list[str] | str] = page.evaluate(RENDER, source)

@@ -13,7 +13,8 @@ import argparse
 import os
 import sys
 
-from drover.cli.build import cli_agent, project_of
+from drover.cli.build import cli_agent
+from drover.cli.mcp import project_of
 from drover.config import load_config
 from drover.mcp.approval import Ask, ask_once
 
