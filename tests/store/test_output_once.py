@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from drover.messages import (
     user_message,
 )
 from drover.runner import load_history
-from drover.store.result_refs import OUTPUT_IN_CALL
+from drover.store.result_refs import OUTPUT_IN_CALL, SHORTEST_REFERRED
 from drover.store.sqlite import SqliteStore
 
 OUTPUT = "page " * 400  # ~2 KB, as a fetched page
@@ -146,24 +147,33 @@ async def test_a_result_refers_only_to_an_ended_call_of_its_turn_with_that_outpu
             turn_id=turn.id, call_id=call_id, call_index=0, name="f", state=state, output=output
         )
 
+    long = "x" * SHORTEST_REFERRED  # shorter contents are never referred to
     await store.write_batch(
         [
-            call("ended", "output-available", "one\x00"),
-            call("running", "running", "two"),
-            call("other", "output-available", "three"),
+            call("ended", "output-available", "one\x00" + long),
+            call("running", "running", "two" + long),
+            call("other", "output-available", "three" + long),
+            call("short", "output-available", "ok"),
         ]
     )
-    contents = {"ended": "one\x00", "running": "two", "other": "edited", "elsewhere": "four"}
+    contents = {
+        "ended": "one\x00" + long,
+        "running": "two" + long,
+        "other": "edited" + long,
+        "elsewhere": "four" + long,
+        "short": "ok",
+    }
     message = tool_result_message(
         [ToolResultBlock(tool_use_id=c, content=text) for c, text in contents.items()]
     )
     await store.write_batch([AppendMessage(turn_id=turn.id, message=message)])
     # The running call ends afterwards with another output: the message still says its own.
-    await store.write_batch([call("running", "output-available", "late")])
+    await store.write_batch([call("running", "output-available", "late" + long)])
     (_, (read_all,)), *_ = await store.turns_with_messages(session.id)
     (read,) = await store.turn_messages(turn.id)
     expected = dict(contents)
-    expected["ended"] = (await store.tool_calls(turn.id))[0].output  # as the backend keeps NUL
+    (ended,) = [c for c in await store.tool_calls(turn.id) if c.call_id == "ended"]
+    expected["ended"] = ended.output  # as the backend keeps a NUL
     for got in (read, read_all):
         assert {r.tool_use_id: r.content for r in got.message.tool_results} == expected
 
@@ -180,3 +190,25 @@ async def test_a_fork_keeps_the_outputs_its_results_refer_to(store: Any) -> None
         [ToolResultBlock(tool_use_id="c1", content=OUTPUT)]
     )
     assert (await store.turn_messages(copy.id))[-1].message == history.committed[-1]
+
+
+async def test_a_short_output_stays_in_the_message(tmp_path: Path) -> None:
+    """Under :data:`SHORTEST_REFERRED` characters, a reference would cost more than the bytes
+    it saves: the result keeps its content."""
+    async with SqliteStore(tmp_path / "j.db") as store:
+        session = await store.create_session(workdir="/w", model="m")
+        turn = await store.begin_turn(session.id, user_message("read"), "h:1:1", 30)
+        short = "x" * (SHORTEST_REFERRED - 1)
+        ended = UpsertToolCall(
+            turn_id=turn.id, call_id="c1", call_index=0, name="f", state="output-available"
+        )
+        message = tool_result_message([ToolResultBlock(tool_use_id="c1", content=short)])
+        await store.write_batch(
+            [replace(ended, output=short), AppendMessage(turn_id=turn.id, message=message)]
+        )
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        (body,) = conn.execute("SELECT body FROM messages").fetchone()
+    finally:
+        conn.close()
+    assert json.loads(body)["content"][0]["content"] == short

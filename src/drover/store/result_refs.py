@@ -3,7 +3,8 @@
 A call's output is kept in its ``tool_calls`` row, which no write changes once the call is in a
 terminal state and which is deleted only with its turn (a fork copies it with the turn). So a
 results message stores a result whose content is exactly its call's output without the content,
-marked :data:`OUTPUT_IN_CALL`, and reading the message puts the row's output back.
+marked :data:`OUTPUT_IN_CALL`, and reading the message puts the row's output back. A short
+output (under :data:`SHORTEST_REFERRED` characters) stays in the message as well.
 
 The store checks this as it writes the message, in the same transaction: only a result whose
 call has ended in the message's own turn with exactly that output refers to it. A result built
@@ -24,6 +25,10 @@ from drover.store.plan import Plan, rows
 #: The mark of a stored ``tool_result`` block whose content is its call's row's output.
 OUTPUT_IN_CALL = "output_in_call"
 
+#: The shortest content worth a reference: a shorter one costs fewer bytes stored twice than
+#: the read that checks its reference as the message is written, and the read that resolves it.
+SHORTEST_REFERRED = 256
+
 #: Each call's output in a turn, by call id.
 Outputs = Mapping[str, str | None]
 
@@ -32,7 +37,7 @@ def stored_body(d: Dialect, turn_id: str, message: Message) -> Plan[dict[str, An
     """``message`` as the ``messages`` row stores it: each result whose content its ended
     call's row holds already, as a reference to it."""
     body = message_to_dict(message)
-    wanted = {b.tool_use_id for b in message.tool_results if b.content}
+    wanted = {b.tool_use_id for b in message.tool_results if len(b.content) >= SHORTEST_REFERRED}
     if not wanted:
         return body
     ended = sorted(TERMINAL_TOOL_STATES)
