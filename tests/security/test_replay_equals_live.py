@@ -239,7 +239,8 @@ def test_after_sigkill_a_client_holding_a_lost_number_is_reset(
     db = sqlite3.connect(tmp_path / "journal.db")
     try:
         (cut,) = db.execute(
-            "SELECT MAX(last_seq) FROM events WHERE session_id = ? AND type = 'text_delta'",
+            "SELECT MAX(last_seq) FROM events WHERE session_num = (SELECT num FROM sessions "
+            "WHERE id = ?) AND type = 'text_delta'",
             (sid,),
         ).fetchone()
     finally:

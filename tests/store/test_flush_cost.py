@@ -133,10 +133,11 @@ async def test_a_step_ending_while_the_log_is_read_shows_its_text_once(tmp_path:
     def move_rows() -> None:  # another process ends the step: the row goes into the log
         with sqlite3.connect(path) as other:
             other.execute(
-                "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, "
-                "last_seq, marks) SELECT session_id, seq, 0, turn_id, 'text_delta', "
-                "json_object('type', 'text_delta', 'text', text, 'index', block_index, "
-                "'step', step), created_at, last_seq, marks FROM partial_text"
+                "INSERT INTO events (session_num, seq, part, turn_num, type, payload, created_at, "
+                "last_seq, marks) SELECT s.num, p.seq, 0, t.num, 'text_delta', "
+                "json_object('type', 'text_delta', 'text', p.text, 'index', p.block_index, "
+                "'step', p.step), p.created_at, p.last_seq, p.marks FROM partial_text p "
+                "JOIN sessions s ON s.id = p.session_id JOIN turns t ON t.id = p.turn_id"
             )
             other.execute("DELETE FROM partial_text")
         other.close()

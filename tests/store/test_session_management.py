@@ -29,7 +29,7 @@ TABLES = {
     "messages": "turn_id IN (SELECT id FROM turns WHERE session_id = ?)",
     "tool_calls": "turn_id IN (SELECT id FROM turns WHERE session_id = ?)",
     "partial_text": "session_id = ?",
-    "events": "session_id = ?",
+    "events": "session_num = (SELECT num FROM sessions WHERE id = ?)",
     "permission_grants": "session_id = ?",
 }
 

@@ -113,14 +113,19 @@ def stored_message(row: Row, body: Any) -> StoredMessage:
     )
 
 
-def event_from_row(row: Row) -> EventRecord:
+def event_from_row(session_id: str, row: Row) -> EventRecord:
+    """A log row of the session ``session_id`` (:data:`~drover.store.sql_log.EVENT_COLUMNS`)."""
     seq = int(row["seq"])
+    kind = str(row["type"])
+    payload = _json(row["payload"])
+    if "type" not in payload:  # stored without it: the row's type column holds it
+        payload = {"type": kind, **payload}
     return EventRecord(
-        session_id=str(row["session_id"]),
+        session_id=session_id,
         seq=seq,
         turn_id=row["turn_id"],
-        type=str(row["type"]),
-        payload=_json(row["payload"]),
+        type=kind,
+        payload=payload,
         created_at=float(row["created_at"]),
         last_seq=max(seq, int(row["last_seq"] or 0)),
         marks=decode_marks(seq, row["marks"]),

@@ -69,7 +69,8 @@ def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[P
         marks = ", ".join("?" for _ in ids)
         counted = yield from rows(
             f"SELECT (SELECT COUNT(*) FROM turns WHERE session_id IN ({marks})) AS turns, "
-            f"(SELECT COUNT(*) FROM events WHERE session_id IN ({marks})) AS events",
+            "(SELECT COUNT(*) FROM events WHERE session_num IN (SELECT num FROM sessions "
+            f"WHERE id IN ({marks}))) AS events",
             *ids,
             *ids,
         )
@@ -93,7 +94,7 @@ def preview(d: Dialect, cutoff: float, keep_last: int) -> Plan[PruneBatch]:
     found = yield from rows(
         f"SELECT (SELECT COUNT(*) {_CANDIDATES}) AS sessions, "
         f"(SELECT COUNT(*) FROM turns WHERE session_id IN (SELECT s.id {_CANDIDATES})) AS turns, "
-        f"(SELECT COUNT(*) FROM events WHERE session_id IN (SELECT s.id {_CANDIDATES})) "
+        f"(SELECT COUNT(*) FROM events WHERE session_num IN (SELECT s.num {_CANDIDATES})) "
         "AS events, "
         f"(SELECT COUNT(*) FROM webhook_outbox WHERE {_SPENT}) AS deliveries",
         *(cutoff, keep_last) * 3,

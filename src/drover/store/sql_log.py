@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,15 +28,29 @@ from drover.store.result_refs import Outputs, refers, turn_outputs, with_outputs
 from drover.store.rows import event_from_row, json_value, partial_text_record
 from drover.store.sql_common import Held, first_value, need_session, turn_session
 
-_EVENT_ROW = "(?, ?, ?, ?::text, ?, ?::jsonb, ?, ?, ?)"
+#: A session's number (the log's rows name their session by it), given the session's id.
+SESSION_NUM = "(SELECT num FROM sessions WHERE id = ?)"
+#: A turn's number (as :data:`SESSION_NUM`; NULL given NULL, or a turn with no row).
+_TURN_NUM = "(SELECT num FROM turns WHERE id = ?::text)"
+#: A row's turn: its number, or (a worker's own turn, which has no row) its id as text (three
+#: parameters, the turn's id each time).
+_TURN = f"{_TURN_NUM}, NULLIF(?::text, (SELECT id FROM turns WHERE id = ?::text))"
+#: The columns of a log row (``e``) as :func:`~drover.store.rows.event_from_row` reads them.
+EVENT_COLUMNS = (
+    "e.seq, e.part, e.last_seq, COALESCE(e.turn_text, "
+    "(SELECT t.id FROM turns t WHERE t.num = e.turn_num)) AS turn_id, "
+    "e.type, e.payload, e.marks, e.created_at"
+)
+
+_EVENT_ROW = f"({SESSION_NUM}, ?, ?, {_TURN}, ?, ?::jsonb, ?, ?, ?)"
 _INSERT_EVENTS = (
-    "INSERT INTO events (session_id, seq, part, turn_id, type, payload, created_at, last_seq, "
-    "marks) VALUES "
+    "INSERT INTO events (session_num, seq, part, turn_num, turn_text, type, payload, "
+    "created_at, last_seq, marks) VALUES "
 )
 _INSERT_EVENT = _INSERT_EVENTS + _EVENT_ROW
-#: The most log rows one statement inserts: nine parameters each, under the 999 of an old
+#: The most log rows one statement inserts: eleven parameters each, under the 999 of an old
 #: SQLite.
-ROWS_PER_INSERT = 100
+ROWS_PER_INSERT = 90
 
 
 @functools.cache
@@ -54,8 +69,9 @@ def last_seq_sql(d: Dialect) -> str:
     its own only when it holds coalesced text (``last_seq > seq``): only those are indexed by
     ``last_seq``; the others' greatest number is their greatest ``seq``."""
     return (
-        f"{d.greatest}(COALESCE((SELECT MAX(seq) FROM events WHERE session_id = ?), 0), "
-        "COALESCE((SELECT MAX(last_seq) FROM events WHERE session_id = ? AND last_seq > seq), 0), "
+        f"{d.greatest}(COALESCE((SELECT MAX(seq) FROM events WHERE session_num = {SESSION_NUM}), "
+        f"0), COALESCE((SELECT MAX(last_seq) FROM events WHERE session_num = {SESSION_NUM} "
+        "AND last_seq > seq), 0), "
         "COALESCE((SELECT MAX(last_seq) FROM partial_text WHERE session_id = ?), 0))"
     )
 
@@ -139,7 +155,21 @@ def _row(
     body = event if type(event) is dict else dict(event)
     end = seq if last_seq is None or last_seq < seq else last_seq
     kind = str(event["type"])
-    return (session_id, seq, part, turn_id, kind, d.json(body), now, end, marks)
+    payload = d.json(body)
+    # The row's ``type`` column holds the type; the payload's text leaves it out (a read puts
+    # it back). A PostgreSQL ``jsonb`` value is kept whole: it is not text to cut.
+    if type(payload) is str:
+        head = _type_head(kind)
+        if payload.startswith(head):
+            payload = "{" + payload[len(head) :]
+    return (session_id, seq, part, turn_id, turn_id, turn_id, kind, payload, now, end, marks)
+
+
+@functools.cache
+def _type_head(kind: str) -> str:
+    """How an event's JSON of type ``kind`` begins when its type is its first key and not its
+    only one."""
+    return '{"type":' + json.dumps(kind, ensure_ascii=False) + ","
 
 
 def log_text(
@@ -157,7 +187,7 @@ def log_text(
     part = 0
     if first is not None:
         found = yield from rows(
-            "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq = ?",
+            f"SELECT COUNT(*) AS n FROM events WHERE session_num = {SESSION_NUM} AND seq = ?",
             session_id,
             first,
         )
@@ -208,9 +238,10 @@ def events_after(
         # A row covers a number above ``after_seq`` when its own is (found through the key),
         # or when it holds coalesced text reaching past it (the rows indexed by ``last_seq``;
         # ``+seq`` keeps the planner on that index).
-        "SELECT * FROM events WHERE session_id = ? AND seq > ? UNION ALL "
-        "SELECT * FROM events WHERE session_id = ? AND last_seq > ? AND last_seq > seq "
-        "AND +seq <= ? ORDER BY seq, part LIMIT ?",
+        f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.session_num = {SESSION_NUM} "
+        f"AND e.seq > ? UNION ALL SELECT {EVENT_COLUMNS} FROM events e WHERE e.session_num = "
+        f"{SESSION_NUM} AND e.last_seq > ? AND e.last_seq > e.seq AND +e.seq <= ? "
+        "ORDER BY seq, part LIMIT ?",
         session_id,
         after_seq,
         session_id,
@@ -224,7 +255,7 @@ def events_after(
         after_seq,
         most,
     )
-    records = [event_from_row(r) for r in found]
+    records = [event_from_row(session_id, r) for r in found]
     if tail:  # a step still streams: its rows go in number order among the others
         streaming = [partial_text_record(r) for r in tail]
         records = list(heapq.merge(records, streaming, key=lambda r: r.seq))
@@ -295,15 +326,18 @@ def running_usage(d: Dialect, session_id: str, turn_id: str) -> Plan[Usage | Non
     the turn's usage row or at the first row of another turn (its rows are the log's tail):
     never more than the turn's own rows are read."""
     found = yield from rows(
-        "SELECT type, turn_id, payload FROM events WHERE session_id = ? "
-        f"AND (type = 'usage' OR NOT (turn_id {d.same} ?::text)) "
+        "SELECT type, turn_num, payload, (SELECT num FROM turns WHERE id = ?) AS own "
+        f"FROM events WHERE session_num = {SESSION_NUM} "
+        f"AND (type = 'usage' OR NOT (turn_num {d.same} {_TURN_NUM})) "
         "ORDER BY seq DESC, part DESC LIMIT 1",
+        turn_id,
         session_id,
         turn_id,
     )
-    if not found or found[0]["type"] != "usage" or found[0]["turn_id"] != turn_id:
+    row = found[0] if found else None
+    if row is None or row["type"] != "usage" or row["turn_num"] != row["own"]:
         return None
-    payload = json_value(found[0]["payload"])
+    payload = json_value(row["payload"])
     return Usage(
         input_tokens=int(payload.get("total_input", 0)),
         output_tokens=int(payload.get("total_output", 0)),

@@ -20,7 +20,7 @@ from drover.store.dialect import Dialect
 from drover.store.plan import Plan, Row, execute, rows
 from drover.store.rows import encode_marks, partial_text_record
 from drover.store.sql_common import Held, first_value, turn_session
-from drover.store.sql_log import log, log_text, next_event_seq
+from drover.store.sql_log import SESSION_NUM, log, log_text, next_event_seq
 
 #: Bytes of free pages a finished step's text leaves before they go back to the file system.
 RECLAIM_BYTES = 128 * 1024
@@ -141,7 +141,8 @@ def retire(
                 continue  # other rows between them: leave the block as it is
             if not _contiguous(group):  # numbers between them the log may hold
                 logged = yield from rows(
-                    "SELECT COUNT(*) AS n FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                    f"SELECT COUNT(*) AS n FROM events WHERE session_num = {SESSION_NUM} "
+                    "AND seq BETWEEN ? AND ?",
                     session_id,
                     low,
                     high,
