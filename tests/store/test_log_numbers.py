@@ -1,9 +1,10 @@
-"""The log names sessions and turns by number (``0015_log_numbers``), and its payloads leave
-their type to the row's ``type`` column.
+"""The log, the messages and the tool calls name sessions and turns by number
+(``0015_log_numbers``), and the log's payloads leave their type to the row's ``type`` column.
 
-A journal written before the migration reads as it did, on both backends: every row keeps its
-session, its turn (a worker's own turn, which has no row in ``turns``, included), its payload
-and its place; rows written after it are numbered; deleting a session still takes its rows."""
+A journal written before the migration reads as it did, on both backends: every log row keeps
+its session, its turn (a worker's own turn, which has no row in ``turns``, included), its payload
+and its place; every message and tool call its turn; rows written after it are numbered; a fork
+copies a turn's messages and calls; deleting a session still takes its rows."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import psycopg
 import pytest
 from support.writes import append_event
 
-from drover.messages import user_message
+from drover.messages import message_to_dict, user_message
 from drover.store.migrations import SQLITE_MIGRATIONS, migrate
 from drover.store.pg_migrations import PG_MIGRATIONS
 from drover.store.pg_migrations import migrate as pg_migrate
@@ -44,6 +45,11 @@ _TURN = (
     "INSERT INTO turns (id, session_id, seq, status, created_at, updated_at) "
     "VALUES (?, ?, 1, 'completed', 1, 1)"
 )
+_MESSAGE = "INSERT INTO messages (turn_id, seq, role, body, created_at) VALUES (?, ?, 'user', ?, 1)"
+_CALL = (
+    "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
+    "created_at, updated_at) VALUES (?, ?, 1, 0, 'read', 'output-available', '{}', ?, 1, 2)"
+)
 _EVENT = (
     "INSERT INTO events (session_id, seq, part, last_seq, turn_id, type, payload, created_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, 1)"
@@ -53,6 +59,9 @@ _EVENT = (
 def _old_rows() -> list[tuple[str, tuple[Any, ...]]]:
     out: list[tuple[str, tuple[Any, ...]]] = [(_SESSION, (A,)), (_SESSION, (B,))]
     out += [(_TURN, (TA, A)), (_TURN, (TB, B))]
+    for turn, text in [(TA, "to a"), (TB, "to b")]:
+        out.append((_MESSAGE, (turn, 1, json.dumps(message_to_dict(user_message(text))))))
+        out.append((_CALL, (turn, f"call-{text}", f"out {text}")))
     out += [(_EVENT, (*row[:6], json.dumps(row[6]))) for row in LOG]
     return out
 
@@ -94,6 +103,16 @@ async def test_an_old_log_reads_as_it_did_and_goes_on_numbered(old_store: SqlSto
         assert [r.type for r in await store.events_after(B)] == ["turn_started"]
         assert await store.last_event_seq(A) == 6
         assert [r.seq for r in await store.events_after(A, after_seq=3)] == [2, 5, 6]
+        for turn, text in [(TA, "to a"), (TB, "to b")]:
+            assert [m.message.text for m in await store.turn_messages(turn)] == [text]
+            calls = await store.tool_calls(turn)
+            assert [(c.turn_id, c.call_id, c.output) for c in calls] == [
+                (turn, f"call-{text}", f"out {text}")
+            ]
+        fork = await store.fork_session(A)
+        (copied,) = [t for t, _ in await store.turns_with_messages(fork.id)]
+        assert [m.message.text for m in await store.turn_messages(copied.id)] == ["to a"]
+        assert [c.output for c in await store.tool_calls(copied.id)] == ["out to a"]
 
         # New rows: of a stored turn, of a worker's own turn, of no turn; a new session's.
         await append_event(store, A, TA, {"type": "note", "n": 1})

@@ -81,8 +81,8 @@ async def test_an_old_journal_keeps_its_rows_in_rowid_tables(
     tables = dict(conn.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'table'"))
     with pytest.raises(sqlite3.IntegrityError):  # the key still holds
         conn.execute(
-            "INSERT INTO messages (turn_id, seq, role, body, created_at) "
-            "VALUES (?, 1, 'u', '{}', 1)",
+            "INSERT INTO messages (turn_num, seq, role, body, created_at) "
+            "VALUES ((SELECT num FROM turns WHERE id = ?), 1, 'u', '{}', 1)",
             (T,),
         )
     conn.close()

@@ -26,8 +26,8 @@ OWNER = "elsewhere:42:7"
 #: Every table that holds a session's content, and how its rows name the session.
 TABLES = {
     "turns": "session_id = ?",
-    "messages": "turn_id IN (SELECT id FROM turns WHERE session_id = ?)",
-    "tool_calls": "turn_id IN (SELECT id FROM turns WHERE session_id = ?)",
+    "messages": "turn_num IN (SELECT num FROM turns WHERE session_id = ?)",
+    "tool_calls": "turn_num IN (SELECT num FROM turns WHERE session_id = ?)",
     "partial_text": "session_id = ?",
     "events": "session_num = (SELECT num FROM sessions WHERE id = ?)",
     "permission_grants": "session_id = ?",

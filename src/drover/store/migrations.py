@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from drover.store import numbers_migration
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
@@ -60,28 +62,6 @@ TYPES: dict[str, dict[str, str]] = {
         "bytes": "BYTEA",
     },
 }
-
-
-def _numbered_sqlite(table: str) -> tuple[str, ...]:
-    """Give every row of ``table`` a number, unique in it, and each new row the next one.
-    SQLite cannot add an identity column to a table; a write holds the whole file, so no two
-    new rows take the same number."""
-    return (
-        f"ALTER TABLE {table} ADD COLUMN num INTEGER",
-        f"UPDATE {table} SET num = rowid",
-        f"CREATE UNIQUE INDEX {table}_by_num ON {table} (num)",
-        f"CREATE TRIGGER {table}_numbered AFTER INSERT ON {table} WHEN NEW.num IS NULL "
-        f"BEGIN UPDATE {table} SET num = (SELECT COALESCE(MAX(num), 0) + 1 FROM {table}) "
-        "WHERE rowid = NEW.rowid; END",
-    )
-
-
-def _numbered_postgres(table: str) -> tuple[str, ...]:
-    """:func:`_numbered_sqlite` for PostgreSQL: an identity column."""
-    return (
-        f"ALTER TABLE {table} ADD COLUMN num BIGINT GENERATED ALWAYS AS IDENTITY",
-        f"ALTER TABLE {table} ADD CONSTRAINT {table}_by_num UNIQUE (num)",
-    )
 
 
 #: The schema's history, one list for both backends; the names are its version vocabulary.
@@ -475,59 +455,8 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
     (
         "0015_log_numbers",
         (
-            # Each log row named its session and its turn by their 32-character ids, and the
-            # log's key repeated the session's: ~100 of a row's ~250 bytes after 300 tool
-            # steps. Sessions and turns now also have small numbers, unique in the database,
-            # and the log names them by those. A row's turn needs no foreign key: a turn is
-            # deleted only with its session, and the session's rows go with it. A worker's rows
-            # name the worker's own turn, which has no row in ``turns``: its id stays as text.
-            PerBackend(
-                sqlite=(
-                    *_numbered_sqlite("sessions"),
-                    *_numbered_sqlite("turns"),
-                    """CREATE TABLE events_numbered (
-                        session_num INTEGER NOT NULL
-                            REFERENCES sessions (num) ON DELETE CASCADE,
-                        seq INTEGER NOT NULL,
-                        part INTEGER NOT NULL DEFAULT 0,
-                        last_seq INTEGER NOT NULL,
-                        turn_num INTEGER,
-                        turn_text TEXT,
-                        type TEXT NOT NULL,
-                        payload TEXT NOT NULL,
-                        marks TEXT,
-                        created_at REAL NOT NULL,
-                        PRIMARY KEY (session_num, seq, part)
-                    )""",
-                    "INSERT INTO events_numbered (session_num, seq, part, last_seq, turn_num, "
-                    "turn_text, type, payload, marks, created_at) SELECT s.num, e.seq, e.part, "
-                    "e.last_seq, t.num, CASE WHEN t.num IS NULL THEN e.turn_id END, e.type, "
-                    "e.payload, e.marks, e.created_at FROM events e "
-                    "JOIN sessions s ON s.id = e.session_id LEFT JOIN turns t ON t.id = e.turn_id "
-                    "ORDER BY s.num, e.seq, e.part",
-                    "DROP TABLE events",
-                    "ALTER TABLE events_numbered RENAME TO events",
-                ),
-                postgres=(
-                    *_numbered_postgres("sessions"),
-                    *_numbered_postgres("turns"),
-                    "ALTER TABLE events ADD COLUMN session_num BIGINT",
-                    "ALTER TABLE events ADD COLUMN turn_num BIGINT",
-                    "ALTER TABLE events RENAME COLUMN turn_id TO turn_text",
-                    "UPDATE events e SET session_num = s.num FROM sessions s "
-                    "WHERE s.id = e.session_id",
-                    "UPDATE events e SET turn_num = t.num, turn_text = NULL FROM turns t "
-                    "WHERE t.id = e.turn_text",
-                    "ALTER TABLE events ALTER COLUMN session_num SET NOT NULL",
-                    # The key and the index on the id go with its column.
-                    "ALTER TABLE events DROP COLUMN session_id",
-                    "ALTER TABLE events ADD PRIMARY KEY (session_num, seq, part)",
-                    "ALTER TABLE events ADD FOREIGN KEY (session_num) "
-                    "REFERENCES sessions (num) ON DELETE CASCADE",
-                ),
-            ),
-            "CREATE INDEX events_by_last_seq ON events (session_num, last_seq) "
-            "WHERE last_seq > seq",
+            PerBackend(sqlite=numbers_migration.SQLITE, postgres=numbers_migration.POSTGRES),
+            *numbers_migration.BOTH,
         ),
     ),
 )

@@ -20,6 +20,7 @@ from typing import Any
 from drover.events import TERMINAL_TOOL_STATES
 from drover.messages import Message, message_to_dict
 from drover.store.dialect import Dialect
+from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, rows
 
 #: The mark of a stored ``tool_result`` block whose content is its call's row's output.
@@ -42,7 +43,7 @@ def stored_body(d: Dialect, turn_id: str, message: Message) -> Plan[dict[str, An
         return body
     ended = sorted(TERMINAL_TOOL_STATES)
     found = yield from rows(
-        "SELECT call_id, output FROM tool_calls WHERE turn_id = ? "
+        f"SELECT call_id, output FROM tool_calls WHERE turn_num = {TURN_NUM} "
         f"AND call_id IN ({_marks(wanted)}) AND state IN ({_marks(ended)}) "
         "AND output IS NOT NULL",
         turn_id,
@@ -86,15 +87,17 @@ def with_outputs(body: Mapping[str, Any], outputs: Outputs) -> dict[str, Any]:
 
 def turn_outputs(turn_id: str) -> Plan[dict[str, str | None]]:
     """The outputs of one turn's calls, by call id."""
-    found = yield from rows("SELECT call_id, output FROM tool_calls WHERE turn_id = ?", turn_id)
+    found = yield from rows(
+        f"SELECT call_id, output FROM tool_calls WHERE turn_num = {TURN_NUM}", turn_id
+    )
     return {str(r["call_id"]): r["output"] for r in found}
 
 
 def session_outputs(session_id: str) -> Plan[dict[str, dict[str, str | None]]]:
     """The outputs of a whole session's calls, by turn and call id (one read for a resume)."""
     found = yield from rows(
-        "SELECT tc.turn_id, tc.call_id, tc.output FROM tool_calls tc "
-        "JOIN turns t ON t.id = tc.turn_id WHERE t.session_id = ?",
+        "SELECT t.id AS turn_id, tc.call_id, tc.output FROM tool_calls tc "
+        "JOIN turns t ON t.num = tc.turn_num WHERE t.session_id = ?",
         session_id,
     )
     out: dict[str, dict[str, str | None]] = {}

@@ -83,6 +83,14 @@ def turn_from_row(row: Row) -> TurnRecord:
     )
 
 
+#: A ``tool_calls`` row's columns (``tc``) that :func:`tool_call_from_row` reads besides the
+#: turn's id.
+CALL_COLUMNS = (
+    "tc.call_id, tc.step, tc.call_index, tc.name, tc.state, tc.input, tc.output, tc.is_error, "
+    "tc.outcome_unknown, tc.read_only, tc.created_at, tc.updated_at"
+)
+
+
 def tool_call_from_row(row: Row) -> ToolCallRecord:
     raw_input = row["input"]
     return ToolCallRecord(
@@ -102,10 +110,11 @@ def tool_call_from_row(row: Row) -> ToolCallRecord:
     )
 
 
-def stored_message(row: Row, body: Any) -> StoredMessage:
-    """A ``messages`` row, with its body decoded (and its outputs put back) by the caller."""
+def stored_message(turn_id: str, row: Row, body: Any) -> StoredMessage:
+    """A ``messages`` row of the turn ``turn_id``, with its body decoded (and its outputs put
+    back) by the caller."""
     return StoredMessage(
-        turn_id=str(row["turn_id"]),
+        turn_id=turn_id,
         seq=int(row["seq"]),
         message=message_from_dict(body),
         partial=bool(row["partial"]),

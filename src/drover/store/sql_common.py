@@ -19,6 +19,7 @@ from drover.events import TERMINAL_TOOL_STATES
 from drover.journal.rules import check_writable
 from drover.messages import Message
 from drover.store.dialect import Dialect
+from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, Row, execute, rows
 from drover.store.result_refs import stored_body
 
@@ -92,7 +93,7 @@ def _numbered_sql(
 ) -> tuple[str, str, str]:
     """The statements of :func:`numbered`: the insert that numbers its row and returns the
     number; or the read of the number, then the insert (built once each)."""
-    where = " AND ".join(f"{column} = ?" for column in scope)
+    where = " AND ".join(scope)
     return (
         f"INSERT INTO {table} ({columns}, seq) SELECT {values}, COALESCE(MAX(seq), 0) + 1 "
         f"FROM {table} WHERE {where} RETURNING seq",
@@ -110,7 +111,8 @@ def numbered(
     scope: tuple[str, ...],
 ) -> Plan[int]:
     """Insert a row into ``table`` numbered ``max(seq) + 1`` among the rows that share its
-    ``scope`` columns (the last of ``columns``, so their values end ``params``); its number.
+    ``scope`` (conditions on the last of ``columns``, one parameter each, so their values end
+    ``params``); its number.
     The caller holds the session's lock, so no other writer takes the same number."""
     returning, select, insert = _numbered_sql(table, columns, values, scope)
     scoped = params[-len(scope) :]
@@ -131,9 +133,9 @@ def add_message(d: Dialect, turn_id: str, message: Message, partial: bool, now: 
         yield from numbered(
             d,
             "messages",
-            "role, body, partial, created_at, turn_id",
-            "?, ?::jsonb, ?, ?, ?",
+            "role, body, partial, created_at, turn_num",
+            f"?, ?::jsonb, ?, ?, {TURN_NUM}",
             (message.role, d.json(body), partial, now, turn_id),
-            ("turn_id",),
+            (f"turn_num = {TURN_NUM}",),
         )
     )

@@ -19,6 +19,7 @@ from drover.journal.records import EventRecord, FileImageRecord, SessionRecord, 
 from drover.journal.rules import rewound_event
 from drover.journal.writes import KeepFileImage
 from drover.store.dialect import Dialect
+from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, execute, rows
 from drover.store.rows import session_from_row, turn_from_row
 from drover.store.sql_common import Held, lock_session, numbered, turn_session
@@ -65,7 +66,7 @@ def keep_file_image(d: Dialect, w: KeepFileImage, now: float, held: Held | None)
             now,
             w.turn_id,
         ),
-        ("turn_id",),
+        ("turn_id = ?",),
     )
 
 
@@ -172,16 +173,18 @@ def _copy_turn(turn: TurnRecord, copy_id: str, session_id: str) -> Plan[None]:
         turn.id,
     )
     yield from execute(
-        "INSERT INTO messages (turn_id, seq, role, body, partial, created_at) "
-        "SELECT ?, seq, role, body, partial, created_at FROM messages WHERE turn_id = ?",
+        "INSERT INTO messages (turn_num, seq, role, body, partial, created_at) "
+        f"SELECT {TURN_NUM}, seq, role, body, partial, created_at FROM messages "
+        f"WHERE turn_num = {TURN_NUM}",
         copy_id,
         turn.id,
     )
     yield from execute(
-        "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, "
+        "INSERT INTO tool_calls (turn_num, call_id, step, call_index, name, state, input, "
         "output, is_error, outcome_unknown, read_only, created_at, updated_at) "
-        "SELECT ?, call_id, step, call_index, name, state, input, output, is_error, "
-        "outcome_unknown, read_only, created_at, updated_at FROM tool_calls WHERE turn_id = ?",
+        f"SELECT {TURN_NUM}, call_id, step, call_index, name, state, input, output, is_error, "
+        "outcome_unknown, read_only, created_at, updated_at FROM tool_calls "
+        f"WHERE turn_num = {TURN_NUM}",
         copy_id,
         turn.id,
     )

@@ -23,18 +23,15 @@ from drover.journal.records import EventRecord
 from drover.journal.writes import MESSAGE_OF, OUTPUT_OF, TEXT_OF, AppendEvent, with_output
 from drover.messages import Message, Usage, message_from_dict, message_to_dict
 from drover.store.dialect import Dialect
+from drover.store.keys import SESSION_NUM, TURN_NUM
 from drover.store.plan import Exec, Plan, execute, rows
 from drover.store.result_refs import Outputs, refers, turn_outputs, with_outputs
 from drover.store.rows import event_from_row, json_value, partial_text_record
 from drover.store.sql_common import Held, first_value, need_session, turn_session
 
-#: A session's number (the log's rows name their session by it), given the session's id.
-SESSION_NUM = "(SELECT num FROM sessions WHERE id = ?)"
-#: A turn's number (as :data:`SESSION_NUM`; NULL given NULL, or a turn with no row).
-_TURN_NUM = "(SELECT num FROM turns WHERE id = ?::text)"
 #: A row's turn: its number, or (a worker's own turn, which has no row) its id as text (three
 #: parameters, the turn's id each time).
-_TURN = f"{_TURN_NUM}, NULLIF(?::text, (SELECT id FROM turns WHERE id = ?::text))"
+_TURN = f"{TURN_NUM}, NULLIF(?::text, (SELECT id FROM turns WHERE id = ?::text))"
 #: The columns of a log row (``e``) as :func:`~drover.store.rows.event_from_row` reads them.
 EVENT_COLUMNS = (
     "e.seq, e.part, e.last_seq, COALESCE(e.turn_text, "
@@ -295,7 +292,9 @@ def _resolved(records: list[EventRecord]) -> Plan[list[EventRecord]]:
             out.append(replace(record, payload=new))
             continue
         if turn_id not in bodies:
-            found = yield from rows("SELECT seq, body FROM messages WHERE turn_id = ?", turn_id)
+            found = yield from rows(
+                f"SELECT seq, body FROM messages WHERE turn_num = {TURN_NUM}", turn_id
+            )
             bodies[turn_id] = {}
             for r in found:
                 body = json_value(r["body"])
@@ -328,7 +327,7 @@ def running_usage(d: Dialect, session_id: str, turn_id: str) -> Plan[Usage | Non
     found = yield from rows(
         "SELECT type, turn_num, payload, (SELECT num FROM turns WHERE id = ?) AS own "
         f"FROM events WHERE session_num = {SESSION_NUM} "
-        f"AND (type = 'usage' OR NOT (turn_num {d.same} {_TURN_NUM})) "
+        f"AND (type = 'usage' OR NOT (turn_num {d.same} {TURN_NUM})) "
         "ORDER BY seq DESC, part DESC LIMIT 1",
         turn_id,
         session_id,

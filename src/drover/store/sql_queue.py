@@ -74,7 +74,7 @@ def enqueue(
         "id, content, status, created_at, updated_at, session_id",
         "?, ?, 'queued', ?, ?, ?",
         (message_id, d.clean(content), now, now, session_id),
-        ("session_id",),
+        ("session_id = ?",),
     )
     message = QueuedMessage(
         id=message_id,

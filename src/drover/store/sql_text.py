@@ -17,10 +17,11 @@ from drover.journal.records import EventRecord
 from drover.journal.writes import AppendPartialText, DiscardPartialText
 from drover.messages import Message
 from drover.store.dialect import Dialect
+from drover.store.keys import SESSION_NUM
 from drover.store.plan import Plan, Row, execute, rows
 from drover.store.rows import encode_marks, partial_text_record
 from drover.store.sql_common import Held, first_value, turn_session
-from drover.store.sql_log import SESSION_NUM, log, log_text, next_event_seq
+from drover.store.sql_log import log, log_text, next_event_seq
 
 #: Bytes of free pages a finished step's text leaves before they go back to the file system.
 RECLAIM_BYTES = 128 * 1024

@@ -31,6 +31,7 @@ from drover.journal.writes import EndTurn
 from drover.messages import Message, Usage, message_to_dict
 from drover.store import sql_queue
 from drover.store.dialect import Dialect
+from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, Row, atomic, execute, rows
 from drover.store.result_refs import SessionOutputs
 from drover.store.rows import turn_from_row
@@ -79,7 +80,7 @@ def begin_turn(
         "session_id",
         "?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?",
         (turn_id, "running", body, owner, now + lease_seconds, now, now, webhook, session_id),
-        ("session_id",),
+        ("session_id = ?",),
     )
     yield from execute(
         "UPDATE sessions SET updated_at = ?, title = COALESCE(title, ?) WHERE id = ?",
@@ -124,7 +125,8 @@ def settle(
 
     calls = yield from rows(
         "SELECT call_id, call_index, name, state, output, read_only FROM tool_calls "
-        f"WHERE turn_id = ? AND state NOT IN ({TERMINAL_SQL}) ORDER BY step, call_index",
+        f"WHERE turn_num = {TURN_NUM} AND state NOT IN ({TERMINAL_SQL}) "
+        "ORDER BY step, call_index",
         turn_id,
     )
     for call in calls:
@@ -132,7 +134,7 @@ def settle(
         output = call["output"] or text
         yield from execute(
             "UPDATE tool_calls SET state = 'interrupted', output = ?, is_error = TRUE, "
-            "outcome_unknown = ?, updated_at = ? WHERE turn_id = ? AND call_id = ?",
+            f"outcome_unknown = ?, updated_at = ? WHERE turn_num = {TURN_NUM} AND call_id = ?",
             output,
             unknown,
             now,
@@ -154,7 +156,7 @@ def settle(
         yield from logs(event_to_dict(AssistantMessage(message=message, partial=True)))
     yield from retire(d, space, session_id, turn_id, None, now)
     held = yield from rows(
-        "SELECT EXISTS (SELECT 1 FROM messages WHERE turn_id = ?) AS held", turn_id
+        f"SELECT EXISTS (SELECT 1 FROM messages WHERE turn_num = {TURN_NUM}) AS held", turn_id
     )
     return bool(first_value(held, "held"))
 

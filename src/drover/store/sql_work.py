@@ -23,19 +23,20 @@ from drover.journal.writes import (
 )
 from drover.messages import message_to_dict
 from drover.store.dialect import Dialect
+from drover.store.keys import TURN_NUM
 from drover.store.plan import Exec, Plan, execute, rows
 from drover.store.result_refs import Outputs, OutputsOf, refers, turn_outputs, with_outputs
-from drover.store.rows import json_value, stored_message, tool_call_from_row
+from drover.store.rows import CALL_COLUMNS, json_value, stored_message, tool_call_from_row
 from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_session
 from drover.store.sql_log import log
 from drover.store.sql_text import FreedSpace, deltas, retire
 
 # A call in a terminal state keeps it: a late write cannot reopen it.
 _UPSERT_CALL = (
-    "INSERT INTO tool_calls (turn_id, call_id, step, call_index, name, state, input, output, "
+    "INSERT INTO tool_calls (turn_num, call_id, step, call_index, name, state, input, output, "
     "is_error, outcome_unknown, read_only, created_at, updated_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (turn_id, call_id) DO UPDATE SET "
+    f"VALUES ({TURN_NUM}, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (turn_num, call_id) DO UPDATE SET "
     "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
     "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
     "input = COALESCE(excluded.input, tool_calls.input), "
@@ -66,15 +67,15 @@ def replace_message(d: Dialect, w: ReplaceMessage, held: Held | None = None) -> 
     body = d.json(message_to_dict(w.message))
     if w.seq is None:  # the turn's latest message
         count = yield from execute(
-            "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? "
-            "AND seq = (SELECT MAX(seq) FROM messages WHERE turn_id = ?)",
+            f"UPDATE messages SET body = ?::jsonb WHERE turn_num = {TURN_NUM} "
+            f"AND seq = (SELECT MAX(seq) FROM messages WHERE turn_num = {TURN_NUM})",
             body,
             w.turn_id,
             w.turn_id,
         )
     else:
         count = yield from execute(
-            "UPDATE messages SET body = ?::jsonb WHERE turn_id = ? AND seq = ?",
+            f"UPDATE messages SET body = ?::jsonb WHERE turn_num = {TURN_NUM} AND seq = ?",
             body,
             w.turn_id,
             w.seq,
@@ -110,7 +111,7 @@ def turn_messages(
     run it in a snapshot (a fold committing in between cannot show twice). ``outputs_of``
     reads the outputs its results left in their calls' rows."""
     found = yield from rows(
-        "SELECT turn_id, seq, body, partial, created_at FROM messages WHERE turn_id = ? "
+        f"SELECT seq, body, partial, created_at FROM messages WHERE turn_num = {TURN_NUM} "
         "ORDER BY seq",
         turn_id,
     )
@@ -123,7 +124,7 @@ def turn_messages(
             if outputs is None:
                 outputs = yield from outputs_of(turn_id)
             body = with_outputs(body, outputs)
-        out.append(stored_message(r, body))
+        out.append(stored_message(turn_id, r, body))
     first = out[-1].seq + 1 if out else 1
     for seq, message in enumerate(partial_messages(left), first):
         out.append(
@@ -137,7 +138,8 @@ def tool_calls(turn_id: str | None, session_id: str | None) -> Plan[list[ToolCal
     order."""
     column, key = ("t.id", turn_id) if turn_id is not None else ("t.session_id", session_id)
     found = yield from rows(
-        "SELECT tc.* FROM tool_calls tc JOIN turns t ON t.id = tc.turn_id "
+        f"SELECT t.id AS turn_id, {CALL_COLUMNS} FROM tool_calls tc "
+        "JOIN turns t ON t.num = tc.turn_num "
         f"WHERE {column} = ? ORDER BY t.seq, tc.step, tc.call_index, tc.created_at",
         key,
     )
