@@ -9,10 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from support.writes import replace_message
+
 from drover.events import AssistantMessage, StepStarted, ToolResults, ToolStateChanged, TurnStarted
 from drover.journal.journal import Journal
 from drover.journal.writes import OUTPUT_OF, AppendEvent, AppendMessage, EndTurn, UpsertToolCall
 from drover.messages import (
+    Message,
+    TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     assistant_message,
@@ -212,3 +216,25 @@ async def test_a_short_output_stays_in_the_message(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert json.loads(body)["content"][0]["content"] == short
+
+
+async def test_a_results_message_written_again_still_refers(tmp_path: Path) -> None:
+    """A results message replaced in place (the loop's differ from those written ahead) is
+    stored as a new one is: the output left in its call's row, and read back whole."""
+    published: dict[int, dict[str, Any]] = {}
+    async with SqliteStore(tmp_path / "j.db") as store:
+        journal = await _tool_step(store, published)
+        (turn,) = await store.turns(journal.session_id)
+        again = Message(
+            role="user",
+            content=(ToolResultBlock(tool_use_id="c1", content=OUTPUT), TextBlock(text="note")),
+        )
+        await replace_message(store, turn.id, None, again)
+        assert (await store.turn_messages(turn.id))[-1].message == again
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        bodies = [b for (b,) in conn.execute("SELECT body FROM messages ORDER BY seq")]
+    finally:
+        conn.close()
+    assert "note" in bodies[-1]
+    assert OUTPUT not in bodies[-1]

@@ -21,11 +21,17 @@ from drover.journal.writes import (
     UpsertToolCall,
     with_output,
 )
-from drover.messages import message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.keys import TURN_NUM
 from drover.store.plan import Exec, Plan, execute, rows
-from drover.store.result_refs import Outputs, OutputsOf, refers, turn_outputs, with_outputs
+from drover.store.result_refs import (
+    Outputs,
+    OutputsOf,
+    refers,
+    stored_body,
+    turn_outputs,
+    with_outputs,
+)
 from drover.store.rows import CALL_COLUMNS, json_value, stored_message, tool_call_from_row
 from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_session
 from drover.store.sql_log import log
@@ -64,7 +70,7 @@ def append_message(
 
 def replace_message(d: Dialect, w: ReplaceMessage, held: Held | None = None) -> Plan[None]:
     yield from turn_session(d, w.turn_id, held=held)
-    body = d.json(message_to_dict(w.message))
+    body = d.json((yield from stored_body(d, w.turn_id, w.message)))
     if w.seq is None:  # the turn's latest message
         count = yield from execute(
             f"UPDATE messages SET body = ?::jsonb WHERE turn_num = {TURN_NUM} "
