@@ -80,7 +80,7 @@ def with_outputs(body: Mapping[str, Any], outputs: Outputs) -> dict[str, Any]:
     for block in body.get("content", ()):
         if OUTPUT_IN_CALL in block:
             block = {k: v for k, v in block.items() if k != OUTPUT_IN_CALL}
-            block["content"] = outputs.get(str(block.get("tool_use_id")), None) or ""
+            block["content"] = outputs.get(str(block.get("tool_use_id"))) or ""
         content.append(block)
     return {**body, "content": content}
 
