@@ -15,10 +15,11 @@ PostgreSQL's).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from drover.errors import StoreError
 from drover.store import numbers_migration
 
 
@@ -485,6 +486,18 @@ _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
 )"""
 
 
+def refuse_newer(applied: Iterable[str], migrations: Sequence[Migration]) -> None:
+    """Refuse a schema a newer drover has migrated past this one's: this version's statements
+    would fail on its tables mid-turn (a column renamed, a key changed) and lose that work."""
+    known = {m.name for m in migrations}
+    unknown = sorted(set(applied) - known)
+    if unknown:
+        raise StoreError(
+            f"its schema is a newer drover's (migration {unknown[-1]} is unknown to this "
+            "version): upgrade drover to use it"
+        )
+
+
 def applied_migrations(conn: sqlite3.Connection) -> list[str]:
     """Names of the applied migrations, in the order they were applied."""
     conn.execute(_LEDGER)
@@ -503,8 +516,10 @@ def migrate(
     """
     conn.execute(_LEDGER)
     done = set(applied_migrations(conn))
+    listed = tuple(migrations)  # walked once
+    refuse_newer(done, listed)
     applied: list[str] = []
-    for migration in migrations:
+    for migration in listed:
         if migration.name in done:
             continue
         conn.execute("BEGIN IMMEDIATE")

@@ -109,6 +109,8 @@ class PgPool:
             await migrate(conn, now)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the journal at {where}: {reason(exc)}") from exc
+        except StoreError as exc:  # a newer drover's schema
+            raise StoreError(f"cannot open the journal at {where}: {exc}") from None
         finally:
             await conn.close()
         pool = AsyncConnectionPool(

@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from drover.store.migrations import Migration, for_backend
+from drover.store.migrations import Migration, for_backend, refuse_newer
 
 #: Key of the advisory lock migrations run under (any constant; "drover" in ASCII).
 LOCK_KEY = 0x64726F766572
@@ -54,6 +54,7 @@ async def migrate(
     ``conn`` must be in autocommit mode: each step is its own transaction.
     """
     done = set(await applied_migrations(conn))
+    refuse_newer(done, migrations)
     applied: list[str] = []
     for migration in migrations:
         if migration.name in done:

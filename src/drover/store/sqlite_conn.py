@@ -153,12 +153,17 @@ class SqliteConnection:
             # as the biggest transaction ever made (a final message of a long answer).
             conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA foreign_keys = ON")
-            migrate(conn, self._clock())
+            try:
+                migrate(conn, self._clock())
+            except StoreError as exc:  # a newer drover's schema
+                conn.close()
+                raise StoreError(f"cannot open the journal at {where}: {exc}") from None
         except (OSError, sqlite3.Error) as exc:
             if conn is not None:
                 conn.close()
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise StoreError(f"cannot open the journal at {where}: {reason}") from None
+
         self._conn = conn
 
     def _check_parent(self, parent: Path) -> None:
