@@ -208,7 +208,7 @@ async def test_a_tool_step_on_sqlite_makes_only_the_statements_it_needs(tmp_path
     assert sorted(made) == sorted(
         ["BEGIN IMMEDIATE"] * 3
         + ["COMMIT"] * 3
-        + ["SELECT s.id, t.status,"] * 3  # the turn, checked once a commit
+        + ["SELECT s.id, s.num"] * 3  # the turn, checked once a commit
         + ["INSERT INTO events"] * 7  # 6 rows and the folded text row
         + ["INSERT INTO tool_calls"] * 3
         + ["INSERT INTO messages"] * 2

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from support.writes import append_event
 
+from drover.journal.writes import AppendEvent, UpsertToolCall
 from drover.messages import message_to_dict, user_message
 from drover.store.migrations import SQLITE_MIGRATIONS, migrate
 from drover.store.pg_migrations import PG_MIGRATIONS
@@ -158,3 +159,31 @@ async def test_a_row_holds_numbers_and_its_payload_no_type(tmp_path: Path) -> No
         assert first.id not in str(conn.execute("SELECT * FROM events").fetchall())
     finally:
         conn.close()
+
+
+async def test_a_batch_names_each_rows_turn_whichever_way_it_is_written(tmp_path: Path) -> None:
+    """A batch that checked its turn writes that turn's rows by number; a row of a turn it did
+    not check (a worker's own) is looked up by id, and so is every row of its statement."""
+    async with SqliteStore(tmp_path / "journal.db") as store:
+        session = await store.create_session(workdir="/w", model="m")
+        turn = await store.begin_turn(session.id, user_message("go"), "h:1:1", 30)
+        call = UpsertToolCall(
+            turn_id=turn.id, call_id="c1", call_index=0, name="read", state="running"
+        )
+
+        def row(seq: int, turn_id: str | None) -> AppendEvent:
+            return AppendEvent(session.id, turn_id, {"type": "note", "n": seq}, seq=seq)
+
+        await store.write_batch([call, row(1, turn.id), row(2, None)])  # all by number
+        await store.write_batch([call, row(3, turn.id), row(4, WORKER_TURN), row(5, None)])
+        await store.write_batch([row(6, turn.id), row(7, WORKER_TURN)])  # nothing checked
+        seen = [(r.seq, r.turn_id) for r in await store.events_after(session.id)]
+    assert seen == [
+        (1, turn.id),
+        (2, None),
+        (3, turn.id),
+        (4, WORKER_TURN),
+        (5, None),
+        (6, turn.id),
+        (7, WORKER_TURN),
+    ]

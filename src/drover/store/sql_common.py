@@ -34,13 +34,17 @@ def first_value(found: list[Row], column: str) -> Any:
 class Held:
     """What one write transaction has locked and checked already — sessions, and running
     turns (with the owner they were checked under) to their session — so that the writes of a
-    batch lock and check each once. A plan given none checks for itself."""
+    batch lock and check each once. A plan given none checks for itself. It also keeps the
+    numbers (:mod:`drover.store.keys`) of the sessions and turns it checked, by id, so that the
+    batch's rows name them without looking each up again."""
 
-    __slots__ = ("sessions", "turns")
+    __slots__ = ("session_nums", "sessions", "turn_nums", "turns")
 
     def __init__(self) -> None:
         self.sessions: set[str] = set()
         self.turns: dict[tuple[str, str | None], str] = {}
+        self.session_nums: dict[str, int] = {}
+        self.turn_nums: dict[str, int] = {}
 
     def forget_turn(self, turn_id: str) -> None:
         """The turn ended in this transaction: a later write must check it again (and fail)."""
@@ -48,20 +52,26 @@ class Held:
             del self.turns[key]
 
 
+def _lock_session(d: Dialect, session_id: str) -> Plan[int | None]:
+    found = yield from rows(f"SELECT s.num FROM sessions s WHERE s.id = ?{d.lock}", session_id)
+    return int(found[0]["num"]) if found else None
+
+
 def lock_session(d: Dialect, session_id: str) -> Plan[bool]:
     """Lock the session's row until the transaction ends; whether it exists."""
-    found = yield from rows(f"SELECT 1 AS one FROM sessions s WHERE s.id = ?{d.lock}", session_id)
-    return bool(found)
+    return (yield from _lock_session(d, session_id)) is not None
 
 
 def need_session(d: Dialect, session_id: str, held: Held | None = None) -> Plan[None]:
     """Lock the session, which must exist."""
     if held is not None and session_id in held.sessions:
         return
-    if not (yield from lock_session(d, session_id)):
+    num = yield from _lock_session(d, session_id)
+    if num is None:
         raise StoreError(f"no session {session_id}")
     if held is not None:
         held.sessions.add(session_id)
+        held.session_nums[session_id] = num
 
 
 def turn_session(
@@ -72,8 +82,8 @@ def turn_session(
     if held is not None and (turn_id, owner) in held.turns:
         return held.turns[turn_id, owner]
     found = yield from rows(
-        "SELECT s.id, t.status, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
-        f"WHERE t.id = ?{d.lock}",
+        "SELECT s.id, s.num AS session_num, t.num AS turn_num, t.status, t.owner FROM turns t "
+        f"JOIN sessions s ON s.id = t.session_id WHERE t.id = ?{d.lock}",
         turn_id,
     )
     if not found:
@@ -84,6 +94,8 @@ def turn_session(
     if held is not None:
         held.turns[turn_id, owner] = session_id
         held.sessions.add(session_id)
+        held.session_nums[session_id] = int(row["session_num"])
+        held.turn_nums[turn_id] = int(row["turn_num"])
     return session_id
 
 
@@ -125,17 +137,26 @@ def numbered(
     return seq
 
 
-def add_message(d: Dialect, turn_id: str, message: Message, partial: bool, now: float) -> Plan[int]:
+def add_message(
+    d: Dialect,
+    turn_id: str,
+    message: Message,
+    partial: bool,
+    now: float,
+    held: Held | None = None,
+) -> Plan[int]:
     """Store a message as the turn's next (its results' outputs left in their calls' rows,
     :mod:`drover.store.result_refs`); its seq in the turn."""
     body = yield from stored_body(d, turn_id, message)
+    num = None if held is None else held.turn_nums.get(turn_id)
+    turn, value = (TURN_NUM, turn_id) if num is None else ("?", num)
     return (
         yield from numbered(
             d,
             "messages",
             "role, body, partial, created_at, turn_num",
-            f"?, ?::jsonb, ?, ?, {TURN_NUM}",
-            (message.role, d.json(body), partial, now, turn_id),
-            (f"turn_num = {TURN_NUM}",),
+            f"?, ?::jsonb, ?, ?, {turn}",
+            (message.role, d.json(body), partial, now, value),
+            (f"turn_num = {turn}",),
         )
     )

@@ -39,21 +39,39 @@ EVENT_COLUMNS = (
     "e.type, e.payload, e.marks, e.created_at"
 )
 
-_EVENT_ROW = f"({SESSION_NUM}, ?, ?, {_TURN}, ?, ?::jsonb, ?, ?, ?)"
+#: A log row whose session and turn are named by id (their numbers looked up as it is
+#: inserted), or by number (a :class:`Held` of the transaction has them).
+_BY_ID = f"({SESSION_NUM}, {_TURN}, ?, ?, ?, ?::jsonb, ?, ?, ?)"
+_BY_NUMBER = "(?, ?, NULL, ?, ?, ?, ?::jsonb, ?, ?, ?)"
 _INSERT_EVENTS = (
-    "INSERT INTO events (session_num, seq, part, turn_num, turn_text, type, payload, "
+    "INSERT INTO events (session_num, turn_num, turn_text, seq, part, type, payload, "
     "created_at, last_seq, marks) VALUES "
 )
-_INSERT_EVENT = _INSERT_EVENTS + _EVENT_ROW
-#: The most log rows one statement inserts: eleven parameters each, under the 999 of an old
-#: SQLite.
+#: The most log rows one statement inserts: up to eleven parameters each, under the 999 of an
+#: old SQLite.
 ROWS_PER_INSERT = 90
+
+#: How a row names its session and turn: ``(session's id, turn's id × 3)`` for :data:`_BY_ID`,
+#: ``(session's number, turn's number)`` for :data:`_BY_NUMBER`.
+Keys = tuple[Any, ...]
 
 
 @functools.cache
-def _insert_events(n: int) -> str:
+def _insert_events(n: int, by_number: bool) -> str:
     """The statement that logs ``n`` rows."""
-    return _INSERT_EVENTS + ", ".join([_EVENT_ROW] * n)
+    return _INSERT_EVENTS + ", ".join([_BY_NUMBER if by_number else _BY_ID] * n)
+
+
+def _keys(session_id: str, turn_id: str | None, held: Held | None) -> tuple[Keys, bool]:
+    """How a row of ``session_id`` and ``turn_id`` names them, and whether by number: by
+    number when ``held`` checked both (a turn it did not check may be a worker's own, which
+    has no number)."""
+    if held is not None:
+        session = held.session_nums.get(session_id)
+        turn = None if turn_id is None else held.turn_nums.get(turn_id)
+        if session is not None and (turn is not None or turn_id is None):
+            return (session, turn), True
+    return (session_id, turn_id, turn_id, turn_id), False
 
 
 #: How many parameters :func:`last_seq_sql` takes (each the session's id).
@@ -128,19 +146,20 @@ def log(
     last_seq: int | None = None,
     marks: str | None = None,
     part: int = 0,
+    held: Held | None = None,
 ) -> Plan[int]:
     """Log one row; numbered after every number used or reserved unless ``seq`` is given."""
     if seq is None:
         seq = yield from next_event_seq(d, session_id)
+    keys, by_number = _keys(session_id, turn_id, held)
     # Yielded as is (not through ``execute``): the store makes one for every log row.
-    yield Exec(_INSERT_EVENT, _row(d, session_id, turn_id, event, now, seq, last_seq, marks, part))
+    yield Exec(_insert_events(1, by_number), _row(d, keys, event, now, seq, last_seq, marks, part))
     return seq
 
 
 def _row(
     d: Dialect,
-    session_id: str,
-    turn_id: str | None,
+    keys: Keys,
     event: Mapping[str, Any],
     now: float,
     seq: int,
@@ -159,7 +178,7 @@ def _row(
         head = _type_head(kind)
         if payload.startswith(head):
             payload = "{" + payload[len(head) :]
-    return (session_id, seq, part, turn_id, turn_id, turn_id, kind, payload, now, end, marks)
+    return (*keys, seq, part, kind, payload, now, end, marks)
 
 
 @functools.cache
@@ -196,7 +215,7 @@ def append_event(d: Dialect, w: AppendEvent, now: float, held: Held | None = Non
     if "type" not in w.event:
         raise ValueError("an event needs a type")
     yield from need_session(d, w.session_id, held)
-    return (yield from log(d, w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq))
+    return (yield from log(d, w.session_id, w.turn_id, w.event, now, w.seq, w.last_seq, held=held))
 
 
 def append_numbered(
@@ -214,10 +233,16 @@ def append_numbered(
         seqs.append(w.seq)
     for start in range(0, len(writes), ROWS_PER_INSERT):
         chunk = writes[start : start + ROWS_PER_INSERT]
+        named = [_keys(w.session_id, w.turn_id, held) for w in chunk]
+        by_number = all(known for _, known in named)
         params: list[Any] = []
-        for w, seq in zip(chunk, seqs[start : start + ROWS_PER_INSERT], strict=True):
-            params += _row(d, w.session_id, w.turn_id, w.event, now, seq, w.last_seq, None, 0)
-        yield Exec(_insert_events(len(chunk)), tuple(params))
+        for w, seq, (keys, known) in zip(
+            chunk, seqs[start : start + ROWS_PER_INSERT], named, strict=True
+        ):
+            if known and not by_number:  # one statement, one shape: every row by id
+                keys = (w.session_id, w.turn_id, w.turn_id, w.turn_id)
+            params += _row(d, keys, w.event, now, seq, w.last_seq, None, 0)
+        yield Exec(_insert_events(len(chunk), by_number), tuple(params))
     return seqs
 
 

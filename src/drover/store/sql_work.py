@@ -37,34 +37,41 @@ from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_sessio
 from drover.store.sql_log import log
 from drover.store.sql_text import FreedSpace, deltas, retire
 
-# A call in a terminal state keeps it: a late write cannot reopen it.
-_UPSERT_CALL = (
-    "INSERT INTO tool_calls (turn_num, call_id, step, call_index, name, state, input, output, "
-    "is_error, outcome_unknown, read_only, created_at, updated_at) "
-    f"VALUES ({TURN_NUM}, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (turn_num, call_id) DO UPDATE SET "
-    "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
-    "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
-    "input = COALESCE(excluded.input, tool_calls.input), "
-    "output = COALESCE(excluded.output, tool_calls.output), "
-    "is_error = excluded.is_error, outcome_unknown = excluded.outcome_unknown, "
-    "read_only = excluded.read_only OR tool_calls.read_only, "
-    f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
-)
+
+def _upsert_call(turn: str) -> str:
+    """The upsert of a call whose turn is ``turn`` (its number, or its lookup by id). A call in
+    a terminal state keeps it: a late write cannot reopen it."""
+    return (
+        "INSERT INTO tool_calls (turn_num, call_id, step, call_index, name, state, input, "
+        "output, is_error, outcome_unknown, read_only, created_at, updated_at) "
+        f"VALUES ({turn}, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (turn_num, call_id) DO UPDATE SET "
+        "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
+        "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
+        "input = COALESCE(excluded.input, tool_calls.input), "
+        "output = COALESCE(excluded.output, tool_calls.output), "
+        "is_error = excluded.is_error, outcome_unknown = excluded.outcome_unknown, "
+        "read_only = excluded.read_only OR tool_calls.read_only, "
+        f"updated_at = excluded.updated_at WHERE tool_calls.state NOT IN ({TERMINAL_SQL})"
+    )
+
+
+_UPSERT_BY_ID = _upsert_call(TURN_NUM)
+_UPSERT_BY_NUMBER = _upsert_call("?")
 
 
 def append_message(
     d: Dialect, space: FreedSpace, w: AppendMessage, now: float, held: Held | None = None
 ) -> Plan[int]:
     session_id = yield from turn_session(d, w.turn_id, held=held)
-    seq = yield from add_message(d, w.turn_id, w.message, w.partial, now)
+    seq = yield from add_message(d, w.turn_id, w.message, w.partial, now, held)
     if w.step is not None:
         fold = (w.message, seq) if w.fold_from is not None and not w.partial else None
         yield from retire(d, space, session_id, w.turn_id, w.step, now, fold)
     if w.logged is not None:
         row = w.logged
         event = {k: (seq if k == MESSAGE_OF else v) for k, v in row.event.items()}
-        yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
+        yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq, held=held)
     return seq
 
 
@@ -94,10 +101,12 @@ def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = N
     input_json = None if w.input is None else d.json(dict(w.input))
     if held is None or (w.turn_id, None) not in held.turns:
         yield from turn_session(d, w.turn_id, held=held)
+    num = None if held is None else held.turn_nums.get(w.turn_id)
     count = yield Exec(  # as is (not through ``execute``): the store makes one for every state
-        _UPSERT_CALL,
+        _UPSERT_BY_ID if num is None else _UPSERT_BY_NUMBER,
         (
-            *(w.turn_id, w.call_id, w.step, w.call_index, w.name, w.state, input_json),
+            w.turn_id if num is None else num,
+            *(w.call_id, w.step, w.call_index, w.name, w.state, input_json),
             *(d.clean(w.output), w.is_error, w.outcome_unknown, w.read_only, now, now),
         ),
     )
@@ -107,7 +116,7 @@ def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = N
         if OUTPUT_OF in event and (not count or w.output is None):
             # The call had ended already and kept its output: the row carries this one.
             event = with_output(event, w.output)
-        yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq)
+        yield from log(d, row.session_id, row.turn_id, event, now, row.seq, row.last_seq, held=held)
 
 
 def turn_messages(
