@@ -130,3 +130,36 @@ def test_mcp_commands_that_start_no_server_leave_the_sdk_and_the_agent_unloaded(
         if any(name == top or name.startswith(top + ".") for top in MCP_COMMANDS_OUT)
     ]
     assert unwanted == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-p", "hi", "--session", "abcdef12"],
+            "no session id starts with abcdef12 in this journal",
+        ),
+        (["-p", "--resume-turn", "--session", "typo"], "no session typo in this journal"),
+    ],
+)
+def test_a_session_nobody_has_fails_before_the_provider_is_built(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """The session is looked up before the agent: its provider's SDK (~1 s to import) is
+    never loaded for an id that names nothing."""
+    listing = tmp_path / "modules.json"
+    journal = ["--db", str(tmp_path / "journal.db"), "--model", "anthropic:test"]
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(listing), *args, *journal],
+        capture_output=True,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"drover: error: {message}")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    loaded = json.loads(listing.read_text())
+    assert [name for name in loaded if name.split(".")[0] in ("anthropic", "openai")] == []
