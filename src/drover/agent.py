@@ -40,7 +40,7 @@ from drover.handle import Session
 from drover.instructions import PromptParts
 from drover.journal.protocol import Store
 from drover.mcp.config import McpFile
-from drover.messages import Prompt
+from drover.messages import Prompt, refuse_blank
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -419,7 +419,11 @@ class Agent(Generic[OutputT]):
         the turn; its work stays pending in the journal. ``deps`` reach the tools as
         ``ctx.deps``; ``output_type`` overrides the agent's for this run. ``if_busy`` says
         what happens while a turn of the session runs (:meth:`drover.handle.Session.run`).
+        A blank prompt (empty or white space only) raises
+        :class:`~drover.errors.BlankPromptError`, a ``ValueError``, before a new session is
+        created.
         """
+        refuse_blank(prompt)
         handle = await self.session(session)
         return await handle.run(prompt, deps=deps, output_type=output_type, if_busy=if_busy)
 
@@ -518,6 +522,7 @@ class Agent(Generic[OutputT]):
             pass
         else:
             raise DroverError("run_sync cannot run inside an event loop: await agent.run(...)")
+        refuse_blank(prompt)
 
         async def once() -> RunResult[Any]:
             try:

@@ -2,6 +2,7 @@
 
     DroverError
     ├── ConfigError            bad flags, unknown provider, missing API key
+    ├── BlankPromptError       a prompt with nothing to send (also a ``ValueError``)
     ├── ProviderError          anything that went wrong talking to a model
     │   ├── ProviderHTTPError      an HTTP error status before the stream began (429, 5xx, 400…)
     │   │   └── ContextOverflowError   the request does not fit the model's context window
@@ -29,6 +30,15 @@ class DroverError(Exception):
 
 class ConfigError(DroverError):
     """The configuration, a flag or the environment is unusable."""
+
+
+class BlankPromptError(DroverError, ValueError):
+    """A prompt is empty or white space only (and has no image): there is nothing to send.
+    A ``ValueError`` too, as a library caller's bad argument; a ``DroverError``, so that
+    the command line and the REPL say it on one line."""
+
+    def __init__(self) -> None:
+        super().__init__("the prompt is blank (empty or only white space): nothing to send")
 
 
 class ProviderError(DroverError):

@@ -32,7 +32,7 @@ from drover.events import (
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
-from drover.messages import Message, Prompt
+from drover.messages import Message, Prompt, refuse_blank
 from drover.output import OutputSchema
 from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
 from drover.runner import Runner
@@ -144,7 +144,12 @@ class Session(Generic[OutputT]):
         ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's;
         ``webhook`` (a URL) is where the turn's end is announced (see
         :mod:`drover.server.webhooks`). ``follow=False``: the session's queued messages do not
-        run after it on their own (the caller runs them, :meth:`start_queued`)."""
+        run after it on their own (the caller runs them, :meth:`start_queued`).
+
+        A blank prompt (empty or white space only, no image) raises
+        :class:`~drover.errors.BlankPromptError` (a ``ValueError``) before anything starts."""
+        if prompt is not None:
+            refuse_blank(prompt)
         output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
             self.engine,
@@ -175,7 +180,9 @@ class Session(Generic[OutputT]):
         free, with the live sinks, handler and options of the turn before it). ``interrupt``
         and ``rollback`` act on a turn running in this process; one running in another
         process is refused as with ``reject``. ``follow=False``: queued messages do not run
-        after this turn (the caller runs them, :meth:`start_queued`)."""
+        after this turn (the caller runs them, :meth:`start_queued`). A blank prompt is
+        refused first, as by :meth:`start`: a running turn is not interrupted for it."""
+        refuse_blank(prompt)
 
         def begin() -> RunningTurn:
             return self.start(

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, assert_never
+
+from drover.errors import BlankPromptError
 
 Role: TypeAlias = Literal["user", "assistant"]
 Meta: TypeAlias = Mapping[str, Any]
@@ -131,6 +134,33 @@ def answers_in_order(uses: Sequence[ToolUseBlock], content: Sequence[ContentBloc
 
 #: What a turn is given: the user's text, or their whole message (text and images).
 Prompt: TypeAlias = str | Message
+
+#: A pattern a text matches when it is not blank: it holds a character that is white space
+#: neither to ECMAScript's ``\s`` (what a JSON Schema pattern means: a client validating with
+#: the schema) nor to Python's ``str.isspace`` (what the providers drop as an empty text block).
+#: The two differ: U+FEFF is white space only to the first, U+001C-U+001F and U+0085 only to the
+#: second. Written out, so every regex engine reads the same class.
+NOT_BLANK = (
+    r"[^\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+    r"\u001c-\u001f\u0085]"
+)
+_NOT_BLANK = re.compile(NOT_BLANK)
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` is empty or white space only (:data:`NOT_BLANK`): the library, the
+    command line and the HTTP API's schemas refuse such a prompt alike."""
+    return _NOT_BLANK.search(text) is None
+
+
+def refuse_blank(prompt: Prompt) -> None:
+    """Raise :class:`~drover.errors.BlankPromptError` when ``prompt`` has nothing to send: its
+    text is blank and it holds no image."""
+    if isinstance(prompt, str):
+        if blank(prompt):
+            raise BlankPromptError()
+    elif not any(isinstance(b, ImageBlock) for b in prompt.content) and blank(prompt.text):
+        raise BlankPromptError()
 
 
 def message_of_prompt(prompt: Prompt) -> Message:

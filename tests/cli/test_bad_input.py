@@ -204,3 +204,28 @@ def test_the_default_journal_makes_its_own_data_directory(tmp_path: Path) -> Non
     result = run_drover(["sessions"], env=clean_env(XDG_DATA_HOME=str(data)))
     assert result.returncode == 0, result.stderr
     assert (data / "drover" / "drover.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "stdin"),
+    [("   ", b""), ("\u0085\u2028", b""), (None, "\ufeff \n".encode())],
+)
+def test_a_blank_prompt_is_a_usage_error_that_creates_nothing(
+    tmp_path: Path, prompt: str | None, stdin: bytes
+) -> None:
+    given = ["-p"] if prompt is None else ["-p", prompt]
+    result = subprocess.run(
+        [*DROVER, *given, "--model", "anthropic:x", *journal(tmp_path)],
+        input=stdin,
+        capture_output=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+        timeout=60,
+        check=False,
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert (
+        stderr
+        == "drover: error: the prompt is blank (empty or only white space): nothing to send\n"
+    )
+    assert run_drover(["sessions", *journal(tmp_path)]).stdout.strip() == "no sessions yet"

@@ -82,7 +82,8 @@ def test_a_p_turn_leaves_unused_modules_unloaded(
     assert unwanted == []
 
 
-#: What ``drover mcp approve``/``revoke`` (and a ``list`` with nothing configured) never use:
+#: What ``drover mcp approve``/``revoke`` (and a ``list`` with no server to start: none
+#: configured, or only the workdir's that nobody approved) never use:
 #: the MCP SDK and the web server it brings, the agent and its parts, any provider's SDK.
 MCP_COMMANDS_OUT = (
     "mcp",
@@ -100,7 +101,7 @@ MCP_COMMANDS_OUT = (
 
 @pytest.mark.parametrize(
     ("action", "mcp_json"),
-    [("approve", True), ("revoke", True), ("list", False)],
+    [("approve", True), ("revoke", True), ("list", False), ("list", True)],
 )
 def test_mcp_commands_that_start_no_server_leave_the_sdk_and_the_agent_unloaded(
     tmp_path: Path, action: str, mcp_json: bool
@@ -123,6 +124,9 @@ def test_mcp_commands_that_start_no_server_leave_the_sdk_and_the_agent_unloaded(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout  # it did its work (approved, forgot, or said there is nothing)
+    if action == "list" and mcp_json:
+        assert result.stdout.startswith("tool  stdio  sh -c exit 1  (from ")
+        assert "\n  not approved: not started; " in result.stdout
     loaded = json.loads(listing.read_text())
     unwanted = [
         name
@@ -130,3 +134,36 @@ def test_mcp_commands_that_start_no_server_leave_the_sdk_and_the_agent_unloaded(
         if any(name == top or name.startswith(top + ".") for top in MCP_COMMANDS_OUT)
     ]
     assert unwanted == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-p", "hi", "--session", "abcdef12"],
+            "no session id starts with abcdef12 in this journal",
+        ),
+        (["-p", "--resume-turn", "--session", "typo"], "no session typo in this journal"),
+    ],
+)
+def test_a_session_nobody_has_fails_before_the_provider_is_built(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """The session is looked up before the agent: its provider's SDK (~1 s to import) is
+    never loaded for an id that names nothing."""
+    listing = tmp_path / "modules.json"
+    journal = ["--db", str(tmp_path / "journal.db"), "--model", "anthropic:test"]
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(listing), *args, *journal],
+        capture_output=True,
+        text=True,
+        env=clean_env(ANTHROPIC_API_KEY="test"),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"drover: error: {message}")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    loaded = json.loads(listing.read_text())
+    assert [name for name in loaded if name.split(".")[0] in ("anthropic", "openai")] == []

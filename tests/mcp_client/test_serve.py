@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from server.support import TERMINAL, clean_env, parse_sse, read_events, start_server
+from server.support import clean_env, live_turn, read_events, start_server
 from support.mcp_servers import everything, write_config
 
 from drover.testing import FakeLLMServer
@@ -26,19 +26,9 @@ def test_progress_reaches_sse_clients_as_transient_events(
     env = clean_env(XDG_DATA_HOME=str(tmp_path / "data"))
     served = start_server(fake_llm, tmp_path, "--mcp-config", str(config), env=env)
     try:
-        with served.client() as c, served.client() as poster:
+        with served.client() as c:
             sid = c.post("/v1/sessions", json={}).json()["id"]
-            live = []
-            with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
-                lines = stream.iter_lines()
-                for event in parse_sse(lines):
-                    if event.event == "status":  # connected: now start the turn
-                        reply = poster.post(f"/v1/sessions/{sid}/messages", json={"content": "go"})
-                        assert reply.status_code == 202, reply.text
-                        continue
-                    live.append(event)
-                    if event.event in TERMINAL:
-                        break
+            live = live_turn(c, sid, "go")
             replayed = read_events(c, sid, after=0)
     finally:
         served.close()

@@ -29,6 +29,7 @@ from server.support import (
     tool_turn_script,
 )
 from support import redis as redis_support
+from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
@@ -392,7 +393,7 @@ def test_a_permission_answer_posted_to_a_reaches_the_turn_on_another_process(
         assert listed[sid] == turn
         assert _snapshot(a, sid)["running_turn_id"] == turn
         with client.stream("GET", f"/v1/sessions/{sid}/events") as response:
-            status = next(parse_sse(response.iter_lines()))
+            status = next(parse_sse(sse_lines(response)))
         assert status.event == "status" and status.data["running_turn_id"] == turn
         url = f"/v1/sessions/{sid}/permissions/{request.data['request_id']}"
         reply = client.post(url, json={"decision": "allow"})

@@ -32,6 +32,7 @@ from server.support import (
     read_events,
     tool_turn_script,
 )
+from support.sse import sse_lines
 
 from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted, WorkerEvent
 from drover.journal.journal import Journal
@@ -63,7 +64,7 @@ class Follower(threading.Thread):
                 url = f"/v1/sessions/{self.sid}/events"
                 with client.stream("GET", url, timeout=BOUND) as response:
                     ended = 0
-                    for ev in parse_sse(response.iter_lines()):
+                    for ev in parse_sse(sse_lines(response)):
                         if ev.event == "status":
                             self.subscribed.set()
                             continue

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
@@ -151,11 +152,29 @@ def read_events(
     got: list[Sse] = []
     with client.stream("GET", url, headers=headers, timeout=BOUND) as response:
         assert response.status_code == 200, response.read()
-        for ev in parse_sse(_bounded(response.iter_lines(), got)):
+        for ev in parse_sse(_bounded(sse_lines(response), got)):
             if ev.event == "status":
                 continue
             got.append(ev)
             if until(ev, got):
+                break
+    return got
+
+
+def live_turn(client: httpx2.Client, session_id: str, content: str) -> list[Sse]:
+    """Subscribe to the session's events, send ``content`` once subscribed (so that every event
+    of its turn comes live, none from the log) and read them to the turn's terminal event.
+    Transient events are kept; the ``status`` event of the subscription is left out."""
+    got: list[Sse] = []
+    with client.stream("GET", f"/v1/sessions/{session_id}/events", timeout=BOUND) as response:
+        assert response.status_code == 200, response.read()
+        for ev in parse_sse(_bounded(sse_lines(response), got)):
+            if ev.event == "status":
+                sent = client.post(f"/v1/sessions/{session_id}/messages", json={"content": content})
+                assert sent.status_code == 202, sent.text
+                continue
+            got.append(ev)
+            if ev.event in TERMINAL:
                 break
     return got
 

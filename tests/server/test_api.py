@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
+from support.sse import sse_lines
 
 from drover.server import openapi
 from drover.server.openapi_parts import NOT_BLANK
@@ -109,7 +110,7 @@ def test_an_unanswered_permission_is_denied_after_the_timeout_once_clients_are_g
         sid = _session(c)
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             # Keep the iterator: closing it would close the connection.
-            events = parse_sse(stream.iter_lines())
+            events = parse_sse(sse_lines(stream))
             for ev in events:
                 if ev.event == "status":  # subscribed: now start the turn
                     c.post(f"/v1/sessions/{sid}/messages", json={"content": "go"})
@@ -137,7 +138,7 @@ def test_sigterm_interrupts_running_turns_keeps_their_work_and_they_resume(
         c.post(f"/v1/sessions/{sid}/messages", json={"content": "go"})
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             events = []
-            for ev in parse_sse(stream.iter_lines()):
+            for ev in parse_sse(sse_lines(stream)):
                 events.append(ev)
                 if ev.event == "permission_request":
                     server.proc.send_signal(signal.SIGTERM)
@@ -290,8 +291,8 @@ def test_a_message_s_content_is_blank_exactly_as_its_schema_says(
             assert reply.status_code == 422, (text, reply.text)
             assert reply.json()["error"]["code"] == "invalid_request"
         assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 202
-        # (Polled: httpx's iter_lines, which the event reader uses, splits lines at U+0085.)
-        _wait_for(lambda: c.get(f"/v1/sessions/{sid}").json()["turns"][0]["status"] != "running")
+        # Read to the turn's end: the events carry the contents sent above.
+        assert read_events(c, sid, after=0)[-1].event in TERMINAL
         assert c.get(f"/v1/sessions/{sid}").json()["turns"][0]["status"] == "interrupted"
 
 
@@ -308,7 +309,7 @@ def test_heartbeats_and_the_transient_status_event(
         lines: list[str] = []
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
-            for line in stream.iter_lines():
+            for line in sse_lines(stream):
                 lines.append(line)
                 if line == ": ping":
                     break

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
@@ -231,7 +232,7 @@ def test_a_live_stream_is_told_of_a_rewind_as_a_replay_is(
         def follow() -> None:
             url = f"/v1/sessions/{sid}/events?after={last}"
             with server.client() as own, own.stream("GET", url, timeout=BOUND) as response:
-                for event, frame in _frames(response.iter_lines(), time.monotonic() + BOUND):
+                for event, frame in _frames(sse_lines(response), time.monotonic() + BOUND):
                     if event == "status":
                         following.set()  # subscribed: what comes now comes live
                         continue

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
+from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
@@ -95,7 +96,7 @@ def test_delete_is_refused_while_a_turn_runs_then_takes_everything(
         def follow() -> None:
             with c.stream("GET", f"/v1/sessions/{sid}/events?after={done[-1].id}") as stream:
                 assert stream.status_code == 200
-                for ev in parse_sse(stream.iter_lines()):
+                for ev in parse_sse(sse_lines(stream)):
                     if ev.event == "status":  # sent once the stream is subscribed
                         subscribed.set()
             ended.set()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.sse import split_lines
 from support.writes import end_turn
 
 from drover.events import (
@@ -33,7 +34,7 @@ def _parsed(frames: list[Frame]) -> list[tuple[int, dict[str, Any]]]:
     """``(id, data)`` of each frame, read back from its bytes as a client would."""
     out = []
     for frame in frames:
-        lines = frame.encode().decode().splitlines()
+        lines = split_lines(frame.encode().decode())
         assert lines[0] == f"id: {frame.seq}" and lines[1] == f"event: {frame.type}"
         out.append((frame.seq, json.loads(lines[2].removeprefix("data: "))))
     return out

@@ -7,6 +7,8 @@ import signal
 import threading
 from collections.abc import Callable
 
+from support.sse import sse_lines
+
 from drover.testing.server import FakeLLMServer
 
 from .support import (
@@ -127,7 +129,7 @@ def test_fifty_clients_see_one_sequence(
             with cc.stream("GET", f"/v1/sessions/{sid}/events") as response:
                 from .support import parse_sse
 
-                for ev in parse_sse(response.iter_lines()):
+                for ev in parse_sse(sse_lines(response)):
                     if first:
                         first = False
                         connected.wait(60)

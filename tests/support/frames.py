@@ -26,6 +26,7 @@ from drover.testing.wire import (
     openai_chat,
     openai_responses,
 )
+from support.sse import split_lines
 
 #: Loop-test protocol names → the fake server's wire modules.
 WIRE: dict[str, ProtocolName] = {
@@ -79,7 +80,7 @@ class Progress:
 
 
 def _payload(frame: bytes) -> dict[str, Any] | None:
-    for line in frame.decode().splitlines():
+    for line in split_lines(frame.decode()):
         if line.startswith("data:"):
             data = line[5:].strip()
             if data == "[DONE]":

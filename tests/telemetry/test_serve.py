@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server.support import BOUND, Served, clean_env, parse_sse, read_events, start_server
 from support.otlp import Collector, Span
+from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
@@ -203,7 +204,7 @@ def test_metrics_count_what_the_journal_holds(
         # the metrics are read; the streams closed before are gone once the server saw them
         # go.
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
-            received = parse_sse(stream.iter_lines())
+            received = parse_sse(sse_lines(stream))
             assert [next(received).event, next(received).event] == ["status", "turn_started"]
             while_open = settled(c, ("drover_sse_clients", ()), 1)
         metrics = settled(c, ("drover_sse_clients", ()), 0)

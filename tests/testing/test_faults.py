@@ -10,6 +10,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from support.sse import asse_lines
 
 from drover.testing import FakeLLMServer
 
@@ -189,7 +190,7 @@ async def test_stop_ends_a_stalled_stream_promptly() -> None:
     async with httpx2.AsyncClient(timeout=30) as client:
         body = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
         async with client.stream("POST", f"{server.base_url}/v1/messages", json=body) as response:
-            lines = response.aiter_lines()
+            lines = asse_lines(response)
             assert (await anext(lines)).startswith("event: message_start")
             await asyncio.wait_for(asyncio.to_thread(server.stop), timeout=5)
             with pytest.raises(httpx2.RemoteProtocolError):

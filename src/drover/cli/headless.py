@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -38,6 +39,7 @@ from drover.events import (
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Message, Prompt, Usage
+from drover.store import open_store
 from drover.workdir import resolve_workdir
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
@@ -95,12 +97,10 @@ async def run_headless(args: argparse.Namespace, text: str | None) -> int:
         prompt = prompt_with_images(text, resolve_workdir(args.workdir), args.image)
     elif args.image:
         raise ConfigError("--image goes with a prompt (after -p or on standard input)")
+    named = await _named_session(args, may_create=prompt is not None)
     async with cli_agent(args) as agent:
         if agent.sandbox is not None and agent.sandbox.unavailable:
             _note(f"drover: warning: {agent.sandbox.describe()}")
-        named = args.session
-        if named is not None:
-            named = await resolve_session(agent.store, named, may_create=prompt is not None)
         session = await agent.session(
             named, continue_latest=args.continue_, must_exist=prompt is None
         )
@@ -115,6 +115,16 @@ async def run_headless(args: argparse.Namespace, text: str | None) -> int:
         if prompt is not None and args.output_format == "text":
             note = pending_note(len(session.pending), "--discard-pending")
         return await _run_turn(session, prompt, args, note)
+
+
+async def _named_session(args: argparse.Namespace, *, may_create: bool) -> str | None:
+    """The stored session ``--session`` names (None: none given), found on a journal opened
+    for this alone before the agent is built: an id that names no session fails at once,
+    without the provider's SDK imported (about a second)."""
+    if args.session is None:
+        return None
+    async with open_store(args.db or os.environ.get("DROVER_DB")) as store:
+        return await resolve_session(store, args.session, may_create=may_create)
 
 
 async def _run_turn(

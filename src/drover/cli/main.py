@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from drover.cli.parsers import EXIT_USAGE, SUBCOMMANDS, build_parser, build_subparser
-from drover.errors import DroverError
+from drover.errors import BlankPromptError, DroverError
 
 __all__ = [
     "EXIT_FAILED",
@@ -146,8 +146,11 @@ def _dispatch(argv: list[str]) -> int:
         return asyncio.run(run_repl(args))
     _check_headless(parser, args)
     from drover.cli.headless import headless_prompt, run_headless
+    from drover.messages import blank
 
     prompt = headless_prompt(args)
+    if prompt is not None and blank(prompt):
+        parser.error(str(BlankPromptError()))
     return asyncio.run(run_headless(args, prompt))
 
 

@@ -9,8 +9,9 @@ the workdir's ``.mcp.json`` servers as the file is now; ``revoke`` forgets the a
 it (:mod:`drover.mcp.approval`). :func:`mcp_files` says which MCP config files a run's flags
 mean, for every command that runs turns.
 
-The MCP SDK (~1 s to import) loads only when servers are listed: ``approve``, ``revoke`` and
-a ``list`` with no server configured do without it.
+The MCP SDK (~1 s to import) loads only when a server is started: ``approve``, ``revoke`` and
+a ``list`` with no server to start (none configured, or only servers nobody approved) do
+without it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drover.config import Config, load_config
 from drover.mcp.approval import (
@@ -38,10 +39,8 @@ from drover.mcp.config import (
     user_config_file,
 )
 from drover.mcp.logs import default_log_dir
+from drover.mcp.state import ServerState
 from drover.workdir import resolve_workdir
-
-if TYPE_CHECKING:
-    from drover.mcp.servers import ServerState
 
 #: The status of a project server nobody approved.
 NOT_APPROVED = "not approved"
@@ -67,17 +66,19 @@ async def list_servers(args: argparse.Namespace) -> int:
                 f"{workdir / PROJECT_FILE}; add files with --mcp-config FILE)"
             )
         return 0
-    # The MCP SDK (and the web server it brings) loads only when there are servers to list.
-    from drover.mcp.servers import McpServers
+    states: list[ServerState] = []
+    if configs:
+        # The MCP SDK (and the web server it brings) loads only when a server is started.
+        from drover.mcp.servers import McpServers
 
-    # The listing says why a server failed; the start-up warnings would say it twice.
-    logging.getLogger("drover.mcp").addHandler(logging.NullHandler())
-    servers = McpServers(configs, workdir=workdir)
-    try:
-        await servers.start()
-    finally:
-        await servers.aclose()
-    states = servers.states()
+        # The listing says why a server failed; the start-up warnings would say it twice.
+        logging.getLogger("drover.mcp").addHandler(logging.NullHandler())
+        servers = McpServers(configs, workdir=workdir)
+        try:
+            await servers.start()
+        finally:
+            await servers.aclose()
+        states = servers.states()
     waiting = [_not_approved(config, project) for config in unapproved if project is not None]
     if args.json:
         listed = [_as_json(s) for s in [*states, *waiting]]
@@ -88,8 +89,6 @@ async def list_servers(args: argparse.Namespace) -> int:
 
 
 def _not_approved(config: McpServerConfig, project: ProjectServers) -> ServerState:
-    from drover.mcp.servers import ServerState
-
     how = HOW_TO_APPROVE.format(workdir=f" --workdir {project.workdir}")
     return ServerState(
         name=config.name,

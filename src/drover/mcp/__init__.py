@@ -12,7 +12,8 @@ Modules: :mod:`.config` (the ``.mcp.json`` format, ``${VAR}`` expansion, secrets
 :mod:`.connection` (one server's client: start, restart, calls, timeouts, cancellation),
 :mod:`.logs` (each server's log file), :mod:`.tool` (the drover tool), :mod:`.schema`
 (schemas every provider accepts), :mod:`.results` (results as text), :mod:`.servers` (an
-agent's servers together), :mod:`.approval` (a project's servers start only once approved).
+agent's servers together), :mod:`.state` (what ``drover mcp list`` shows of one),
+:mod:`.approval` (a project's servers start only once approved).
 Only :mod:`.config` is imported here: the SDK loads when a server is configured.
 """
 

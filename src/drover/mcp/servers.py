@@ -13,32 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from drover.errors import ToolError
 from drover.mcp.config import McpServerConfig, redact_patterns
-from drover.mcp.connection import McpConnection, Status
+from drover.mcp.connection import McpConnection
 from drover.mcp.logs import default_log_dir
+from drover.mcp.state import ServerState
 from drover.mcp.tool import McpTool
 from drover.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerState:
-    """What ``drover mcp list`` shows of a server (nothing secret in it)."""
-
-    name: str
-    transport: str
-    #: The command line or URL as configured (``${VAR}`` unexpanded).
-    display: str
-    source: str
-    status: Status | str
-    detail: str
-    tools: tuple[McpTool, ...]
-    log_path: Path
 
 
 class McpServers:

@@ -33,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
+from drover.messages import blank
 from drover.server.ai_sdk import Chunk, UiMessageStream
 from drover.server.auth import principal
 from drover.server.doors import (
@@ -42,7 +43,6 @@ from drover.server.doors import (
     Cut,
     Ended,
     Idle,
-    blank,
     follow_response,
     group_of,
     invalid,

@@ -33,7 +33,6 @@ from drover.journal.rules import ORPHAN_ERROR
 from drover.server.errors import ApiError
 from drover.server.follow import Follower, Reset, frame_event
 from drover.server.hub import TransientFrame
-from drover.server.openapi_parts import NOT_BLANK
 from drover.server.service import Service
 from drover.session import RESUME_NOTE
 
@@ -46,15 +45,6 @@ KEEP_ALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
 #: Rows read back from the end of the log at first when looking for a turn's first event.
 _FIRST_SPAN = 256
-
-
-_NOT_BLANK = re.compile(NOT_BLANK)
-
-
-def blank(text: str) -> bool:
-    """Whether ``text`` is empty or white space only, exactly as the API's schemas see it
-    (:data:`~drover.server.openapi_parts.NOT_BLANK`)."""
-    return _NOT_BLANK.search(text) is None
 
 
 def service_of(request: Request) -> Service:

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
+# The schemas' pattern of a text that is not blank: the library refuses such a prompt alike.
+from drover.messages import NOT_BLANK as NOT_BLANK
 
-#: A pattern a text matches when it is not blank: it holds a character that is white space
-#: neither to ECMAScript's ``\s`` (what a JSON Schema pattern means: a client validating with
-#: the schema) nor to Python's ``str.isspace`` (what the providers drop as an empty text block).
-#: The two differ: U+FEFF is white space only to the first, U+001C-U+001F and U+0085 only to the
-#: second. Written out, so every regex engine reads the same class.
-NOT_BLANK = (
-    r"[^\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-    r"\u001c-\u001f\u0085]"
-)
+ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
 
 
 def ref(name: str) -> dict[str, str]:

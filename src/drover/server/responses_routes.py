@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import SessionRecord, TurnRecord
+from drover.messages import blank
 from drover.server.auth import principal
 from drover.server.doors import (
     DONE,
@@ -40,7 +41,6 @@ from drover.server.doors import (
     Cut,
     Ended,
     Idle,
-    blank,
     follow_response,
     group_of,
     invalid,

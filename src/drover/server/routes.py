@@ -19,9 +19,9 @@ from drover.errors import DroverError, SessionBusyError
 from drover.events import Decision
 from drover.journal.records import QueuedMessage, TurnRecord
 from drover.journal.rules import user_title
+from drover.messages import blank
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
-from drover.server.doors import blank
 from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service, WebhookRefused
 from drover.server.snapshot import session_summary
