@@ -264,9 +264,7 @@ def test_queue_metrics_count_what_the_queue_holds(
     fake_llm.allow_unexpected = True  # the stalled stream is cut by the interrupt
     server = servers(clean_env(DROVER_STALL_TIMEOUT="600"))
     with server.client() as c:
-        assert {
-            k: v for k, v in scrape(c).items() if k[0] == "drover_queue_messages_total"
-        } == {
+        assert {k: v for k, v in scrape(c).items() if k[0] == "drover_queue_messages_total"} == {
             ("drover_queue_messages_total", (("outcome", o),)): 0.0
             for o in ("queued", "started", "cancelled")
         }
