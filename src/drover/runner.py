@@ -439,6 +439,7 @@ class Runner:
         renewal = asyncio.get_running_loop().create_task(self._renew(turn.id, control))
         try:
             if running.claim is not None:
+                self.queue.count("started")  # the turn's start took the message
                 await journal.note(started_event(running.claim, turn.id))
             outcome = await session.execute(
                 prepared, sink, turn_id=turn.id, control=control, options=options

@@ -32,6 +32,7 @@ from drover.journal.rules import cancelled_event, queued_event
 if TYPE_CHECKING:
     from drover.runner import Runner
     from drover.running import FollowUp, RunningTurn
+    from drover.telemetry.metrics import QueueOutcome
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class TurnQueue:
     async def enqueue(self, session_id: str, content: str) -> QueuedMessage:
         """Queue ``content`` durably and announce it (``message_queued``)."""
         message, running, logged = await self._runner.store.enqueue_message(session_id, content)
+        self.count("queued")
         await self._announce(session_id, queued_event(message), running, logged)
         return message
 
@@ -77,11 +79,23 @@ class TurnQueue:
         done, running, logged = await self._runner.store.cancel_queued(session_id, message_id)
         if not done:
             return False
+        self.count("cancelled")
         waiter = self._waiting.pop(message_id, None)
         if waiter is not None and not waiter.done():
             waiter.set_exception(QueueChangedError(f"queued message {message_id} was cancelled"))
         await self._announce(session_id, cancelled_event(message_id), running, logged)
         return True
+
+    def count(self, outcome: QueueOutcome) -> None:
+        """Count what the queue did in this process (``drover_queue_messages_total``).
+
+        Counted where the store's change is made — queueing and cancelling here, a queued
+        message's start where its turn takes it (:class:`~drover.runner.Runner`) — so a
+        message every front door queues is counted once, and an event this process only logs
+        for another is not counted."""
+        telemetry = self._runner.telemetry
+        if telemetry is not None and telemetry.metrics is not None:
+            telemetry.metrics.queue_message(outcome)
 
     async def announce(self, session_id: str, event: dict[str, Any]) -> None:
         """Log a queue's event through the session's turn running here, or the store when

@@ -246,3 +246,57 @@ def test_metrics_count_what_the_journal_holds(
     assert metrics[("drover_replay_seconds_count", ())] == 4  # every stream caught up once
     assert metrics[("drover_turns_running", ())] == 0
     assert metrics[("drover_takeovers_total", ())] == 0
+
+
+def test_queue_metrics_count_what_the_queue_holds(
+    fake_llm: FakeLLMServer, servers: Callable[..., Served], tmp_path: Path
+) -> None:
+    """Three messages queued behind a held turn, one cancelled, two run after it: each counted
+    once, as the journal's queue records them; a message sent with ``enqueue`` to an idle
+    session starts at once and is not counted as queued."""
+    long = "A turn that streams for a good while, held by a stall in its reply. " * 2
+    fake_llm.script(
+        {"text": long, "stall_after": 5},
+        {"text": "second done"},
+        {"text": "fourth done"},
+        {"text": "idle done"},
+    )
+    fake_llm.allow_unexpected = True  # the stalled stream is cut by the interrupt
+    server = servers(clean_env(DROVER_STALL_TIMEOUT="600"))
+    with server.client() as c:
+        assert {k: v for k, v in scrape(c).items() if k[0] == "drover_queue_messages_total"} == {
+            ("drover_queue_messages_total", (("outcome", o),)): 0.0
+            for o in ("queued", "started", "cancelled")
+        }
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/messages", json={"content": "first"}).is_success
+        read_events(c, sid, until=lambda ev, _: ev.event == "text_delta")  # held mid-text
+        ids = []
+        for content in ("second", "third", "fourth"):
+            reply = c.post(
+                f"/v1/sessions/{sid}/messages", json={"content": content, "if_busy": "enqueue"}
+            )
+            assert reply.status_code == 202 and reply.json()["queued"] is True, reply.text
+            ids.append(reply.json()["message_id"])
+        assert c.delete(f"/v1/sessions/{sid}/queue/{ids[1]}").status_code == 200
+        assert c.delete(f"/v1/sessions/{sid}/queue/{ids[1]}").status_code == 404
+        held = scrape(c)
+        assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 202
+        read_events(c, sid, until=lambda _, got: sum(e.event == "done" for e in got) == 2)
+        idle = c.post("/v1/sessions", json={}).json()["id"]
+        body = {"content": "idle", "if_busy": "enqueue"}
+        assert "turn_id" in c.post(f"/v1/sessions/{idle}/messages", json=body).json()
+        read_events(c, idle)
+        metrics = scrape(c)
+
+    with journal(tmp_path) as db:
+        rows = Counter(r["status"] for r in db.execute("SELECT status FROM queued_messages"))
+    assert rows == {"started": 2, "cancelled": 1}
+
+    def queue(outcome: str, read: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+        return read[("drover_queue_messages_total", (("outcome", outcome),))]
+
+    assert [queue(o, held) for o in ("queued", "started", "cancelled")] == [3, 0, 1]
+    assert queue("queued", metrics) == sum(rows.values()) == 3
+    assert queue("started", metrics) == rows["started"] == 2
+    assert queue("cancelled", metrics) == rows["cancelled"] == 1

@@ -19,17 +19,23 @@
 ``drover_replay_seconds``                      serving a client's backlog (log and ring)
 ``drover_takeovers_total``                     turns of dead processes this process ended
 ``drover_turns_running``                       turns running in this process now
+``drover_queue_messages_total{outcome}``       queued messages, by what this process did with
+                                               them: ``queued`` (a message written to a
+                                               session's queue), ``started`` (a queued
+                                               message's turn began here), ``cancelled``
 =============================================  ===============================================
 
 The turn, call and token counters are fed by :class:`MetricsSink`, a live event sink the runner
 adds to each turn; the journal's by its commit hook (:meth:`Metrics.journal_committed`); the
-rest by the server. A test checks the counters against the journal.
+queue's by the runner's queue (:meth:`Metrics.queue_message`), where every front door's queue
+operation goes; the rest by the server. A test checks the counters against the journal.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Literal, TypeAlias
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -57,6 +63,10 @@ _FIRST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32)
 #: A commit of the journal takes a fraction of a millisecond (SQLite) to tens (a far server).
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 _REPLAY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+#: What became of a queued message, as ``drover_queue_messages_total`` counts it.
+QueueOutcome: TypeAlias = Literal["queued", "started", "cancelled"]
+QUEUE_OUTCOMES: tuple[QueueOutcome, ...] = ("queued", "started", "cancelled")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -120,6 +130,14 @@ class Metrics:
         self.takeovers = Counter(
             "drover_takeovers", "Turns of dead processes this process ended.", registry=registry
         )
+        self.queue_messages = Counter(
+            "drover_queue_messages",
+            "Queued messages, by outcome (queued, started, cancelled).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in QUEUE_OUTCOMES:  # each outcome reads 0 before its first
+            self.queue_messages.labels(outcome)
         self._sse = Gauge("drover_sse_clients", "Event streams open now.", registry=registry)
         self._running = Gauge(
             "drover_turns_running", "Turns running in this process now.", registry=registry
@@ -137,6 +155,10 @@ class Metrics:
         self.commits.inc()
         self.writes.inc(writes)
         self.commit_seconds.observe(seconds)
+
+    def queue_message(self, outcome: QueueOutcome) -> None:
+        """A message was queued, its turn started here, or it was cancelled."""
+        self.queue_messages.labels(outcome).inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

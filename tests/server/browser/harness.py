@@ -404,6 +404,19 @@ def durable_text(server: DroverServe, session_id: str, text: str) -> None:
         time.sleep(0.05)  # the journal flushes on its 250 ms timer: look again
 
 
+def journal_files(tmp: Path) -> dict[Path, bytes]:
+    """The test's journal (the database and its WAL files) as it is now."""
+    return {path: path.read_bytes() for path in tmp.glob("journal.db*")}
+
+
+def restore_journal(tmp: Path, saved: dict[Path, bytes]) -> None:
+    """Put the journal back as :func:`journal_files` read it (no server may have it open)."""
+    for path in tmp.glob("journal.db*"):
+        path.unlink()
+    for path, data in saved.items():
+        path.write_bytes(data)
+
+
 def assert_page_shows_stored_transcript(page: Any, server: DroverServe, session_id: str) -> None:
     """Wait until the page shows exactly the stored transcript; on timeout, show the diff."""
     expected = api_transcript(settled_snapshot(server, session_id))

@@ -18,6 +18,8 @@ from .harness import (
     GateProxy,
     assert_page_shows_stored_transcript,
     durable_text,
+    journal_files,
+    restore_journal,
 )
 from .pagehelp import card, expect_status, last_text, new_session, send
 
@@ -234,8 +236,7 @@ def test_reset_when_the_journal_lost_what_the_page_saw(
     send(page, "one")
     expect_status(page, "completed")
     server.stop()
-    journal = sorted(tmp_path.glob("journal.db*"))
-    saved = {path: path.read_bytes() for path in journal}
+    saved = journal_files(tmp_path)
 
     again = serve(fake_llm.base_url, port=server.port)
     expect(page.locator("#connection")).to_have_attribute("data-state", "live")
@@ -243,10 +244,7 @@ def test_reset_when_the_journal_lost_what_the_page_saw(
     expect(last_text(page)).to_have_text("Second answer.")
     expect(page.locator("#transcript .turn")).to_have_count(2)
     again.stop()
-    for path in tmp_path.glob("journal.db*"):
-        path.unlink()
-    for path, data in saved.items():
-        path.write_bytes(data)
+    restore_journal(tmp_path, saved)
 
     restored = serve(fake_llm.base_url, port=server.port)
     expect(page.locator("#transcript .turn")).to_have_count(1)

@@ -80,8 +80,15 @@ export class Api {
     return this.request("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   }
 
+  /** Send a message; while a turn runs it is queued (`{"queued": true, "message_id"}`). */
   send(id, content) {
-    return this.request("POST", `/v1/sessions/${encodeURIComponent(id)}/messages`, { content });
+    const path = `/v1/sessions/${encodeURIComponent(id)}/messages`;
+    return this.request("POST", path, { content, if_busy: "enqueue" });
+  }
+
+  cancelQueued(id, messageId) {
+    const path = `/v1/sessions/${encodeURIComponent(id)}/queue/${encodeURIComponent(messageId)}`;
+    return this.request("DELETE", path);
   }
 
   interrupt(id) {

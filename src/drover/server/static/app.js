@@ -1,4 +1,5 @@
-// The page: session list, transcript, composer, interrupt and permission answers.
+// The page: session list, transcript, queued messages, composer, interrupt and permission
+// answers.
 //
 // Opening a session loads its snapshot (the durable transcript and the sequence number it is
 // current to), draws it, then follows the session's events from that number with an
@@ -6,11 +7,15 @@
 // last number applied are ignored, and a `reset` event (the number cannot be continued)
 // replaces the whole view with the snapshot it carries. Reloading the page in the middle of a
 // turn therefore shows the true state and goes on live.
+//
+// A message sent while a turn runs is queued on the server; the queue shown is the snapshot's
+// and the queue's events only (never the POST's answer, which can arrive after the message's
+// turn has already started), so a reload or a replay shows the same list.
 
 import { Api, ApiError } from "./api.js";
-import { Transcript } from "./model.js";
+import { QUEUE_EVENTS, Transcript } from "./model.js";
 import { Sidebar } from "./sidebar.js";
-import { TranscriptView, formatUsage } from "./view.js";
+import { QueueView, TranscriptView, formatUsage } from "./view.js";
 
 const EVENT_TYPES = [
   "turn_started",
@@ -32,6 +37,9 @@ const EVENT_TYPES = [
   "incomplete",
   "error",
   "turns_rewound",
+  "message_queued",
+  "message_cancelled",
+  "message_started",
   "reset",
   "status",
 ];
@@ -45,6 +53,9 @@ class App {
     this.model = new Transcript();
     this.view = new TranscriptView($("transcript"), this.model, (turnId, callId, requestId, decision) =>
       this.decide(turnId, callId, requestId, decision),
+    );
+    this.queueView = new QueueView($("queue"), $("queue-list"), this.model, (messageId) =>
+      this.cancelQueued(messageId),
     );
     this.sidebar = new Sidebar(this);
     this.sessionId = null;
@@ -99,6 +110,7 @@ class App {
     this.sidebar.setOpen(false); // on a narrow screen the drawer makes way for the session
     this.model.load(null);
     this.view.clear();
+    this.queueView.render();
     $("main").dataset.session = id || "";
     this.updateHeader();
     this.sidebar.refresh();
@@ -144,6 +156,7 @@ class App {
     this.loaded = true;
     this.dirty.clear();
     this.view.renderAll();
+    this.queueView.render();
     this.updateHeader();
     this.scrollToEnd();
   }
@@ -209,6 +222,7 @@ class App {
     if (seq && seq <= this.model.lastId) return; // already applied (a replay overlap)
     if (seq) this.model.lastId = seq;
     const turnId = this.model.applyEvent({ ...data, type });
+    if (QUEUE_EVENTS.has(type)) this.queueView.render();
     if (turnId) this.dirty.add(turnId);
     if (type === "turns_rewound") for (const id of data.turn_ids || []) this.dirty.add(id);
     // A turn starting or ending changes which earlier turns still hold pending work.
@@ -246,6 +260,7 @@ class App {
     if (!content || !this.sessionId) return;
     $("send").disabled = true;
     try {
+      // Queued when a turn runs: the queue's event shows it (see the top of this file).
       await this.api.send(this.sessionId, content);
       prompt.value = "";
       this.flash("");
@@ -258,6 +273,28 @@ class App {
     } finally {
       $("send").disabled = false;
     }
+  }
+
+  async cancelQueued(messageId) {
+    const queued = this.model.queued.find((q) => q.id === messageId);
+    if (!queued || queued.cancelling || !this.sessionId) return;
+    const generation = this.generation;
+    queued.cancelling = true;
+    this.queueView.render();
+    try {
+      await this.api.cancelQueued(this.sessionId, messageId);
+      if (generation === this.generation) this.model.dequeue(messageId);
+    } catch (err) {
+      if (generation !== this.generation) return;
+      if (err instanceof ApiError && err.status === 404) {
+        // Not queued any more: it was cancelled, or its turn started (its event tells).
+        this.model.dequeue(messageId);
+      } else {
+        queued.cancelling = false;
+        this.flash(`could not cancel: ${err.message}`);
+      }
+    }
+    this.queueView.render();
   }
 
   async interrupt() {

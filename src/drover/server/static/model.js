@@ -6,11 +6,18 @@
 // "final" once its assistant message arrived; until then it is the live step that text deltas,
 // new tool calls and the closing assistant message go to. No DOM here: the view reads this.
 //
+// The queue (`queued`) is the session's messages waiting for the running turn to end, in run
+// order: the snapshot's `queued`, then `message_queued` adds one, `message_cancelled` and
+// `message_started` (its turn begins) take one out.
+//
 // The workers of a `task` call hang under that call (`call.workers`, by worker index): their
 // tool calls are stored with the scoped id `<task call id>/<worker>/<call id>` (in snapshots,
 // and in permission requests), their other events arrive wrapped as `worker` events.
 
 export const TERMINAL_STATES = new Set(["output-available", "output-error", "denied", "interrupted"]);
+
+/** The events that change the queue and no turn. */
+export const QUEUE_EVENTS = new Set(["message_queued", "message_cancelled", "message_started"]);
 
 const STATUS_OF = { done: "completed", incomplete: "incomplete", error: "failed" };
 
@@ -28,6 +35,8 @@ export class Transcript {
     this.order = [];
     this.runningTurnId = snapshot ? snapshot.running_turn_id || null : null;
     this.lastId = snapshot ? Number(snapshot.last_event_id || 0) : 0;
+    this.queued = [];
+    for (const q of snapshot ? snapshot.queued || [] : []) this.enqueue(q.message_id, q.content);
     for (const raw of snapshot ? snapshot.turns || [] : []) {
       this.addTurn(turnFromSnapshot(raw));
     }
@@ -52,8 +61,29 @@ export class Transcript {
     return last ? this.turns.get(last) : null;
   }
 
+  /** A queued message at the end of the queue (once: a replayed announcement adds nothing). */
+  enqueue(id, content) {
+    if (this.queued.some((q) => q.id === id)) return;
+    this.queued.push({ id, content: content || "", cancelling: false });
+  }
+
+  /** Take a message out of the queue (cancelled, or its turn started); whether it was there. */
+  dequeue(id) {
+    const before = this.queued.length;
+    this.queued = this.queued.filter((q) => q.id !== id);
+    return this.queued.length !== before;
+  }
+
   /** Apply one event; returns the id of the turn it changed, or null. */
   applyEvent(ev) {
+    if (ev.type === "message_queued") {
+      this.enqueue(ev.message_id, ev.content);
+      return null;
+    }
+    if (ev.type === "message_cancelled" || ev.type === "message_started") {
+      this.dequeue(ev.message_id);
+      return null;
+    }
     if (ev.type === "turns_rewound") {
       // Logged outside any turn: it names the turns a rewind undid.
       let changed = null;

@@ -1,6 +1,6 @@
 // The transcript's DOM: one <section class="turn"> per turn, one <div class="step"> per model
 // call, text blocks rendered as Markdown, tool calls as cards showing their live state (file
-// edits as diffs, diff.js).
+// edits as diffs, diff.js); and the queue under it, one <li class="queued"> per waiting message.
 //
 // Rendering is keyed: a turn, step, text block or card keeps its element across updates, and
 // only what changed is rewritten, so a block that streams is re-rendered alone and a button
@@ -271,5 +271,42 @@ export class TranscriptView {
     }
     if (turn.usage) items.push(el("span", "turn-usage", formatUsage(turn.usage)));
     footer.replaceChildren(...items);
+  }
+}
+
+/** The messages waiting for the running turn to end: each one's text (as text: it is the
+ * user's input, never markup) and a control that cancels it (`onCancel(messageId)`). Keyed by
+ * message id, like the transcript, so a button is never replaced under the pointer. */
+export class QueueView {
+  constructor(root, list, model, onCancel) {
+    this.root = root;
+    this.list = list;
+    this.model = model;
+    this.onCancel = onCancel;
+    this.items = new Map();
+  }
+
+  render() {
+    const items = this.model.queued.map((q) => this.renderItem(q));
+    const shown = new Set(this.model.queued.map((q) => q.id));
+    for (const id of this.items.keys()) if (!shown.has(id)) this.items.delete(id);
+    reorder(this.list, items);
+    this.root.hidden = items.length === 0;
+  }
+
+  renderItem(queued) {
+    let item = this.items.get(queued.id);
+    if (!item) {
+      item = el("li", "queued");
+      item.dataset.messageId = queued.id;
+      const cancel = el("button", "queued-cancel", "Cancel");
+      cancel.type = "button";
+      cancel.title = "Cancel this queued message";
+      cancel.addEventListener("click", () => this.onCancel(queued.id));
+      item.append(el("span", "queued-content", queued.content), cancel);
+      this.items.set(queued.id, item);
+    }
+    item.querySelector(".queued-cancel").disabled = queued.cancelling;
+    return item;
   }
 }
