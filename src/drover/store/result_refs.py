@@ -34,19 +34,23 @@ SHORTEST_REFERRED = 256
 Outputs = Mapping[str, str | None]
 
 
-def stored_body(d: Dialect, turn_id: str, message: Message) -> Plan[dict[str, Any]]:
+def stored_body(
+    d: Dialect, turn_id: str, message: Message, num: int | None = None
+) -> Plan[dict[str, Any]]:
     """``message`` as the ``messages`` row stores it: each result whose content its ended
-    call's row holds already, as a reference to it."""
+    call's row holds already, as a reference to it (``num``: the turn's number, when the
+    caller has it)."""
     body = message_to_dict(message)
     wanted = {b.tool_use_id for b in message.tool_results if len(b.content) >= SHORTEST_REFERRED}
     if not wanted:
         return body
     ended = sorted(TERMINAL_TOOL_STATES)
+    turn = TURN_NUM if num is None else "?"
     found = yield from rows(
-        f"SELECT call_id, output FROM tool_calls WHERE turn_num = {TURN_NUM} "
+        f"SELECT call_id, output FROM tool_calls WHERE turn_num = {turn} "
         f"AND call_id IN ({_marks(wanted)}) AND state IN ({_marks(ended)}) "
         "AND output IS NOT NULL",
-        turn_id,
+        turn_id if num is None else num,
         *sorted(wanted),
         *ended,
     )

@@ -147,8 +147,8 @@ def add_message(
 ) -> Plan[int]:
     """Store a message as the turn's next (its results' outputs left in their calls' rows,
     :mod:`drover.store.result_refs`); its seq in the turn."""
-    body = yield from stored_body(d, turn_id, message)
     num = None if held is None else held.turn_nums.get(turn_id)
+    body = yield from stored_body(d, turn_id, message, num)
     turn, value = (TURN_NUM, turn_id) if num is None else ("?", num)
     return (
         yield from numbered(

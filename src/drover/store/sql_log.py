@@ -197,6 +197,7 @@ def log_text(
     first: int | None,
     last_seq: int | None,
     marks: str | None,
+    held: Held | None = None,
 ) -> Plan[int]:
     """A coalesced text row; one that starts inside a delta an earlier row began shares that
     row's first number and takes the next ``part``."""
@@ -208,7 +209,7 @@ def log_text(
             first,
         )
         part = int(first_value(found, "n"))
-    return (yield from log(d, session_id, turn_id, event, now, first, last_seq, marks, part))
+    return (yield from log(d, session_id, turn_id, event, now, first, last_seq, marks, part, held))
 
 
 def append_event(d: Dialect, w: AppendEvent, now: float, held: Held | None = None) -> Plan[int]:

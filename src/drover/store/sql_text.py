@@ -99,7 +99,7 @@ def discard(
     """The step's text stays in the log (readers saw it, the retry event tells them to drop
     it) but no longer feeds recovery."""
     session_id = yield from turn_session(d, w.turn_id, held=held)
-    yield from retire(d, space, session_id, w.turn_id, w.step, now)
+    yield from retire(d, space, session_id, w.turn_id, w.step, now, held=held)
 
 
 def retire(
@@ -110,6 +110,7 @@ def retire(
     step: int | None,
     now: float,
     fold: tuple[Message, int] | None = None,
+    held: Held | None = None,
 ) -> Plan[None]:
     """Move the turn's streamed text rows (of ``step``, or all of them) from ``partial_text``
     into the log: folded into the step's message when ``fold`` names it (the message and its
@@ -151,15 +152,14 @@ def retire(
                 if int(first_value(logged, "n")):
                     continue
             payload, marks = folded
-            yield from log(
-                d, session_id, turn_id, payload, now, low, high, encode_marks(low, marks)
-            )
+            encoded = encode_marks(low, marks)
+            yield from log(d, session_id, turn_id, payload, now, low, high, encoded, held=held)
             folded_seqs.update(r.seq for r in group)
     for r in records:
         if r.seq not in folded_seqs:
             encoded = encode_marks(r.seq, r.marks)
             yield from log_text(
-                d, session_id, turn_id, r.payload, r.created_at, r.seq, r.last_seq, encoded
+                d, session_id, turn_id, r.payload, r.created_at, r.seq, r.last_seq, encoded, held
             )
     yield from reclaim(d, space)
 

@@ -67,7 +67,7 @@ def append_message(
     seq = yield from add_message(d, w.turn_id, w.message, w.partial, now, held)
     if w.step is not None:
         fold = (w.message, seq) if w.fold_from is not None and not w.partial else None
-        yield from retire(d, space, session_id, w.turn_id, w.step, now, fold)
+        yield from retire(d, space, session_id, w.turn_id, w.step, now, fold, held)
     if w.logged is not None:
         row = w.logged
         event = {k: (seq if k == MESSAGE_OF else v) for k, v in row.event.items()}
