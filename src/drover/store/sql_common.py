@@ -38,11 +38,11 @@ class Held:
     numbers (:mod:`drover.store.keys`) of the sessions and turns it checked, by id, so that the
     batch's rows name them without looking each up again."""
 
-    __slots__ = ("session_nums", "sessions", "turn_nums", "turns")
+    __slots__ = ("session_nums", "turn_nums", "turns")
 
     def __init__(self) -> None:
-        self.sessions: set[str] = set()
         self.turns: dict[tuple[str, str | None], str] = {}
+        #: The sessions locked and checked, and the turns checked, to their numbers.
         self.session_nums: dict[str, int] = {}
         self.turn_nums: dict[str, int] = {}
 
@@ -64,14 +64,18 @@ def lock_session(d: Dialect, session_id: str) -> Plan[bool]:
 
 def need_session(d: Dialect, session_id: str, held: Held | None = None) -> Plan[None]:
     """Lock the session, which must exist."""
-    if held is not None and session_id in held.sessions:
+    if held is not None and session_id in held.session_nums:
         return
     num = yield from _lock_session(d, session_id)
     if num is None:
         raise StoreError(f"no session {session_id}")
     if held is not None:
-        held.sessions.add(session_id)
         held.session_nums[session_id] = num
+
+
+def turn_num(held: Held | None, turn_id: str) -> int | None:
+    """The turn's number if ``held`` checked the turn (None: look it up by id)."""
+    return None if held is None else held.turn_nums.get(turn_id)
 
 
 def turn_session(
@@ -93,7 +97,6 @@ def turn_session(
     session_id = str(row["id"])
     if held is not None:
         held.turns[turn_id, owner] = session_id
-        held.sessions.add(session_id)
         held.session_nums[session_id] = int(row["session_num"])
         held.turn_nums[turn_id] = int(row["turn_num"])
     return session_id
@@ -147,7 +150,7 @@ def add_message(
 ) -> Plan[int]:
     """Store a message as the turn's next (its results' outputs left in their calls' rows,
     :mod:`drover.store.result_refs`); its seq in the turn."""
-    num = None if held is None else held.turn_nums.get(turn_id)
+    num = turn_num(held, turn_id)
     body = yield from stored_body(d, turn_id, message, num)
     turn, value = (TURN_NUM, turn_id) if num is None else ("?", num)
     return (

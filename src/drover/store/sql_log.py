@@ -27,7 +27,7 @@ from drover.store.keys import SESSION_NUM, TURN_NUM
 from drover.store.plan import Exec, Plan, execute, rows
 from drover.store.result_refs import Outputs, refers, turn_outputs, with_outputs
 from drover.store.rows import event_from_row, json_value, partial_text_record
-from drover.store.sql_common import Held, first_value, need_session, turn_session
+from drover.store.sql_common import Held, first_value, need_session, turn_num, turn_session
 
 #: A row's turn: its number, or (a worker's own turn, which has no row) its id as text (three
 #: parameters, the turn's id each time).
@@ -68,7 +68,7 @@ def _keys(session_id: str, turn_id: str | None, held: Held | None) -> tuple[Keys
     has no number)."""
     if held is not None:
         session = held.session_nums.get(session_id)
-        turn = None if turn_id is None else held.turn_nums.get(turn_id)
+        turn = None if turn_id is None else turn_num(held, turn_id)
         if session is not None and (turn is not None or turn_id is None):
             return (session, turn), True
     return (session_id, turn_id, turn_id, turn_id), False

@@ -33,7 +33,7 @@ from drover.store.result_refs import (
     with_outputs,
 )
 from drover.store.rows import CALL_COLUMNS, json_value, stored_message, tool_call_from_row
-from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_session
+from drover.store.sql_common import TERMINAL_SQL, Held, add_message, turn_num, turn_session
 from drover.store.sql_log import log
 from drover.store.sql_text import FreedSpace, deltas, retire
 
@@ -101,7 +101,7 @@ def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = N
     input_json = None if w.input is None else d.json(dict(w.input))
     if held is None or (w.turn_id, None) not in held.turns:
         yield from turn_session(d, w.turn_id, held=held)
-    num = None if held is None else held.turn_nums.get(w.turn_id)
+    num = turn_num(held, w.turn_id)
     count = yield Exec(  # as is (not through ``execute``): the store makes one for every state
         _UPSERT_BY_ID if num is None else _UPSERT_BY_NUMBER,
         (
