@@ -31,6 +31,7 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.store.log_shapes import unpack
 from drover.store.sqlite import SqliteStore
 
 from .helpers import RecordingStore
@@ -60,7 +61,7 @@ async def _journal(store: SqliteStore, **kwargs: Any) -> Journal:
 def _logged(path: Path, kind: str) -> list[dict[str, Any]]:
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT payload FROM events WHERE type = ? ORDER BY seq", (kind,))
-        payloads = [json.loads(payload) for (payload,) in rows]
+        payloads = [unpack(kind, json.loads(payload)) for (payload,) in rows]
     conn.close()
     return payloads
 

@@ -24,6 +24,7 @@ from drover.messages import (
     user_message,
 )
 from drover.runner import load_history
+from drover.store.log_shapes import unpack
 from drover.store.result_refs import OUTPUT_IN_CALL, SHORTEST_REFERRED
 from drover.store.sqlite import SqliteStore
 
@@ -74,7 +75,10 @@ async def test_the_output_is_stored_once_and_in_its_place(tmp_path: Path) -> Non
     assert list(end.payload.items()) == list(published[end.seq].items())
     conn = sqlite3.connect(tmp_path / "j.db")
     try:
-        logged = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events")]
+        logged = [
+            unpack(kind, json.loads(p))
+            for kind, p in conn.execute("SELECT type, payload FROM events")
+        ]
         (calls,) = conn.execute("SELECT COUNT(*) FROM tool_calls WHERE output = ?", (OUTPUT,))
     finally:
         conn.close()

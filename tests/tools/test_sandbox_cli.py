@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli.helpers import DROVER, base_args, clean_env, run_drover
 
+from drover.store.log_shapes import unpack
 from drover.testing.server import FakeLLMServer
 from drover.tools.sandbox import SandboxStatus
 
@@ -84,7 +85,7 @@ def tool_start_sandboxes(db: Path) -> list[str | None]:
     """The ``sandbox`` of every ``tool_start`` in the journal's event log."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT payload FROM events WHERE type = 'tool_start' ORDER BY seq")
-        return [json.loads(payload).get("sandbox") for (payload,) in rows]
+        return [unpack("tool_start", json.loads(p)).get("sandbox") for (p,) in rows]
 
 
 def test_the_journal_records_the_sandbox_of_each_call(

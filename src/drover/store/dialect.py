@@ -59,6 +59,8 @@ class Dialect:
     casts: bool
     #: A JSON value as the driver takes it for a JSON column.
     json: Callable[[Any], Any]
+    #: A JSON value as text, for a text column that holds JSON (the log's payloads).
+    json_text: Callable[[Any], str]
     #: Free text as the column can hold it (PostgreSQL cannot hold U+0000).
     text: Callable[[str], str]
     #: The column that orders rows of ``sessions`` and ``turns`` by creation.
@@ -100,6 +102,7 @@ SQLITE = Dialect(
     name="sqlite",
     casts=False,
     json=dumps,
+    json_text=dumps,
     text=str,
     creation_order="rowid",
     greatest="MAX",

@@ -460,6 +460,20 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             *numbers_migration.BOTH,
         ),
     ),
+    (
+        # The log stores a payload of a known shape as the list of its values
+        # (:mod:`drover.store.log_shapes`); the name marks the journals holding such rows, so
+        # that a drover that cannot read them refuses the journal instead of misreading it.
+        # PostgreSQL's payloads become text as SQLite's are: ``jsonb`` orders an object's keys
+        # its own way, and a replay must send each event's keys in the order they went out.
+        "0016_log_shapes",
+        (
+            PerBackend(
+                sqlite=(),
+                postgres=("ALTER TABLE events ALTER COLUMN payload TYPE TEXT USING payload::text",),
+            ),
+        ),
+    ),
 )
 
 

@@ -19,7 +19,8 @@ _JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def _dumps(value: Any) -> str:
-    """JSON for a ``jsonb`` column, which cannot hold NUL (it becomes U+FFFD)."""
+    """JSON text without NUL (it becomes U+FFFD), as a ``jsonb`` column needs it, and as the
+    log's ``text`` payloads keep it too (like every other text column)."""
     text = dumps(value)
     return _JSON_NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
 
@@ -36,6 +37,7 @@ POSTGRES = Dialect(
     name="postgres",
     casts=True,
     json=_jsonb,
+    json_text=_dumps,
     text=_text,
     creation_order="n",
     greatest="GREATEST",

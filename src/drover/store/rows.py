@@ -21,6 +21,7 @@ from drover.journal.records import (
 )
 from drover.journal.rules import flushed_text_event
 from drover.messages import Usage, message_from_dict
+from drover.store.log_shapes import unpack
 from drover.store.plan import Row
 
 #: The decoder's C scanner: ``json.loads`` less its wrapper (two regex matches and a few calls,
@@ -126,9 +127,7 @@ def event_from_row(session_id: str, row: Row) -> EventRecord:
     """A log row of the session ``session_id`` (:data:`~drover.store.sql_log.EVENT_COLUMNS`)."""
     seq = int(row["seq"])
     kind = str(row["type"])
-    payload = _json(row["payload"])
-    if "type" not in payload:  # stored without it: the row's type column holds it
-        payload = {"type": kind, **payload}
+    payload = unpack(kind, _json(row["payload"]))
     return EventRecord(
         session_id=session_id,
         seq=seq,

@@ -24,6 +24,7 @@ from drover.journal.writes import MESSAGE_OF, OUTPUT_OF, TEXT_OF, AppendEvent, w
 from drover.messages import Message, Usage, message_from_dict, message_to_dict
 from drover.store.dialect import Dialect
 from drover.store.keys import SESSION_NUM, TURN_NUM
+from drover.store.log_shapes import pack, unpack
 from drover.store.plan import Exec, Plan, execute, rows
 from drover.store.result_refs import Outputs, refers, turn_outputs, with_outputs
 from drover.store.rows import event_from_row, json_value, partial_text_record
@@ -41,8 +42,8 @@ EVENT_COLUMNS = (
 
 #: A log row whose session and turn are named by id (their numbers looked up as it is
 #: inserted), or by number (a :class:`Held` of the transaction has them).
-_BY_ID = f"({SESSION_NUM}, {_TURN}, ?, ?, ?, ?::jsonb, ?, ?, ?)"
-_BY_NUMBER = "(?, ?, NULL, ?, ?, ?, ?::jsonb, ?, ?, ?)"
+_BY_ID = f"({SESSION_NUM}, {_TURN}, ?, ?, ?, ?, ?, ?, ?)"
+_BY_NUMBER = "(?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_EVENTS = (
     "INSERT INTO events (session_num, turn_num, turn_text, seq, part, type, payload, "
     "created_at, last_seq, marks) VALUES "
@@ -171,13 +172,15 @@ def _row(
     body = event if type(event) is dict else dict(event)
     end = seq if last_seq is None or last_seq < seq else last_seq
     kind = str(event["type"])
-    payload = d.json(body)
-    # The row's ``type`` column holds the type; the payload's text leaves it out (a read puts
-    # it back). A PostgreSQL ``jsonb`` value is kept whole: it is not text to cut.
-    if type(payload) is str:
-        head = _type_head(kind)
-        if payload.startswith(head):
-            payload = "{" + payload[len(head) :]
+    # A payload of a known shape as its values (:mod:`~drover.store.log_shapes`), any other
+    # without its type, which the row's ``type`` column holds: a read puts both back.
+    packed = pack(kind, body)
+    if packed is not None:
+        return (*keys, seq, part, kind, d.json_text(packed), now, end, marks)
+    payload = d.json_text(body)
+    head = _type_head(kind)
+    if payload.startswith(head):
+        payload = "{" + payload[len(head) :]
     return (*keys, seq, part, kind, payload, now, end, marks)
 
 
@@ -362,7 +365,7 @@ def running_usage(d: Dialect, session_id: str, turn_id: str) -> Plan[Usage | Non
     row = found[0] if found else None
     if row is None or row["type"] != "usage" or row["turn_num"] != row["own"]:
         return None
-    payload = json_value(row["payload"])
+    payload = unpack("usage", json_value(row["payload"]))
     return Usage(
         input_tokens=int(payload.get("total_input", 0)),
         output_tokens=int(payload.get("total_output", 0)),
