@@ -10,8 +10,8 @@ object again, keys in the same order, ``type`` first: what a replay sends is wha
 
 :data:`SHAPES` is append-only, like the migrations: a stored row names its shape by its place in
 the tuple. A shape added later needs a migration of its own (even one with no statement), so
-that a drover that does not know it refuses the journal instead of misreading its rows.
-PostgreSQL keeps ``jsonb`` objects whole and never packs.
+that a drover that does not know it refuses the journal instead of misreading its rows. Both
+backends store the log's payloads as text and pack alike.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def pack(kind: str, body: Mapping[str, Any]) -> list[Any] | None:
 
 def unpack(kind: str, stored: Any) -> dict[str, Any]:
     """A stored payload of type ``kind`` as its event's JSON form, ``type`` first: a packed
-    list, an object stored without its ``type``, or a whole one (older rows, ``jsonb``)."""
+    list, an object stored without its ``type``, or a whole one (rows of older versions)."""
     if type(stored) is dict:
         return stored if "type" in stored else {"type": kind, **stored}
     if type(stored) is not list or not stored or type(stored[0]) is not int:

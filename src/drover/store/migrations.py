@@ -464,13 +464,20 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
         # The log stores a payload of a known shape as the list of its values
         # (:mod:`drover.store.log_shapes`); the name marks the journals holding such rows, so
         # that a drover that cannot read them refuses the journal instead of misreading it.
-        # PostgreSQL's payloads become text as SQLite's are: ``jsonb`` orders an object's keys
-        # its own way, and a replay must send each event's keys in the order they went out.
+        # On PostgreSQL the log's payloads, the messages' bodies and the calls' inputs become
+        # text, as SQLite's are: ``jsonb`` orders an object's keys its own way (shortest
+        # first), and a replay must send an event's keys in the order they went out, a history
+        # read back must give a tool call's input as the model wrote it (a request's bytes are
+        # the API's prompt-cache key).
         "0016_log_shapes",
         (
             PerBackend(
                 sqlite=(),
-                postgres=("ALTER TABLE events ALTER COLUMN payload TYPE TEXT USING payload::text",),
+                postgres=(
+                    "ALTER TABLE events ALTER COLUMN payload TYPE TEXT USING payload::text",
+                    "ALTER TABLE messages ALTER COLUMN body TYPE TEXT USING body::text",
+                    "ALTER TABLE tool_calls ALTER COLUMN input TYPE TEXT USING input::text",
+                ),
             ),
         ),
     ),

@@ -158,8 +158,8 @@ def add_message(
             d,
             "messages",
             "role, body, partial, created_at, turn_num",
-            f"?, ?::jsonb, ?, ?, {turn}",
-            (message.role, d.json(body), partial, now, value),
+            f"?, ?, ?, ?, {turn}",
+            (message.role, d.json_text(body), partial, now, value),
             (f"turn_num = {turn}",),
         )
     )

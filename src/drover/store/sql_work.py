@@ -44,7 +44,7 @@ def _upsert_call(turn: str) -> str:
     return (
         "INSERT INTO tool_calls (turn_num, call_id, step, call_index, name, state, input, "
         "output, is_error, outcome_unknown, read_only, created_at, updated_at) "
-        f"VALUES ({turn}, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?) "
+        f"VALUES ({turn}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (turn_num, call_id) DO UPDATE SET "
         "step = CASE WHEN excluded.step > 0 THEN excluded.step ELSE tool_calls.step END, "
         "call_index = excluded.call_index, name = excluded.name, state = excluded.state, "
@@ -77,10 +77,10 @@ def append_message(
 
 def replace_message(d: Dialect, w: ReplaceMessage, held: Held | None = None) -> Plan[None]:
     yield from turn_session(d, w.turn_id, held=held)
-    body = d.json((yield from stored_body(d, w.turn_id, w.message)))
+    body = d.json_text((yield from stored_body(d, w.turn_id, w.message)))
     if w.seq is None:  # the turn's latest message
         count = yield from execute(
-            f"UPDATE messages SET body = ?::jsonb WHERE turn_num = {TURN_NUM} "
+            f"UPDATE messages SET body = ? WHERE turn_num = {TURN_NUM} "
             f"AND seq = (SELECT MAX(seq) FROM messages WHERE turn_num = {TURN_NUM})",
             body,
             w.turn_id,
@@ -88,7 +88,7 @@ def replace_message(d: Dialect, w: ReplaceMessage, held: Held | None = None) -> 
         )
     else:
         count = yield from execute(
-            f"UPDATE messages SET body = ?::jsonb WHERE turn_num = {TURN_NUM} AND seq = ?",
+            f"UPDATE messages SET body = ? WHERE turn_num = {TURN_NUM} AND seq = ?",
             body,
             w.turn_id,
             w.seq,
@@ -98,7 +98,7 @@ def replace_message(d: Dialect, w: ReplaceMessage, held: Held | None = None) -> 
 
 
 def upsert_call(d: Dialect, w: UpsertToolCall, now: float, held: Held | None = None) -> Plan[None]:
-    input_json = None if w.input is None else d.json(dict(w.input))
+    input_json = None if w.input is None else d.json_text(dict(w.input))
     if held is None or (w.turn_id, None) not in held.turns:
         yield from turn_session(d, w.turn_id, held=held)
     num = turn_num(held, w.turn_id)
