@@ -179,7 +179,8 @@ class Session(Generic[OutputT]):
         :class:`~drover.journal.records.QueuedMessage` (its turn starts when the session is
         free, with the live sinks, handler and options of the turn before it). ``interrupt``
         and ``rollback`` act on a turn running in this process; one running in another
-        process is refused as with ``reject``. ``follow=False``: queued messages do not run
+        process is refused as with ``reject`` (``drover serve`` asks that process to stop it,
+        :mod:`drover.server.remote_stop`). ``follow=False``: queued messages do not run
         after this turn (the caller runs them, :meth:`start_queued`). A blank prompt is
         refused first, as by :meth:`start`: a running turn is not interrupted for it."""
         refuse_blank(prompt)

@@ -402,3 +402,70 @@ def test_a_permission_answer_posted_to_a_reaches_the_turn_on_another_process(
     assert events[-1].event == "done"
     (call,) = _snapshot(a, sid)["turns"][0]["tool_calls"]
     assert call["state"] == "output-available"
+
+
+def _post_busy(server: Served, sid: str, content: str, if_busy: str) -> dict[str, Any]:
+    with server.client() as client:
+        body = {"content": content, "if_busy": if_busy}
+        reply = client.post(f"/v1/sessions/{sid}/messages", json=body)
+        assert reply.status_code == 202, reply.text
+        return dict(reply.json())
+
+
+def _ends(count: int, after: int = 0) -> Callable[[Sse, list[Sse]], bool]:
+    """Until the ``count``-th turn end numbered after ``after`` the follower sees."""
+    return lambda _ev, got: sum(e.event in TERMINAL and (e.id or 0) > after for e in got) >= count
+
+
+def _asked_with(fake: FakeLLMServer, content: str) -> str:
+    """The body of the model request made for the turn of the message ``content``."""
+    return next(str(r.body) for r in fake.requests if content in str(r.body))
+
+
+def test_interrupt_and_rollback_posted_to_another_process_stop_the_turn_there(
+    fake: FakeLLMServer, a: Served, b: Served, c: Served
+) -> None:
+    """A message with ``if_busy`` ``interrupt`` posted to A while B runs the session's turn:
+    B stops it (work kept) and leaves its queue alone, A runs the message's turn, which sees
+    the work, then the message queued before it. ``rollback`` posted to C (no Redis: the
+    control goes through PostgreSQL) discards the stopped turn's work instead."""
+    partial = "long " * 2000
+    fake.script(
+        {"text": partial, "delay": 0.005},
+        {"text": "Done instead."},
+        {"text": "Queued one done."},
+        {"text": partial, "delay": 0.005},
+        {"text": "Rolled back."},
+    )
+    sid = _session(a)
+    on_a = Follower(a, sid, until=_ends(3))
+    on_a.start()
+    first = _post(b, sid, "write a long answer")
+    on_a.wait_for(lambda got: any(e.event == "text_delta" for e in got))
+    queued = _post_busy(b, sid, "the queued message", "enqueue")
+    assert queued["queued"] is True
+    instead = _post_busy(a, sid, "do this instead", "interrupt")["turn_id"]
+    assert instead != first
+    seen = on_a.result(a, b)
+    ends = [(e.data["turn_id"], e.event) for e in seen if e.event in TERMINAL]
+    assert ends[0] == (first, "incomplete") and ends[1] == (instead, "done")
+    snap = _snapshot(a, sid)
+    assert [t["status"] for t in snap["turns"]] == ["interrupted", "completed", "completed"]
+    assert snap["turns"][1]["id"] == instead
+    assert "the queued message" in str(snap["turns"][2]["user_message"])
+    assert "long long" in _asked_with(fake, "do this instead")  # the work was kept
+
+    on_c = Follower(c, sid, until=_ends(2, after=seen[-1].id or 0))
+    on_c.start()
+    second = _post(b, sid, "write another long answer")
+    on_c.wait_for(
+        lambda got: any(e.event == "text_delta" and e.data["turn_id"] == second for e in got)
+    )
+    rolled = _post_busy(c, sid, "start over", "rollback")["turn_id"]
+    ends = [(e.data["turn_id"], e.event) for e in on_c.result(b, c) if e.event in TERMINAL]
+    assert ends[-2:] == [(second, "incomplete"), (rolled, "done")]
+    snap = _snapshot(c, sid)
+    assert [t["status"] for t in snap["turns"]][-2:] == ["interrupted", "completed"]
+    asked = _asked_with(fake, "start over")
+    assert "write another long answer" not in asked  # the stopped turn's work was discarded
+    assert "do this instead" in asked

@@ -75,8 +75,10 @@ or not:
                                                        (kept in the journal, marked) before
                                                        this message's turn (both answer
                                                        ``{"turn_id"}`` of the new turn; a turn
-                                                       running in another process is refused
-                                                       as with ``reject``); 422
+                                                       another process runs is stopped there
+                                                       first, its queue kept for after this
+                                                       message; 409 when it has not ended
+                                                       within 30 s); 422
                                                        ``webhook_refused`` when ``webhook`` is
                                                        not under an origin the server allows
                                                        (below)

@@ -41,8 +41,9 @@ from drover.handle import Session
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.runner import Runner
-from drover.running import FollowUp
+from drover.running import FollowUp, RunningTurn
 from drover.server.hub import Hub
+from drover.server.remote_stop import RemoteStops, RunningElsewhere, SendControl
 from drover.server.snapshot import snapshot
 from drover.server.webhooks import Targets
 from drover.telemetry.metrics import Metrics
@@ -50,12 +51,8 @@ from drover.turn_queue import QUEUE_EVENTS, IfBusy
 
 log = logging.getLogger(__name__)
 
-#: ``(session_id) -> (turn_id, owner)`` of a turn running in any process, or None.
-RunningElsewhere = Callable[[str], Awaitable[tuple[str, str | None] | None]]
 #: ``(session_ids) -> {session_id: turn_id}`` of those with a turn running in any process.
 RunningAnywhere = Callable[[list[str]], Awaitable[dict[str, str]]]
-#: Sends a control message to the process ``owner``; False when it cannot be sent.
-SendControl = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 DEFAULT_PERMISSION_TIMEOUT = 300.0
 #: The recorded error of a turn interrupted because the server stopped.
@@ -102,8 +99,12 @@ class Service:
         self.relay = relay
         self.metrics = metrics
         self.webhooks = webhooks
+        #: Stops turns other processes run, for messages that interrupt or roll them back.
+        self._stops: RemoteStops | None = None
         if send_control is not None:
             self.runner.queue.forward = self._announce_elsewhere
+            if running_elsewhere is not None:
+                self._stops = RemoteStops(self.runner, running_elsewhere, send_control)
 
     @property
     def store(self) -> Store:
@@ -247,13 +248,36 @@ class Service:
                 running = handle.start(None, live=live, webhook=webhook)
                 await running.wait_started()
             else:
-                sent = await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
+                sent = await self._submit(handle, content, if_busy, live, webhook)
                 if isinstance(sent, QueuedMessage):
                     return sent
                 running = sent
         assert running.task is not None and running.turn_id is not None
         running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
         return running.turn_id
+
+    async def _submit(
+        self,
+        handle: Session[Any],
+        content: str,
+        if_busy: IfBusy,
+        live: list[_Transient],
+        webhook: str | None,
+    ) -> RunningTurn | QueuedMessage:
+        """:meth:`Session.submit`; with ``interrupt`` or ``rollback`` a turn another process
+        runs is stopped first (:mod:`drover.server.remote_stop`), its work kept or discarded
+        here before the message's turn starts."""
+        try:
+            return await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
+        except SessionBusyError as busy:
+            stops = self._stops
+            if if_busy not in ("interrupt", "rollback") or stops is None:
+                raise
+            if not await stops.stop(handle.id, busy.turn_id):
+                raise
+        if if_busy == "rollback":
+            await handle.discard()
+        return await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
 
     async def cancel_queued(self, record: SessionRecord, message_id: str) -> bool:
         """Cancel a queued message of the session; False when it is not queued (any more)."""
@@ -326,6 +350,8 @@ class Service:
         """A request another process received for a turn this one runs."""
         session_id = str(message.get("session", ""))
         event = message.get("event")
+        if self._stops is not None and self._stops.on_control(message):
+            return
         if message.get("op") == "interrupt":
             self.runner.interrupt(session_id)
         elif message.get("op") == "announce" and isinstance(event, dict):
