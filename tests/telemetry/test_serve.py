@@ -20,6 +20,7 @@ from server.support import BOUND, Served, clean_env, parse_sse, read_events, sta
 from support.otlp import Collector, Span
 from support.sse import sse_lines
 
+from drover.store.log_shapes import unpack
 from drover.testing.server import FakeLLMServer
 
 TOKEN = "metrics-token"
@@ -212,7 +213,8 @@ def test_metrics_count_what_the_journal_holds(
     with journal(tmp_path) as db:
         statuses = Counter(r["status"] for r in db.execute("SELECT status FROM turns"))
         calls = Counter((r["name"], r["state"]) for r in db.execute("SELECT * FROM tool_calls"))
-        events = [(r["type"], json.loads(r["payload"])) for r in db.execute("SELECT * FROM events")]
+        rows = db.execute("SELECT type, payload FROM events").fetchall()
+        events = [(r["type"], unpack(r["type"], json.loads(r["payload"]))) for r in rows]
     assert statuses == {"completed": 2, "failed": 1}
     for status, count in statuses.items():
         assert metrics[("drover_turns_total", (("status", status),))] == count

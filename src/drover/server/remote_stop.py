@@ -54,13 +54,13 @@ class RemoteStops:
 
     async def stop(self, session_id: str, turn_id: str) -> bool:
         """Have the process running the session's turn ``turn_id`` stop it and keep its queue
-        for this process; True once the turn is over, False when no other process runs it
-        (or none could be reached) or it did not end in time."""
+        for this process; True once no turn of the session runs, False when that process
+        cannot be reached, the turn did not end in time, or another turn runs by then."""
         found = await self._elsewhere(session_id)
-        if found is None or found[0] != turn_id:
+        if found is None:
             return True  # over already
         owner = found[1]
-        if owner is None or owner == self._runner.owner:
+        if found[0] != turn_id or owner is None or owner == self._runner.owner:
             return False
         key = (session_id, turn_id)
         ended = self._waiting.setdefault(key, asyncio.Event())
@@ -74,8 +74,10 @@ class RemoteStops:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ended.wait(), CHECK_EVERY)
                 found = await self._elsewhere(session_id)
-                if found is None or found[0] != turn_id:
+                if found is None:
                     return True
+                if found[0] != turn_id:
+                    return False  # another turn runs already: the message finds it busy
                 if loop.time() >= deadline:
                     log.warning("turn %s of session %s did not stop in time", turn_id, session_id)
                     return False
