@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 import types
@@ -213,6 +214,17 @@ def test_run_sync_continues_a_session_across_event_loops(tmp_path: Path) -> None
     assert (first.text, second.text) == ("one", "two")
     assert [m.text for m in provider.requests[1].messages] == ["1", "one", "2"]
     assert db.exists()
+
+
+def test_a_store_given_as_a_path_is_that_file(tmp_path: Path) -> None:
+    db = tmp_path / "as a path.db"
+    agent = Agent(ScriptedProvider([Reply(text="kept")]), tools=[], store=db, workdir=tmp_path)
+    result = agent.run_sync("keep this")
+    assert result.text == "kept"
+    with sqlite3.connect(db) as conn:
+        (turns,) = conn.execute("SELECT COUNT(*) FROM turns").fetchone()
+    conn.close()
+    assert turns == 1
 
 
 def _system_of(body: dict[str, object]) -> object:

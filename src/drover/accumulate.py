@@ -14,6 +14,7 @@ and unsigned thinking are left out, because no API accepts them back.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -48,8 +49,29 @@ class _OpenBlock:
     signature: list[str] = field(default_factory=list)
 
 
+#: A ``\\u`` escape of a UTF-16 surrogate in JSON text.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def mend_surrogates(text: str) -> str:
+    """``text`` with its UTF-16 surrogate pairs joined into their characters and any lone
+    half replaced by U+FFFD: neither half alone can be written as UTF-8 (or to a journal)."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _mended(value: Any) -> Any:
+    if isinstance(value, str):
+        return mend_surrogates(value)
+    if isinstance(value, dict):
+        return {mend_surrogates(k): _mended(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    return value
+
+
 def parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Parse accumulated tool-input JSON: ``(input, None)`` or ``({}, error)``."""
+    """Parse accumulated tool-input JSON: ``(input, None)`` or ``({}, error)``. A surrogate
+    written as an escape comes out whole or as U+FFFD (:func:`mend_surrogates`)."""
     if not raw.strip():
         return {}, None
     try:
@@ -58,6 +80,8 @@ def parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
         return {}, f"tool input is not valid JSON ({exc.msg} at position {exc.pos})"
     if not isinstance(value, dict):
         return {}, f"tool input must be a JSON object, got {type(value).__name__}"
+    if "\\u" in raw and _ESCAPED_SURROGATE.search(raw):
+        value = _mended(value)
     return value, None
 
 

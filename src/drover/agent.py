@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Self, overload
@@ -78,8 +79,9 @@ class Agent(Generic[OutputT]):
     :class:`drover.testing.scripted.ScriptedProvider`. ``tools`` are the tools offered (None:
     the built-in coding tools and the ``task`` tool, as on the command line; their ``bash``
     runs in the sandbox ``sandbox`` names — ``workdir``, ``read-only`` or ``off``, None: the
-    config's — with network when ``sandbox_network``). ``store`` is a path, ``":memory:"``, a
-    ``postgresql://`` URL or an open :class:`~drover.journal.protocol.Store` (None: ``DROVER_DB``,
+    config's — with network when ``sandbox_network``). ``store`` is a path (a ``str`` or a
+    :class:`~pathlib.Path`), ``":memory:"``, a ``postgresql://`` URL or an open
+    :class:`~drover.journal.protocol.Store` (None: ``DROVER_DB``,
     else the SQLite journal in the user data directory). Side-effecting tools ask
     ``on_permission`` in ``permission_mode="ask"`` (each session may have its own handler);
     without one, ``run`` denies them and a stream's reader answers them. ``output_type`` (a
@@ -113,7 +115,7 @@ class Agent(Generic[OutputT]):
         *,
         tools: Iterable[Tool] | None = None,
         system_prompt: str | None = None,
-        store: str | Store | None = None,
+        store: str | os.PathLike[str] | Store | None = None,
         workdir: Path | str | None = None,
         permission_mode: PermissionMode = "ask",
         on_permission: PermissionCallback | None = None,
@@ -152,7 +154,7 @@ class Agent(Generic[OutputT]):
             config=config,
             model=model,
             tools=None if tools is None else list(tools),
-            store=store,
+            store=os.fspath(store) if isinstance(store, os.PathLike) else store,
             workdir=workdir,
             base_url=base_url,
             sandbox_mode=sandbox,

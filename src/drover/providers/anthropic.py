@@ -37,7 +37,6 @@ from typing import Any, Unpack
 
 import anthropic
 import httpx2
-import orjson
 from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
 from drover.messages import Usage
@@ -58,7 +57,7 @@ from drover.providers.retry import stream_error
 from drover.providers.sdk_provider import SdkErrors, SdkOptions, SdkProvider, field, int_attr
 from drover.providers.sdk_stream import ClosableStream, RawEvents
 from drover.providers.sse import SseEvent
-from drover.providers.wire_json import encode_body
+from drover.providers.wire_json import decode_event, encode_body
 
 PROVIDER = "anthropic"
 API = "the Anthropic API"
@@ -236,14 +235,14 @@ def _interpret(sse: SseEvent, response: httpx2.Response) -> dict[str, Any] | Non
     if sse.event == "error":
         body: object = sse.data
         try:
-            body = orjson.loads(sse.data)
+            body = decode_event(sse.data)
             message = f"{body}"
-        except orjson.JSONDecodeError:
+        except json.JSONDecodeError:
             message = sse.data or f"Error code: {response.status_code}"
         raise anthropic.APIStatusError(message, response=response, body=body)
     if not sse.data:
         return None
-    event: dict[str, Any] = orjson.loads(sse.data)
+    event: dict[str, Any] = decode_event(sse.data)
     return event
 
 

@@ -47,6 +47,7 @@ from drover.providers.sdk_stream import (
     stall_guard,
     transport_timeout,
 )
+from drover.providers.whole_text import WholeText
 
 T = TypeVar("T")
 
@@ -255,7 +256,8 @@ class SdkProvider(Generic[C]):
         raise NotImplementedError
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
-        sdk_stream, events = await self._open(request)
+        sdk_stream, mapper = await self._open(request)
+        events = WholeText(mapper)  # a character split over two deltas is joined
         async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=self.api) as stream:
             while (raw := await stream.next()) is not None:
                 mapped = events.feed(raw)  # an error event raises before the stream counts
