@@ -25,6 +25,7 @@ from drover.messages import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
+    mend_surrogates,
 )
 from drover.model_stream import (
     BlockDelta,
@@ -51,12 +52,6 @@ class _OpenBlock:
 
 #: A ``\\u`` escape of a UTF-16 surrogate in JSON text.
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def mend_surrogates(text: str) -> str:
-    """``text`` with its UTF-16 surrogate pairs joined into their characters and any lone
-    half replaced by U+FFFD: neither half alone can be written as UTF-8 (or to a journal)."""
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _mended(value: Any) -> Any:

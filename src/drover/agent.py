@@ -41,7 +41,7 @@ from drover.handle import Session
 from drover.instructions import PromptParts
 from drover.journal.protocol import Store
 from drover.mcp.config import McpFile
-from drover.messages import Prompt, refuse_blank
+from drover.messages import Prompt, refuse_unsendable
 from drover.permissions import PermissionMode, PermissionPolicy, rules_of
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
@@ -425,7 +425,7 @@ class Agent(Generic[OutputT]):
         :class:`~drover.errors.BlankPromptError`, a ``ValueError``, before a new session is
         created.
         """
-        refuse_blank(prompt)
+        refuse_unsendable(prompt)
         handle = await self.session(session)
         return await handle.run(prompt, deps=deps, output_type=output_type, if_busy=if_busy)
 
@@ -524,7 +524,7 @@ class Agent(Generic[OutputT]):
             pass
         else:
             raise DroverError("run_sync cannot run inside an event loop: await agent.run(...)")
-        refuse_blank(prompt)
+        refuse_unsendable(prompt)
 
         async def once() -> RunResult[Any]:
             try:

@@ -41,6 +41,18 @@ class BlankPromptError(DroverError, ValueError):
         super().__init__("the prompt is blank (empty or only white space): nothing to send")
 
 
+class PromptTextError(DroverError, ValueError):
+    """A prompt's text holds half of a UTF-16 surrogate pair (U+D800–U+DFFF without its
+    partner): not text, which no journal can write and no API takes. A ``ValueError`` as a
+    library caller's bad argument, as :class:`BlankPromptError`."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the prompt holds half of a UTF-16 surrogate pair (a code point in U+D800–U+DFFF "
+            "without its partner), which is not text: nothing was sent"
+        )
+
+
 class ProviderError(DroverError):
     """Talking to a model failed."""
 

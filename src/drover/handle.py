@@ -32,7 +32,7 @@ from drover.events import (
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
-from drover.messages import Message, Prompt, refuse_blank
+from drover.messages import Message, Prompt, refuse_unsendable
 from drover.output import OutputSchema
 from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
 from drover.runner import Runner
@@ -149,7 +149,7 @@ class Session(Generic[OutputT]):
         A blank prompt (empty or white space only, no image) raises
         :class:`~drover.errors.BlankPromptError` (a ``ValueError``) before anything starts."""
         if prompt is not None:
-            refuse_blank(prompt)
+            refuse_unsendable(prompt)
         output = self.output if output_type is None else output_schema(output_type)
         return self._agent.runner.start(
             self.engine,
@@ -183,7 +183,7 @@ class Session(Generic[OutputT]):
         :mod:`drover.server.remote_stop`). ``follow=False``: queued messages do not run
         after this turn (the caller runs them, :meth:`start_queued`). A blank prompt is
         refused first, as by :meth:`start`: a running turn is not interrupted for it."""
-        refuse_blank(prompt)
+        refuse_unsendable(prompt)
 
         def begin() -> RunningTurn:
             return self.start(

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias, assert_never
 
-from drover.errors import BlankPromptError
+from drover.errors import BlankPromptError, PromptTextError
 
 Role: TypeAlias = Literal["user", "assistant"]
 Meta: TypeAlias = Mapping[str, Any]
@@ -153,14 +153,32 @@ def blank(text: str) -> bool:
     return _NOT_BLANK.search(text) is None
 
 
-def refuse_blank(prompt: Prompt) -> None:
-    """Raise :class:`~drover.errors.BlankPromptError` when ``prompt`` has nothing to send: its
-    text is blank and it holds no image."""
-    if isinstance(prompt, str):
-        if blank(prompt):
-            raise BlankPromptError()
-    elif not any(isinstance(b, ImageBlock) for b in prompt.content) and blank(prompt.text):
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a UTF-16 surrogate (U+D800–U+DFFF): half of a pair, which Python
+    keeps apart where JSON wrote it as an escape, and which no UTF-8 (no journal) can hold."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def mend_surrogates(text: str) -> str:
+    """``text`` with its surrogate pairs joined into their characters and any lone half
+    replaced by U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def refuse_unsendable(prompt: Prompt) -> None:
+    """Raise :class:`~drover.errors.BlankPromptError` when ``prompt`` has nothing to send (its
+    text is blank and it holds no image), :class:`~drover.errors.PromptTextError` when its text
+    holds half of a UTF-16 surrogate pair (no journal can write it, no API takes it)."""
+    text = prompt if isinstance(prompt, str) else prompt.text
+    if blank(text) and (
+        isinstance(prompt, str) or not any(isinstance(b, ImageBlock) for b in prompt.content)
+    ):
         raise BlankPromptError()
+    if has_surrogate(text):
+        raise PromptTextError()
 
 
 def message_of_prompt(prompt: Prompt) -> Message:

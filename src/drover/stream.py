@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from drover.errors import DroverError
 from drover.events import Event, is_terminal
-from drover.messages import Prompt, refuse_blank
+from drover.messages import Prompt, refuse_unsendable
 from drover.result import OutputT, RunResult, result_of
 from drover.running import RunningTurn
 from drover.session import AgentSession
@@ -71,7 +71,7 @@ class TurnStream(Generic[OutputT]):
         output_type: type[BaseModel | str] | None = None,
     ) -> None:
         if prompt is not None:  # refused here, not when the block is entered
-            refuse_blank(prompt)
+            refuse_unsendable(prompt)
         self._session = session
         self._prompt = prompt
         self._deps = deps

@@ -11,7 +11,7 @@ import pytest
 
 from drover import Agent, ToolContext, tool
 from drover.config import Config
-from drover.errors import BlankPromptError, DroverError
+from drover.errors import BlankPromptError, DroverError, PromptTextError
 from drover.messages import Message, TextBlock
 from drover.running import RunningTurn
 from drover.testing.scripted import Reply, ScriptedProvider, call
@@ -110,3 +110,21 @@ def test_the_refusal_is_also_a_drover_error() -> None:
     """The command line and the REPL print a drover error on one line."""
     assert issubclass(BlankPromptError, DroverError)
     assert issubclass(BlankPromptError, ValueError)
+
+
+async def test_half_a_surrogate_pair_is_refused_as_no_text(tmp_path: Path) -> None:
+    """A lone UTF-16 half (``"\\ud800"``) is no text: it is refused like a blank prompt, before
+    anything is written (no journal could write it: it used to fail in the store)."""
+    provider = ScriptedProvider([Reply(text="fine")])
+    async with agent_for(provider, tmp_path) as agent:
+        session = await agent.session()
+        for text in ("hi \ud800 there", "\udfff", "a pair \ud83d\ude00 then a lone \udc00"):
+            with pytest.raises(PromptTextError, match="half of a UTF-16 surrogate pair"):
+                await session.run(text)
+            with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
+                await session.submit(text, if_busy="enqueue")
+        assert await agent.store.turns(session.id) == []
+        result = await session.run("smile \U0001f600")  # a whole character is text
+        assert result.text == "fine"
+    assert len(provider.requests) == 1
+    assert issubclass(PromptTextError, DroverError)

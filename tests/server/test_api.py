@@ -194,6 +194,12 @@ def test_listening_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     ]
 
 
+JSON = {"content-type": "application/json"}
+LONE_HALF = b'{"content": "hi \\ud800 there"}'
+LONE_TITLE = b'{"title": "\\udc00"}'
+LONE_KEY = b'{"\\udc00": 1}'
+
+
 def test_bad_requests_get_a_clear_4xx_with_a_json_error(
     fake_llm: FakeLLMServer, serve: Callable[..., Served]
 ) -> None:
@@ -247,12 +253,22 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
                 "not_found",
             ),
             (c.get("/v1/sessions?limit=0"), 400, "invalid_request"),
+            # Half of a surrogate pair is no text: no journal could write it (it was a 500).
+            (c.post(msgs, content=LONE_HALF, headers=JSON), 400, "invalid_json"),
+            (c.patch(f"/v1/sessions/{sid}", content=LONE_TITLE, headers=JSON), 400, "invalid_json"),
+            (c.post("/v1/sessions", content=LONE_KEY, headers=JSON), 400, "invalid_json"),
         ]
         for reply, status, code in cases:
             assert (reply.status_code, reply.json()["error"]["code"]) == (status, code), reply.text
             assert reply.json()["error"]["message"]
         # Nothing was written by the refused requests.
         assert c.get(f"/v1/sessions/{sid}").json()["turns"] == []
+        assert "Traceback" not in "\n".join(server.stderr)
+        # Both halves, as two escapes, are one character: taken.
+        pair = b'{"title": "smile \\ud83d\\ude00"}'
+        renamed = c.patch(f"/v1/sessions/{sid}", content=pair, headers=JSON)
+        assert renamed.status_code == 200, renamed.text
+        assert c.get(f"/v1/sessions/{sid}").json()["title"] == "smile \U0001f600"
         # CORS is off unless configured.
         plain = c.get("/v1/sessions", headers={"Origin": "http://page.example"})
         assert "access-control-allow-origin" not in plain.headers

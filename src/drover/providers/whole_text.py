@@ -17,17 +17,15 @@ text a well-behaved server sends — passes as the same objects.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from drover.accumulate import mend_surrogates
+from drover.messages import has_surrogate, mend_surrogates
 from drover.model_stream import BlockDelta, BlockStop, StreamEvent
 
 if TYPE_CHECKING:
     from drover.providers.sdk_provider import EventMapper
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The kinds of delta that carry text (a tool call's input arrives as JSON source text, whose
 #: escapes its decoder joins).
 _TEXT_KINDS = frozenset({"text", "thinking"})
@@ -56,7 +54,7 @@ class WholeText:
     def _mend(self, events: list[StreamEvent]) -> list[StreamEvent]:
         if not self._held:
             for e in events:
-                if type(e) is BlockDelta and not e.data.isascii() and _SURROGATE.search(e.data):
+                if type(e) is BlockDelta and has_surrogate(e.data):
                     break
             else:
                 return events  # the common case (every delta of a sane server): nothing built
@@ -77,7 +75,7 @@ class WholeText:
         held = self._held.pop(event.index, None)
         if held is not None:
             data = held.data + data
-        elif _SURROGATE.search(data) is None:
+        elif not has_surrogate(data):
             return event
         if data and "\ud800" <= data[-1] <= "\udbff":
             self._held[event.index] = replace(event, data=data[-1])
