@@ -168,6 +168,13 @@ def mend_surrogates(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def storable(text: str) -> str:
+    """``text`` as UTF-8 (and so a journal) can hold it: itself, unless it holds surrogates
+    (:func:`mend_surrogates`) — as a file name that is not UTF-8 comes from the file system
+    (``surrogateescape``), into a tool's output."""
+    return mend_surrogates(text) if has_surrogate(text) else text
+
+
 def refuse_unsendable(prompt: Prompt) -> None:
     """Raise :class:`~drover.errors.BlankPromptError` when ``prompt`` has nothing to send (its
     text is blank and it holds no image), :class:`~drover.errors.PromptTextError` when its text

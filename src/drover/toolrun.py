@@ -35,7 +35,7 @@ from drover.events import (
     interrupted_outcome,
 )
 from drover.hooks import Hooks, tool_payload
-from drover.messages import ToolResultBlock, ToolUseBlock
+from drover.messages import ToolResultBlock, ToolUseBlock, storable
 from drover.permissions import PermissionPolicy
 from drover.rules import always_rule
 from drover.sinks import EventSink
@@ -81,6 +81,7 @@ def interrupted_result(slot: CallSlot) -> ToolResultBlock:
     if not slot.started:
         return ToolResultBlock(tool_use_id=slot.call.id, content=note, is_error=True)
     output, _ = slot.output.text()
+    output = storable(output)
     if output:
         note = f"{note}\nOutput before it was cut off:\n{output}\n[output cut off: interrupted]"
     return ToolResultBlock(tool_use_id=slot.call.id, content=note, is_error=True)
@@ -307,7 +308,9 @@ class ToolBatch:
         except Exception as exc:  # a tool bug must not end the turn
             output = ToolOutput(content=f"Tool failed: {type(exc).__name__}: {exc}", is_error=True)
         state: ToolState = "output-error" if output.is_error else "output-available"
-        content = output.content
+        # What a tool says may not be text UTF-8 can hold (a file name that is not UTF-8):
+        # the journal must be able to write it.
+        content = storable(output.content)
         if self._hooks:
             # Known from here on: an interruption while the hooks run keeps the real output.
             slot.result = ToolResultBlock(

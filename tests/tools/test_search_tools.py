@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from drover import Agent
 from drover.errors import PathEscapeError, ToolError
+from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import ToolContext
 from drover.tools.builtin import search
 from drover.tools.builtin.search import glob, grep
@@ -147,3 +149,28 @@ async def test_grep_skips_fifos(ctx: ToolContext, workdir: Path) -> None:
     (workdir / "a.txt").write_text("needle\n")
     out = await grep.run({"pattern": "needle"}, ctx)
     assert out.content == "a.txt:1:needle"
+
+
+async def test_a_name_that_is_not_utf8_does_not_stop_the_turns_record(tmp_path: Path) -> None:
+    """A file system name that is not UTF-8 reaches a tool's output as Python's
+    ``surrogateescape`` halves, which no journal can write: the output keeps U+FFFD there, and
+    the turn is recorded to its end (it used to stop at that output, "nothing more recorded")."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / os.fsdecode(b"bad\xff.txt")).write_text("TODO here\n")
+    provider = ScriptedProvider(
+        [
+            Reply(text="Listing.", calls=[call("glob", pattern="*"), call("grep", pattern="TODO")]),
+            Reply(text="Done."),
+        ]
+    )
+    store = tmp_path / "journal.db"
+    async with Agent(provider, store=store, workdir=work, permission_mode="allow") as agent:
+        result = await agent.run("list")
+        calls = await agent.store.tool_calls(session_id=result.session_id)
+    assert (result.status, result.text) == ("completed", "Done.")
+    assert [c.state for c in calls] == ["output-available", "output-available"]
+    for stored in calls:
+        assert stored.output is not None and "bad\ufffd.txt" in stored.output
+    results = provider.requests[1].messages[-1]
+    assert all("bad\ufffd.txt" in r.content for r in results.tool_results)
