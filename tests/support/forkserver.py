@@ -10,9 +10,10 @@ the fork. What a forked run does not do is the interpreter's own start and exit:
 those (what a start imports, how the interpreter reports a closed stdout at exit) starts
 ``python -m drover.cli.main`` itself.
 
-:func:`run` is :func:`subprocess.run` with ``capture_output=True, text=True`` for a forked
-run: it returns a :class:`subprocess.CompletedProcess` once the process has exited and its
-output pipes are closed, and on timeout kills it and raises :class:`subprocess.TimeoutExpired`.
+:class:`Popen` is the part of :class:`subprocess.Popen` the tests use, for a forked run;
+:func:`run` is :func:`subprocess.run` with ``capture_output=True, text=True`` for one: it
+returns a :class:`subprocess.CompletedProcess` once the process has exited and its output
+pipes are closed, and on timeout kills it and raises :class:`subprocess.TimeoutExpired`.
 """
 
 from __future__ import annotations
@@ -311,6 +312,53 @@ def run(
         os.close(out_r)
         os.close(err_r)
     return subprocess.CompletedProcess(["drover", *argv], code, _text(out), _text(err))
+
+
+class Popen:
+    """A forked ``drover ARGV`` as :class:`subprocess.Popen` (text mode, stdin from
+    ``/dev/null``, stdout and stderr piped) shows it, for the part tests use: ``pid``,
+    ``returncode``, :meth:`poll`, :meth:`wait`, :meth:`send_signal`, :meth:`kill`, and the
+    ``stdout``/``stderr`` files."""
+
+    def __init__(self, server: ForkServer, argv: Sequence[str], *, env: Mapping[str, str]) -> None:
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self._child = server.spawn(argv, env, stdin, out_w, err_w, cwd=os.getcwd())
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (stdin, out_w, err_w):
+                os.close(fd)
+        self.pid = self._child.pid
+        self.returncode: int | None = None
+        self.stdout = open(out_r, encoding="utf-8")  # noqa: SIM115 (closed by the caller)
+        self.stderr = open(err_r, encoding="utf-8")  # noqa: SIM115
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._child.poll()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._child.wait(BOUND if timeout is None else timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        # As Popen: nothing once it is known to have exited (its pid may be another's now).
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def _read_until_closed(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes]:
