@@ -1,4 +1,4 @@
-"""Running ``drover`` as a user does: a real subprocess, a clean environment, the fake server."""
+"""Running ``drover`` as a user does: a real process, a clean environment, the fake server."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support import forkserver
+
 from drover.testing.server import FakeLLMServer
 
 DROVER = [sys.executable, "-m", "drover.cli.main"]
@@ -28,6 +30,17 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_drover(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 60) -> Any:
+    """``drover ARGS`` to its end, stdin empty: exit code, stdout and stderr. The process is
+    forked from the run's warm interpreter (:mod:`support.forkserver`), not started as
+    ``python -m drover.cli.main``, unless ``DROVER_TEST_SPAWN=exec``."""
+    if forkserver.forking():
+        return forkserver.run(
+            forkserver.shared(),
+            args,
+            env=env or clean_env(ANTHROPIC_API_KEY="test"),
+            timeout=timeout,
+            cwd=os.getcwd(),
+        )
     return subprocess.run(
         [*DROVER, *args],
         capture_output=True,

@@ -2,7 +2,8 @@
 
 Starting drover: :class:`ExecLauncher` runs ``python -m drover.cli.main ARGS`` — the literal
 command line. It costs an interpreter start, and importing the provider SDKs alone takes 3 s
-of CPU on the test machines, so most runs come from :class:`ForkServer`: one interpreter that
+of CPU on the test machines, so most runs come from the test run's
+:class:`~support.forkserver.ForkServer` (shared with the other suites): one interpreter that
 imports drover and the SDKs once, then forks a child per run which sets up its argv, standard
 streams and environment and calls ``drover.cli.main.main(argv)`` — the function the module
 runs. Either way the run is its own OS process (own pid, own SQLite connection, own owner id,
@@ -27,17 +28,11 @@ what the dead process left, recovers it and records the result; :func:`resume` r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-
-from .launch import ForkServer
+from support import forkserver
+from support.forkserver import ForkServer
 
 
 @pytest.fixture(scope="session")
-def fork_server() -> Iterator[ForkServer]:
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()
+def fork_server() -> ForkServer:
+    return forkserver.shared()  # (stopped when the run ends)

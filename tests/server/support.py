@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from support import forkserver
 from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
@@ -37,7 +38,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 @dataclass
 class Served:
-    proc: subprocess.Popen[str]
+    #: Forked from the run's warm interpreter (:mod:`support.forkserver`) unless
+    #: ``DROVER_TEST_SPAWN=exec``: ``drover serve`` without its seconds of imports.
+    proc: subprocess.Popen[str] | forkserver.Popen
     url: str
     stderr: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
@@ -87,14 +90,18 @@ def start_server(
     ]
     if "--permission-mode" not in extra:
         argv += ["--permission-mode", "allow"]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env or clean_env(),
-    )
+    proc: subprocess.Popen[str] | forkserver.Popen
+    if forkserver.forking():
+        proc = forkserver.Popen(forkserver.shared(), argv[len(DROVER) :], env=env or clean_env())
+    else:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env or clean_env(),
+        )
     assert proc.stdout is not None and proc.stderr is not None
     served = Served(proc=proc, url="")
     served.reader = threading.Thread(target=_drain, args=(proc.stderr, served.stderr), daemon=True)
@@ -113,7 +120,7 @@ def _drain(stream: Any, into: list[str]) -> None:
         into.append(line)
 
 
-def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+def _readline(proc: subprocess.Popen[str] | forkserver.Popen, timeout: float) -> str:
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
     reader.start()
