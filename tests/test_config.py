@@ -162,6 +162,14 @@ def test_flags_win(tmp_path: Path) -> None:
         ('[[hooks]]\nevent = "pre_tool"\ncommand = "x"\nwhen = 1', "unknown key 'when'"),
         ('[mcp]\napprove_project = "yes"', "must be true, false or a list of server names"),
         ("[mcp]\napprove = true", "unknown setting 'mcp.approve'"),
+        ("retries = 3", "[retries] must be a table"),
+        ("[retries]\nmax = -1", "retries.max must be a whole number from 0 to 100"),
+        ("[retries]\nmax = 1.5", "retries.max must be a whole number"),
+        ("[retries]\nmax = true", "retries.max must be a whole number"),
+        ('[retries]\nbackoff = "1s"', "retries.backoff must be a number of seconds"),
+        ("[retries]\nbackoff_max = 4000", "retries.backoff_max must be a number of seconds"),
+        ("[retries]\nbackoff = 2\nbackoff_max = 1", "backoff_max must not be under"),
+        ("[retries]\ntries = 2", "unknown setting 'retries.tries'"),
     ],
 )
 def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, problem: str) -> None:
@@ -235,3 +243,15 @@ def test_permissions_hooks_and_mcp_tables(tmp_path: Path) -> None:
     assert (second.event, second.tool, second.timeout) == ("turn_end", None, 5.0)
     assert second.source == f"{path} hooks[1]"
     assert config.mcp_approve_project == frozenset({"github"})
+
+
+def test_the_retries_table(tmp_path: Path) -> None:
+    assert (Config().retries_max, Config().retries_backoff, Config().retries_backoff_max) == (
+        4,
+        0.5,
+        8.0,
+    )
+    path = write(tmp_path, "[retries]\nmax = 0\nbackoff = 2\nbackoff_max = 30\n")
+    config = load_config(path, env={})
+    assert (config.retries_max, config.retries_backoff, config.retries_backoff_max) == (0, 2, 30)
+    assert config.sources["retries_max"] == str(path)

@@ -60,7 +60,9 @@ async def open_handle(
         tools=opened.tools,
         workdir=opened.workdir,
         policy=policy,
-        settings=LoopSettings(max_turns=max_turns or config.max_turns),
+        settings=LoopSettings(
+            max_turns=max_turns or config.max_turns, max_retries=config.retries_max
+        ),
         convo=ConversationManager(
             context_limit=config.context_limit,
             chars_per_token=config.chars_per_token,

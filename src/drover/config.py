@@ -43,6 +43,11 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     processes = 4096                                        # processes at once per command
     memory_mb = 8192                                        # memory per process
 
+    [retries]                                               # a model call that fails to start
+    max = 4                                                 # tries again at most (0: never)
+    backoff = 0.5                                           # seconds first, doubling…
+    backoff_max = 8                                         # …up to this (retry-after wins)
+
     [retention]                                             # applied by `drover serve`
     older_than = "30d"                                      # prune sessions idle this long
     keep_last = 100                                         # but never the 100 latest
@@ -77,7 +82,14 @@ from typing import Any
 
 import platformdirs
 
-from drover.config_tables import HookSpec, hooks_table, mcp_table, permissions_table
+from drover.config_tables import (
+    HookSpec,
+    hooks_table,
+    mcp_table,
+    permissions_table,
+    retention_table,
+    retries_table,
+)
 from drover.errors import ConfigError
 from drover.rules import Rule
 
@@ -112,6 +124,7 @@ _FILE_KEYS = (
     "permissions",
     "redact_patterns",
     "retention",
+    "retries",
     "sandbox",
     "stall_timeout",
 )
@@ -187,6 +200,10 @@ class Config:
     max_turns: int = 25
     #: Seconds without data from a model (before or during its answer) that fail the attempt.
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    #: ``[retries]``: retries of one model call, and the back-off before them (seconds).
+    retries_max: int = 4
+    retries_backoff: float = 0.5
+    retries_backoff_max: float = 8.0
     redact_patterns: list[str] = field(default_factory=list)
     #: ``[sandbox]``: how ``bash`` is sandboxed (flags ``--sandbox``/``--sandbox-network`` win).
     sandbox_mode: str = "workdir"
@@ -365,7 +382,9 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     if "mcp" in data:
         out.update(mcp_table(data["mcp"], where))
     if "retention" in data:
-        out.update(_retention(data["retention"], where))
+        out.update(retention_table(data["retention"], where))
+    if "retries" in data:
+        out.update(retries_table(data["retries"], where))
     if "stall_timeout" in data:
         out["stall_timeout"] = _seconds(data["stall_timeout"], where, "stall_timeout")
     if "otel" in data:
@@ -552,44 +571,4 @@ def _sandbox(value: object, where: str) -> dict[str, Any]:
             if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
                 raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")
             out[f"sandbox_{key}"] = list(item)
-    return out
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (``0s`` too); ``ValueError``
-    saying why not."""
-    found = _DURATION.match(text)
-    if found is None:
-        raise ValueError(f"not a duration: {text!r} (expected a number and s, m, h, d or w: 30d)")
-    return float(found.group(1)) * _UNITS[found.group(2)]
-
-
-_RETENTION_KEYS = ("older_than", "keep_last", "every")
-
-
-def _retention(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: [retention] must be a table ({', '.join(_RETENTION_KEYS)})")
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if key not in _RETENTION_KEYS:
-            raise ConfigError(
-                f"{where}: unknown setting 'retention.{key}' "
-                f"(expected {', '.join(_RETENTION_KEYS)})"
-            )
-        if key == "keep_last":
-            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                raise ConfigError(f"{where}: retention.keep_last must be a whole number >= 0")
-            out["retention_keep_last"] = item
-            continue
-        try:
-            out[f"retention_{key}"] = parse_duration(str(item))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: retention.{key}: {exc}") from None
-    if out.get("retention_every", 1.0) <= 0:
-        raise ConfigError(f"{where}: retention.every must be more than zero")
     return out

@@ -1,4 +1,5 @@
-"""The config file's tables about what tools may do: ``[permissions]``, ``[[hooks]]``, ``[mcp]``.
+"""The config file's tables: what tools may do (``[permissions]``, ``[[hooks]]``, ``[mcp]``),
+how model calls are retried (``[retries]``) and what ``drover serve`` prunes (``[retention]``).
 
 ::
 
@@ -16,14 +17,21 @@
     approve_project = true              # or ["server", …]: a workdir's .mcp.json servers start
                                         # without asking
 
+    [retries]                           # a model call that fails before its answer starts
+    max = 4                             # tries again at most this often (0: never)
+    backoff = 0.5                       # seconds before the first retry, doubling…
+    backoff_max = 8                     # …up to this; an API's retry-after wins
+
 Each is checked when the file is read: a problem is a :class:`~drover.errors.ConfigError`
 naming the file and the setting. What the settings do: :mod:`drover.permissions` (rules),
-:mod:`drover.hooks` (hooks), :mod:`drover.mcp.approval` (project servers).
+:mod:`drover.hooks` (hooks), :mod:`drover.mcp.approval` (project servers),
+:mod:`drover.providers.retry` (retries).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
@@ -38,6 +46,7 @@ DEFAULT_HOOK_TIMEOUT = 60.0
 _PERMISSION_KEYS = ("allow", "deny")
 _HOOK_KEYS = ("event", "tool", "command", "timeout")
 _MCP_KEYS = ("approve_project",)
+_RETRY_KEYS = ("max", "backoff", "backoff_max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,4 +140,71 @@ def mcp_table(value: object, where: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{where}: mcp.approve_project must be true, false or a list of server names"
             )
+    return out
+
+
+def retries_table(value: object, where: str) -> dict[str, Any]:
+    """``[retries]`` as :class:`~drover.config.Config` fields: how often a model call is tried
+    again (``max``, 0 for never) and how long it waits first (``backoff`` seconds, doubling up
+    to ``backoff_max``; an API's ``retry-after`` still wins)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [retries] must be a table (max, backoff, backoff_max)")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _RETRY_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'retries.{key}' (expected {', '.join(_RETRY_KEYS)})"
+            )
+        if key == "max":
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 100:
+                raise ConfigError(f"{where}: retries.max must be a whole number from 0 to 100")
+            out["retries_max"] = item
+            continue
+        if isinstance(item, bool) or not isinstance(item, int | float) or not 0 <= item <= 3600:
+            raise ConfigError(f"{where}: retries.{key} must be a number of seconds, 0 to 3600")
+        out[f"retries_{key}"] = float(item)
+    backoff = out.get("retries_backoff", 0.0)
+    if "retries_backoff_max" in out and out["retries_backoff_max"] < backoff:
+        raise ConfigError(f"{where}: retries.backoff_max must not be under retries.backoff")
+    return out
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (``0s`` too); ``ValueError``
+    saying why not."""
+    found = _DURATION.match(text)
+    if found is None:
+        raise ValueError(f"not a duration: {text!r} (expected a number and s, m, h, d or w: 30d)")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+_RETENTION_KEYS = ("older_than", "keep_last", "every")
+
+
+def retention_table(value: object, where: str) -> dict[str, Any]:
+    """``[retention]`` as :class:`~drover.config.Config` fields (what ``drover serve`` prunes)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [retention] must be a table ({', '.join(_RETENTION_KEYS)})")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _RETENTION_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'retention.{key}' "
+                f"(expected {', '.join(_RETENTION_KEYS)})"
+            )
+        if key == "keep_last":
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise ConfigError(f"{where}: retention.keep_last must be a whole number >= 0")
+            out["retention_keep_last"] = item
+            continue
+        try:
+            out[f"retention_{key}"] = parse_duration(str(item))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: retention.{key}: {exc}") from None
+    if out.get("retention_every", 1.0) <= 0:
+        raise ConfigError(f"{where}: retention.every must be more than zero")
     return out

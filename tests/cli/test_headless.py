@@ -144,12 +144,17 @@ def test_bad_input_gives_one_clear_line(
 
 
 def test_unreachable_server_is_one_error_line_after_retries(tmp_path: Path) -> None:
+    """After the retries the config's ``[retries]`` allows (with its short back-off)."""
+    config = tmp_path / "config.toml"
+    config.write_text("[retries]\nmax = 2\nbackoff = 0.01\nbackoff_max = 0.02\n")
     args = ["-p", "hi", "--model", "anthropic:x", "--base-url", "http://127.0.0.1:9"]
-    result = run_drover([*args, "--db", str(tmp_path / "j.db")], env=clean_env())
+    env = clean_env(DROVER_CONFIG=str(config))
+    result = run_drover([*args, "--db", str(tmp_path / "j.db")], env=env)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("drover: error:")]
     assert len(errors) == 1 and "connection" in errors[0].lower()
+    assert "gave up after 3 attempts" in errors[0]
 
 
 def _wait_for_fifo(path: Path, proc: subprocess.Popen[str]) -> None:
