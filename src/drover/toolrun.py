@@ -273,7 +273,7 @@ class ToolBatch:
                 name=slot.call.name,
                 progress=progress,
                 total=total,
-                message=message,
+                message=None if message is None else storable(message),
             )
         )
 
