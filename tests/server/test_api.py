@@ -274,6 +274,20 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
         assert "access-control-allow-origin" not in plain.headers
 
 
+def test_a_body_nested_past_the_decoders_stack_is_refused(
+    fake_llm: FakeLLMServer, serve: Callable[..., Served]
+) -> None:
+    """Deeper than ``json`` can decode (it was a 500 from the RecursionError)."""
+    server = serve()
+    with server.client() as c:
+        sid = _session(c)
+        deep = b"[" * 5000 + b"]" * 5000
+        reply = c.post(f"/v1/sessions/{sid}/messages", content=deep, headers=JSON)
+        assert (reply.status_code, reply.json()["error"]["code"]) == (400, "invalid_json")
+        assert c.get(f"/v1/sessions/{sid}").json()["turns"] == []
+    assert "Traceback" not in "\n".join(server.stderr)
+
+
 #: Contents white space to Python's ``str.isspace`` (the providers drop such a text) or to the
 #: ECMAScript ``\s`` a JSON Schema pattern means, but not to both: blank to the schema and the
 #: route alike. And contents neither engine takes for white space.

@@ -92,7 +92,7 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
     else:
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # (nested past the stack)
             raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
         if _ESCAPED_SURROGATE.search(raw) and _holds_surrogate(data):
             raise ApiError(
