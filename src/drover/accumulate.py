@@ -73,6 +73,8 @@ def parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         return {}, f"tool input is not valid JSON ({exc.msg} at position {exc.pos})"
+    except RecursionError:
+        return {}, "tool input is nested too deeply to read"
     if not isinstance(value, dict):
         return {}, f"tool input must be a JSON object, got {type(value).__name__}"
     if "\\u" in raw and _ESCAPED_SURROGATE.search(raw):

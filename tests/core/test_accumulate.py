@@ -49,6 +49,9 @@ def test_unparseable_tool_input_is_kept_as_an_error() -> None:
     assert error is not None and "not valid JSON" in error
     parsed, error = parse_tool_input("[1, 2]")
     assert error == "tool input must be a JSON object, got list"
+    # Nested past the decoder's stack: an error result for the model, not a broken turn.
+    parsed, error = parse_tool_input('{"a": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert (parsed, error) == ({}, "tool input is nested too deeply to read")
 
 
 def test_thinking_with_signature() -> None:

@@ -127,6 +127,9 @@ def test_files_that_are_not_mcp_configs(tmp_path: Path) -> None:
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
         load_servers([bad])
+    bad.write_text("[" * 5000 + "]" * 5000, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON: nested too deeply"):
+        load_servers([bad])
     bad.write_text('{"servers": {}}', encoding="utf-8")
     with pytest.raises(ConfigError, match='expected an object with "mcpServers"'):
         load_servers([bad])

@@ -188,6 +188,8 @@ def parse_config_bytes(content: bytes, path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"{path}: cannot read the MCP config file: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict) or "mcpServers" not in data:
         raise ConfigError(f'{path}: expected an object with "mcpServers": {{NAME: SERVER, …}}')
     return _servers_of(data["mcpServers"], f"{path}: mcpServers")
