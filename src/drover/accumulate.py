@@ -25,7 +25,7 @@ from drover.messages import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
-    mend_surrogates,
+    mend_json,
 )
 from drover.model_stream import (
     BlockDelta,
@@ -54,19 +54,9 @@ class _OpenBlock:
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _mended(value: Any) -> Any:
-    if isinstance(value, str):
-        return mend_surrogates(value)
-    if isinstance(value, dict):
-        return {mend_surrogates(k): _mended(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mended(v) for v in value]
-    return value
-
-
 def parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
     """Parse accumulated tool-input JSON: ``(input, None)`` or ``({}, error)``. A surrogate
-    written as an escape comes out whole or as U+FFFD (:func:`mend_surrogates`)."""
+    written as an escape comes out whole or as U+FFFD (:func:`~drover.messages.mend_json`)."""
     if not raw.strip():
         return {}, None
     try:
@@ -78,7 +68,7 @@ def parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
     if not isinstance(value, dict):
         return {}, f"tool input must be a JSON object, got {type(value).__name__}"
     if "\\u" in raw and _ESCAPED_SURROGATE.search(raw):
-        value = _mended(value)
+        value = mend_json(value)
     return value, None
 
 

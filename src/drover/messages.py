@@ -168,6 +168,17 @@ def mend_surrogates(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def mend_json(value: Any) -> Any:
+    """A decoded JSON value with every string (keys too) mended (:func:`mend_surrogates`)."""
+    if isinstance(value, str):
+        return mend_surrogates(value)
+    if isinstance(value, dict):
+        return {mend_surrogates(k): mend_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mend_json(v) for v in value]
+    return value
+
+
 def storable(text: str) -> str:
     """``text`` as UTF-8 (and so a journal) can hold it: itself, unless it holds surrogates
     (:func:`mend_surrogates`) — as a file name that is not UTF-8 comes from the file system

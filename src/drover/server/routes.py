@@ -19,7 +19,7 @@ from drover.errors import DroverError, SessionBusyError
 from drover.events import Decision
 from drover.journal.records import QueuedMessage, TurnRecord
 from drover.journal.rules import user_title
-from drover.messages import blank, has_surrogate
+from drover.messages import blank, mend_json
 from drover.server.auth import principal
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
@@ -48,18 +48,6 @@ def _settings(request: Request) -> ServerSettings:
 
 #: A ``\\u`` escape of a UTF-16 surrogate in JSON text (the body's bytes).
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _holds_surrogate(value: Any) -> bool:
-    """Whether a decoded JSON value holds a lone surrogate (``json`` joins a pair written as
-    two escapes, and keeps a lone one: no journal can write it as UTF-8)."""
-    if isinstance(value, str):
-        return has_surrogate(value)
-    if isinstance(value, dict):
-        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_surrogate(v) for v in value)
-    return False
 
 
 async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
@@ -94,7 +82,9 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):  # (nested past the stack)
             raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
-        if _ESCAPED_SURROGATE.search(raw) and _holds_surrogate(data):
+        # ``json`` joins a pair written as two escapes and keeps a lone half, which no
+        # journal can write: mending changes the value only where such a half is.
+        if _ESCAPED_SURROGATE.search(raw) and mend_json(data) != data:
             raise ApiError(
                 400,
                 "invalid_json",
