@@ -14,7 +14,9 @@ Figures:
   * replay: a client reconnecting after missing 10,000 events of a finished turn — time from
     the request to the last of them parsed, measured by the client.
 
-Usage: ``.venv/bin/python bench/server_load.py [--turns 100,250,500] [--replay 10000]``.
+Usage: ``.venv/bin/python bench/server_load.py [--turns 100,250,500] [--replay 10000]``;
+``--clients httpx,aiohttp`` measures this checkout's server on each HTTP client the SDKs can
+send through (``http_client``), alternating, instead of ``--before``'s two trees.
 """
 
 from __future__ import annotations
@@ -125,7 +127,18 @@ def child_serve(argv: list[str]) -> int:
     from drover.providers.factory import create_provider
 
     args = build_subparser("serve").parse_args(argv)
-    inner = create_provider(args.model, load_config(), base_url=args.base_url)
+    config = load_config()
+    try:  # the provider as `drover serve` builds it (a tree from before server_config: as is)
+        from drover.providers.factory import server_config
+
+        config = server_config(config)
+    except ImportError:
+        pass
+    if os.environ.get("BENCH_HTTP_CLIENT"):  # httpx | aiohttp: the SDKs' client, chosen
+        from dataclasses import replace
+
+        config = replace(config, http_client=os.environ["BENCH_HTTP_CLIENT"])
+    inner = create_provider(args.model, config, base_url=args.base_url)
     diagnosis = Diagnosis() if os.environ.get("BENCH_DIAG") else None
 
     async def serve() -> int:
@@ -182,10 +195,20 @@ def run_queue_seconds(pid: int) -> float:
 
 
 class Server:
-    def __init__(self, fake_url: str, db: Path, workdir: Path, src: Path | None = None) -> None:
+    def __init__(
+        self,
+        fake_url: str,
+        db: Path,
+        workdir: Path,
+        src: Path | None = None,
+        http_client: str | None = None,
+    ) -> None:
         """``src``: a ``src`` directory to import drover from instead of this checkout's (a
-        copy of another commit, to compare two versions in one run)."""
+        copy of another commit, to compare two versions in one run); ``http_client``: the
+        SDKs' client (None: as ``drover serve`` chooses)."""
         env = {**os.environ, "ANTHROPIC_API_KEY": "bench", "DROVER_CONFIG": "/nonexistent"}
+        if http_client is not None:
+            env["BENCH_HTTP_CLIENT"] = http_client
         if src is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
         argv = [sys.executable, __file__, "--child-serve", "--port", "0", "--model"]
@@ -333,6 +356,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", default="100,250,500")
     parser.add_argument("--replay", type=int, default=10_000)
+    parser.add_argument("--clients", help="httpx,aiohttp: this checkout on each SDK client")
     add_version_options(
         parser, "every figure is measured for it and for this checkout in the same run, alternating"
     )
@@ -341,6 +365,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="drover-bench-server-"))
     print_environment("drover serve under load", tmp)
     measured = versions(options)
+    clients = options.clients.split(",") if options.clients else []
+    if clients:
+        measured = [(client, None) for client in clients]
     rows, replays = [], []
     with FakeServerProcess() as fake:
         for n, turns in enumerate(int(t) for t in options.turns.split(",")):
@@ -349,7 +376,9 @@ def main() -> int:
                 fake.load(
                     [{"text": words(TEXT)} for _ in range(turns)], chunk_size=CHUNK, delay=DELAY
                 )
-                server = Server(fake.base_url, tmp / f"load-{label}-{turns}.db", tmp, src)
+                client = label if clients else None
+                db = tmp / f"load-{label}-{turns}.db"
+                server = Server(fake.base_url, db, tmp, src, client)
                 try:
                     r = asyncio.run(load_run(server, turns, fake.pid))
                 finally:
@@ -376,7 +405,8 @@ def main() -> int:
             # One answer of `replay` deltas, streamed as fast as the fake can.
             text = "x " * (options.replay * CHUNK // 2)
             fake.load([{"text": text}], chunk_size=CHUNK, delay=0)
-            server = Server(fake.base_url, tmp / f"replay-{label}.db", tmp, src)
+            client = label if clients else None
+            server = Server(fake.base_url, tmp / f"replay-{label}.db", tmp, src, client)
             try:
                 replays.append((label, asyncio.run(replay_run(server, options.replay))))
             finally:

@@ -170,6 +170,8 @@ def test_flags_win(tmp_path: Path) -> None:
         ("[retries]\nbackoff_max = 4000", "retries.backoff_max must be a number of seconds"),
         ("[retries]\nbackoff = 2\nbackoff_max = 1", "backoff_max must not be under"),
         ("[retries]\ntries = 2", "unknown setting 'retries.tries'"),
+        ('http_client = "requests"', "'http_client' must be one of httpx, aiohttp"),
+        ("http_client = 1", "'http_client' must be one of httpx, aiohttp"),
     ],
 )
 def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, problem: str) -> None:
@@ -255,3 +257,11 @@ def test_the_retries_table(tmp_path: Path) -> None:
     config = load_config(path, env={})
     assert (config.retries_max, config.retries_backoff, config.retries_backoff_max) == (0, 2, 30)
     assert config.sources["retries_max"] == str(path)
+
+
+def test_the_http_client(tmp_path: Path) -> None:
+    assert Config().http_client is None  # each command's own choice
+    for name in ("httpx", "aiohttp"):
+        path = write(tmp_path, f'http_client = "{name}"\n')
+        config = load_config(path, env={})
+        assert config.http_client == name and config.sources["http_client"] == str(path)

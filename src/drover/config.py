@@ -12,6 +12,7 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     redact_patterns = ["internal-[0-9]+"]
     otel = false                                            # traces (--otel; OTEL_* vars)
     log_format = "text"                                     # text | json (--log-format)
+    http_client = "httpx"                                   # httpx | aiohttp: the SDKs' client
 
     [base_urls]                                             # per provider
     openai = "http://localhost:11434/v1"
@@ -117,6 +118,7 @@ _FILE_KEYS = (
     "chars_per_token",
     "context_limit",
     "hooks",
+    "http_client",
     "log_format",
     "max_turns",
     "mcp",
@@ -130,6 +132,8 @@ _FILE_KEYS = (
 )
 SANDBOX_MODES = ("off", "workdir", "read-only")
 LOG_FORMATS = ("text", "json")
+#: The HTTP clients the SDKs can send through: theirs on httpx, or theirs on aiohttp.
+HTTP_CLIENTS = ("httpx", "aiohttp")
 _SANDBOX_KEYS = (
     "mode",
     "network",
@@ -230,6 +234,9 @@ class Config:
     otel: bool = False
     #: How the command line writes its log: ``text`` or ``json`` (``--log-format`` wins).
     log_format: str = "text"
+    #: ``http_client``: the SDKs' client on ``httpx`` or on ``aiohttp`` (None: the command's
+    #: choice, :func:`drover.providers.factory.server_config` for ``drover serve``).
+    http_client: str | None = None
     #: ``[retention]``: seconds a session may sit idle before ``drover serve`` prunes it (None:
     #: never), the latest sessions kept whatever their age, seconds between two prunes.
     retention_older_than: float | None = None
@@ -395,6 +402,10 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         if data["log_format"] not in LOG_FORMATS:
             raise ConfigError(f"{where}: 'log_format' must be one of {', '.join(LOG_FORMATS)}")
         out["log_format"] = data["log_format"]
+    if "http_client" in data:
+        if data["http_client"] not in HTTP_CLIENTS:
+            raise ConfigError(f"{where}: 'http_client' must be one of {', '.join(HTTP_CLIENTS)}")
+        out["http_client"] = data["http_client"]
     return out, dict.fromkeys(out, where)
 
 

@@ -39,9 +39,10 @@ def make_provider(
     store: bool | None = None,
     stall_timeout: float = 30.0,
     base_url: str | None = None,
+    http_client: str = "httpx",
 ) -> Provider:
     """A provider with a tiny backoff, so retry tests take no time; ``base_url`` replaces the
-    fake server's own."""
+    fake server's own; ``http_client`` is the SDK's HTTP client (``httpx`` or ``aiohttp``)."""
     if protocol == "anthropic":
         return AnthropicProvider(
             "claude-test",
@@ -51,6 +52,7 @@ def make_provider(
             backoff_base=0.001,
             backoff_max=0.002,
             stall_timeout=stall_timeout,
+            http_client=http_client,
         )
     if protocol == "openai":
         return OpenAIChatProvider(
@@ -61,6 +63,7 @@ def make_provider(
             backoff_base=0.001,
             backoff_max=0.002,
             stall_timeout=stall_timeout,
+            http_client=http_client,
         )
     return OpenAIResponsesProvider(
         "gpt-test",
@@ -71,6 +74,7 @@ def make_provider(
         backoff_base=0.001,
         backoff_max=0.002,
         stall_timeout=stall_timeout,
+        http_client=http_client,
     )
 
 
@@ -135,7 +139,16 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def provider(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
-    p = make_provider(protocol, fake_llm)
+def http_client() -> str:
+    """The SDKs' HTTP client of the ``provider`` fixture; a module whose tests run on both
+    clients overrides it with a parametrized fixture of the same name."""
+    return "httpx"
+
+
+@pytest.fixture
+async def provider(
+    protocol: str, fake_llm: FakeLLMServer, http_client: str
+) -> AsyncIterator[Provider]:
+    p = make_provider(protocol, fake_llm, http_client=http_client)
     yield p
     await p.aclose()

@@ -4,6 +4,8 @@ line — and a shared retry budget bounds the whole call.
 
 Times are measured only as failure bounds: a stalled attempt ends after the (short) stall
 timeout, so a call that would hang for the SDK's ten-minute read timeout fails the bound.
+
+Each test runs on the SDKs' httpx client and on their aiohttp client.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drover.config import Config
+from drover.config import HTTP_CLIENTS, Config
 from drover.errors import ProviderConnectionError, StreamError
 from drover.model_stream import RetryBudget
 from drover.providers.base import Provider
@@ -26,6 +28,13 @@ from .conftest import PROTOCOLS, Outcome, drain, make_provider, request
 STALL = 0.3
 #: Generous bound for one call on a slow, shared machine; a real stall is 600 s per attempt.
 BOUND = 20.0
+
+
+@pytest.fixture(params=HTTP_CLIENTS)
+def http_client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 API_NAMES = {
     "anthropic": "the Anthropic API",
     "openai": "the OpenAI Chat Completions API",
@@ -43,8 +52,12 @@ async def timed_drain(
 
 
 @pytest.fixture
-async def stalling(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
-    provider = make_provider(protocol, fake_llm, max_retries=1, stall_timeout=STALL)
+async def stalling(
+    protocol: str, fake_llm: FakeLLMServer, http_client: str
+) -> AsyncIterator[Provider]:
+    provider = make_provider(
+        protocol, fake_llm, max_retries=1, stall_timeout=STALL, http_client=http_client
+    )
     yield provider
     await provider.aclose()
 
@@ -84,9 +97,11 @@ async def test_a_server_that_never_answers_is_retried(
 
 
 async def test_the_retry_budget_bounds_a_call_that_keeps_stalling(
-    protocol: str, fake_llm: FakeLLMServer
+    protocol: str, fake_llm: FakeLLMServer, http_client: str
 ) -> None:
-    provider = make_provider(protocol, fake_llm, max_retries=50, stall_timeout=STALL)
+    provider = make_provider(
+        protocol, fake_llm, max_retries=50, stall_timeout=STALL, http_client=http_client
+    )
     budget = RetryBudget(limit=2)
     fake_llm.script({"hang": True}, {"text": "x", "stall_after": 0}, {"hang": True})
     try:
@@ -102,10 +117,10 @@ async def test_the_retry_budget_bounds_a_call_that_keeps_stalling(
 
 @pytest.mark.parametrize("spec_protocol", PROTOCOLS)
 async def test_the_configured_stall_timeout_reaches_the_provider(
-    spec_protocol: str, fake_llm: FakeLLMServer
+    spec_protocol: str, fake_llm: FakeLLMServer, http_client: str
 ) -> None:
     base = fake_llm.anthropic_base_url if spec_protocol == "anthropic" else fake_llm.openai_base_url
-    config = Config(stall_timeout=0.25, base_urls={spec_protocol: base})
+    config = Config(stall_timeout=0.25, base_urls={spec_protocol: base}, http_client=http_client)
     provider = create_provider(f"{spec_protocol}:m", config)
     fake_llm.script({"text": LONG, "stall_after": 3})
     try:
@@ -151,9 +166,11 @@ def _anthropic_frames_with_pings(pings: int) -> str:
     )
 
 
-async def test_keep_alive_pings_are_not_a_stall(fake_llm: FakeLLMServer) -> None:
+async def test_keep_alive_pings_are_not_a_stall(fake_llm: FakeLLMServer, http_client: str) -> None:
     # 40 pings 0.04 s apart: no event reaches the provider for 1.6 s, but bytes keep coming.
-    provider = make_provider("anthropic", fake_llm, max_retries=0, stall_timeout=1.0)
+    provider = make_provider(
+        "anthropic", fake_llm, max_retries=0, stall_timeout=1.0, http_client=http_client
+    )
     fake_llm.script({"raw_text": _anthropic_frames_with_pings(40), "delay": 0.04})
     try:
         outcome, elapsed = await timed_drain(provider)

@@ -1,7 +1,8 @@
 """Every provider through its real SDK against the fake server: the behaviour they share.
 
-Each test runs once per protocol (``anthropic``, ``openai``, ``openai-responses``); the
-``fake_llm`` fixture fails the test if a request broke a rule the real API enforces.
+Each test runs once per protocol (``anthropic``, ``openai``, ``openai-responses``) and per
+HTTP client the SDKs can send through (``httpx``, ``aiohttp``); the ``fake_llm`` fixture fails
+the test if a request broke a rule the real API enforces.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 
 import pytest
 
+from drover.config import HTTP_CLIENTS
 from drover.errors import ProviderConnectionError, ProviderHTTPError, StreamError
 from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock
 from drover.model_stream import BlockDelta, BlockStart, RetryNotice, StreamEnd
@@ -20,6 +22,13 @@ from drover.testing.server import FakeLLMServer
 from .conftest import collect, drain, make_provider, request
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 3
+
+
+@pytest.fixture(params=HTTP_CLIENTS)
+def http_client(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on the SDKs' httpx client and on their aiohttp client (what
+    ``drover serve`` uses when aiohttp is installed): the same events, errors and timings."""
+    return str(request.param)
 
 
 async def test_text_streams_in_deltas(provider: Provider, fake_llm: FakeLLMServer) -> None:
@@ -118,8 +127,8 @@ async def test_http_errors_before_the_stream_are_retried(
     assert isinstance(outcome.events[0], RetryNotice)  # nothing before the notice
 
 
-async def test_retries_run_out(protocol: str, fake_llm: FakeLLMServer) -> None:
-    provider = make_provider(protocol, fake_llm, max_retries=1)
+async def test_retries_run_out(protocol: str, fake_llm: FakeLLMServer, http_client: str) -> None:
+    provider = make_provider(protocol, fake_llm, max_retries=1, http_client=http_client)
     try:
         fake_llm.script({"http_error": {"status": 529}}, {"http_error": {"status": 529}})
         outcome = await drain(provider, request())
@@ -196,9 +205,9 @@ async def test_a_connection_dropped_after_an_empty_first_event_is_not_retried(
     assert isinstance(outcome.error, StreamError) and not outcome.retries
 
 
-async def test_an_unreachable_server_is_a_connection_error(protocol: str) -> None:
+async def test_an_unreachable_server_is_a_connection_error(protocol: str, http_client: str) -> None:
     with FakeLLMServer() as server:
-        provider = make_provider(protocol, server, max_retries=1)
+        provider = make_provider(protocol, server, max_retries=1, http_client=http_client)
     try:  # the server is gone: nothing listens on its port any more
         outcome = await drain(provider, request())
     finally:

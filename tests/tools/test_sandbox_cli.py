@@ -233,8 +233,13 @@ def test_serve_refuses_to_start_without_a_sandbox_unless_told_off(tmp_path: Path
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
-def test_serve_start_up_line_shows_the_sandbox(tmp_path: Path) -> None:
-    env = clean_env(ANTHROPIC_API_KEY="test")
+@pytest.mark.parametrize(
+    ("setting", "client"), [("", "aiohttp"), ('http_client = "httpx"', "httpx")]
+)
+def test_serve_start_up_line_shows_the_sandbox(tmp_path: Path, setting: str, client: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(setting + "\n", encoding="utf-8")
+    env = clean_env(ANTHROPIC_API_KEY="test", DROVER_CONFIG=str(config))
     args = ["serve", "--port", "0", "--db", str(tmp_path / "j.db"), "--workdir", str(tmp_path)]
     with subprocess.Popen(
         [*DROVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -243,6 +248,9 @@ def test_serve_start_up_line_shows_the_sandbox(tmp_path: Path) -> None:
             assert proc.stdout is not None and proc.stderr is not None
             first = proc.stderr.readline().strip()
             assert first == "drover serve: bash sandbox: workdir (bubblewrap, no network)", first
+            # The SDKs' aiohttp client (installed with drover's server extra) unless the config
+            # names httpx.
+            assert proc.stderr.readline().strip() == f"drover serve: model API through {client}"
             assert proc.stdout.readline().startswith("drover serve: listening on http://")
         finally:
             proc.terminate()

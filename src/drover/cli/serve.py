@@ -28,6 +28,7 @@ from drover.errors import ConfigError
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, keep
 from drover.providers.base import Provider
+from drover.providers.factory import server_config
 from drover.server import gc_settings, webhooks
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
@@ -266,7 +267,7 @@ async def run_serve(args: argparse.Namespace, *, provider: Provider | None = Non
 
 
 async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
-    drover_config = load_config()
+    drover_config = server_config(load_config())
     settings = settings_from(args, drover_config)
     if args.workers != 1 and provider is None:
         serve_pool.check(args)
@@ -352,6 +353,8 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
             helpers = _housekeeping(agent.store, drover_config, secret, runner.owner, args)
             if agent.sandbox is not None:
                 print(f"drover serve: bash {agent.sandbox.describe()}", file=sys.stderr, flush=True)
+            client = drover_config.http_client or "httpx"
+            print(f"drover serve: model API through {client}", file=sys.stderr, flush=True)
             if shared is not None:
                 print(f"drover serve: {shared.describe()}", file=sys.stderr, flush=True)
             print(f"drover serve: listening on http://{shown}:{port}", flush=True)

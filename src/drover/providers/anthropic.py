@@ -279,6 +279,7 @@ class AnthropicProvider(SdkProvider[anthropic.AsyncAnthropic]):
     provider = PROVIDER
     api = API
     errors = ERRORS
+    aiohttp_client = anthropic.DefaultAioHttpClient
 
     def __init__(
         self,

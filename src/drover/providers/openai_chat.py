@@ -299,6 +299,7 @@ class OpenAIChatProvider(SdkProvider[openai.AsyncOpenAI]):
     provider = PROVIDER
     api = API
     errors = OPENAI_ERRORS
+    aiohttp_client = openai.DefaultAioHttpClient
 
     def __init__(
         self,

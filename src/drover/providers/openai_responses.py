@@ -326,6 +326,7 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
     provider = PROVIDER
     api = API
     errors = OPENAI_ERRORS
+    aiohttp_client = openai.DefaultAioHttpClient
 
     def __init__(
         self,

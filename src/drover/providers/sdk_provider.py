@@ -4,7 +4,11 @@ A provider module keeps what is its own — the request it builds and the mappin
 events onto neutral stream events — and subclasses :class:`SdkProvider`, which
 
 * builds the SDK client the same way for every protocol: the SDK's own retries off (drover
-  retries, counting a model call's retries once), httpx's timeouts from ``stall_timeout``;
+  retries, counting a model call's retries once), httpx's timeouts from ``stall_timeout``, and
+  the HTTP client the ``http_client`` option names: the SDK's default (``httpx``) or the SDK's
+  own aiohttp-backed client (``aiohttp``, the SDKs' ``aiohttp`` extra: the same ``httpx2``
+  requests and responses, read by aiohttp's C parser, which costs a server less CPU per
+  streamed event);
 * streams through :func:`~drover.providers.retry.retrying` with the request's retry budget;
 * relays one attempt: opens it under the stall guard, then reads it through an
   :class:`~drover.providers.sdk_stream.SdkStream`, telling :func:`retrying` the stream has
@@ -183,6 +187,8 @@ class SdkOptions(TypedDict, total=False):
     max_tokens: int
     #: The most seconds any wait for data may last.
     stall_timeout: float
+    #: ``httpx`` (the SDK's default client) or ``aiohttp`` (the SDK's ``DefaultAioHttpClient``).
+    http_client: str
 
 
 class SdkProvider(Generic[C]):
@@ -193,6 +199,8 @@ class SdkProvider(Generic[C]):
     #: The API as error messages name it ("the Anthropic API").
     api: ClassVar[str]
     errors: ClassVar[SdkErrors]
+    #: The SDK's client on aiohttp (its ``DefaultAioHttpClient``), for ``http_client="aiohttp"``.
+    aiohttp_client: ClassVar[Callable[..., httpx2.AsyncClient]]
 
     def __init__(
         self,
@@ -207,6 +215,7 @@ class SdkProvider(Generic[C]):
         timeout: float = 600.0,
         max_tokens: int = 8192,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        http_client: str = "httpx",
     ) -> None:
         self._model = model
         self._stall_timeout = stall_timeout
@@ -214,11 +223,11 @@ class SdkProvider(Generic[C]):
         self._policy = RetryPolicy(
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
+        timeouts = transport_timeout(timeout, stall_timeout)
+        # None: the SDK builds its default httpx client (with these timeouts).
+        http = self.aiohttp_client(timeout=timeouts) if http_client == "aiohttp" else None
         self._client = client(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=transport_timeout(timeout, stall_timeout),
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeouts, http_client=http
         )
 
     @property
@@ -258,10 +267,13 @@ class SdkProvider(Generic[C]):
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Started, None]:
         sdk_stream, mapper = await self._open(request)
         events = WholeText(mapper)  # a character split over two deltas is joined
+        started = False
         async with SdkStream(sdk_stream, stall_timeout=self._stall_timeout, api=self.api) as stream:
             while (raw := await stream.next()) is not None:
                 mapped = events.feed(raw)  # an error event raises before the stream counts
-                yield STARTED
+                if not started:
+                    started = True
+                    yield STARTED
                 for event in mapped:
                     yield event
             for event in events.finish():
