@@ -43,9 +43,17 @@ class RemoteStops:
     """Both sides of a stop across processes (see the module docstring)."""
 
     def __init__(
-        self, runner: Runner, elsewhere: RunningElsewhere, send_control: SendControl
+        self,
+        runner: Runner,
+        elsewhere: RunningElsewhere,
+        send_control: SendControl,
+        *,
+        timeout: float = STOP_TIMEOUT,
+        check_every: float = CHECK_EVERY,
     ) -> None:
         self._runner = runner
+        self._timeout = timeout
+        self._check_every = check_every
         self._elsewhere = elsewhere
         self._send = send_control
         #: Stops this process waits for, by (session, turn).
@@ -69,10 +77,10 @@ class RemoteStops:
             if not await self._send(owner, {**message, "reply_to": self._runner.owner}):
                 return False
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + STOP_TIMEOUT
+            deadline = loop.time() + self._timeout
             while True:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended.wait(), CHECK_EVERY)
+                    await asyncio.wait_for(ended.wait(), self._check_every)
                 found = await self._elsewhere(session_id)
                 if found is None:
                     return True
