@@ -6,6 +6,9 @@ server's thread may run it — finalises nothing and raises nothing.
 Before the providers closed those chains themselves, an ``error`` event left ten generators
 suspended in a reference cycle, and a collection in another thread failed an unrelated test
 with "async generator already executing"; the suite had to run with the collector off.
+
+Every test runs on the SDKs' httpx client and on their aiohttp client (whose response stream is
+an async generator of the SDK's vendored transport, over aiohttp's reader).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from drover.config import HTTP_CLIENTS
 from drover.model_stream import BlockDelta
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
@@ -28,7 +32,7 @@ from drover.testing.server import FakeLLMServer
 from .conftest import drain, make_provider, request
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 3
-SDK_PACKAGES = ("anthropic", "openai", "httpx2", "httpx", "httpcore")
+SDK_PACKAGES = ("anthropic", "openai", "httpx2", "httpx", "httpcore", "httpcore2", "aiohttp")
 
 #: Failure kind → what the fake server does (each ends the stream without success).
 FAILURES: dict[str, dict[str, Any]] = {
@@ -69,9 +73,18 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@pytest.fixture(params=HTTP_CLIENTS)
+def http_client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-async def leaky(protocol: str, fake_llm: FakeLLMServer) -> AsyncIterator[Provider]:
-    provider = make_provider(protocol, fake_llm, max_retries=0, stall_timeout=0.2)
+async def leaky(
+    protocol: str, fake_llm: FakeLLMServer, http_client: str
+) -> AsyncIterator[Provider]:
+    provider = make_provider(
+        protocol, fake_llm, max_retries=0, stall_timeout=0.2, http_client=http_client
+    )
     yield provider
     await provider.aclose()
 
@@ -101,12 +114,13 @@ async def test_a_failed_stream_leaves_no_sdk_generator(
 
 
 async def test_a_cancelled_stream_leaves_no_sdk_generator(
-    leaky: Provider, fake_llm: FakeLLMServer, unraisable: list[str]
+    leaky: Provider, fake_llm: FakeLLMServer, unraisable: list[str], http_client: str
 ) -> None:
     before: list[object] = list(suspended_sdk_generators())
     fake_llm.script({"text": LONG, "stall_after": 6, "delay": 0})
     first_delta = asyncio.Event()
-    provider = make_provider(leaky.name, fake_llm, stall_timeout=600)  # only the cancel ends it
+    # Only the cancel ends it.
+    provider = make_provider(leaky.name, fake_llm, stall_timeout=600, http_client=http_client)
     try:
 
         async def consume() -> None:
