@@ -1,7 +1,8 @@
 """The asking side of a stop across processes (:class:`drover.server.remote_stop.RemoteStops`)
 in the cases the two-process test in ``tests/scale/test_scale.py`` cannot reach in its time:
 the other process never answers, its answer is lost, another turn starts meanwhile, the control
-channel fails, the asking request is cancelled mid-wait.
+channel fails, the asking request is cancelled mid-wait; and, through the service, which turn
+a refusal after a lost race names.
 
 This process's runner is real (on a real SQLite journal); the other process is what the asker
 sees of it: the journal's answer to "which turn runs in this session, where" (a function whose
@@ -18,9 +19,16 @@ from typing import Any
 
 import pytest
 
+from drover import Agent
+from drover.config import Config
+from drover.errors import SessionBusyError
+from drover.messages import user_message
 from drover.runner import Runner
+from drover.server.hub import Hub
 from drover.server.remote_stop import RemoteStops
+from drover.server.service import Service
 from drover.store import open_store
+from drover.testing.scripted import ScriptedProvider
 
 SESSION, TURN, OTHER = "s1", "t1", "process-b"
 #: A failure bound for waits that must end much sooner.
@@ -39,7 +47,6 @@ class OtherProcess:
         self.reads = 0
 
     async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:
-        assert session_id == SESSION
         self.reads += 1
         return self.running
 
@@ -149,3 +156,34 @@ async def test_a_request_cancelled_mid_wait_ends_at_once_and_leaves_no_waiter(
     other.running = None
     remote.on_control({"op": "stopped", "session": SESSION, "turn": TURN})
     assert await asyncio.wait_for(again, BOUND) is True
+
+
+async def test_the_409_after_a_lost_race_names_the_turn_that_runs_now(tmp_path: Path) -> None:
+    """Through the service: the session's turn runs in another process (its row in the
+    journal, a live lease); the message that would interrupt it asks that process to stop it,
+    but another turn starts meanwhile. The message is refused as busy, naming that new turn —
+    the one a client can follow or interrupt — not the one it asked to stop."""
+    provider = ScriptedProvider([])
+    agent = Agent(
+        provider, tools=[], store=str(tmp_path / "j.db"), workdir=tmp_path, config=Config()
+    )
+    async with agent:
+        session = await agent.session()
+        record = await agent.store.get_session(session.id)
+        assert record is not None
+        theirs = await agent.store.begin_turn(session.id, user_message("x"), "b:1:1", 3600)
+        other = OtherProcess()
+        other.running = (theirs.id, "b:1:1")
+
+        async def send(owner: str, message: dict[str, Any]) -> bool:
+            other.running = ("t-new", "c:1:1")  # the stopped turn's queue ran in a third process
+            return await other.send(owner, message)
+
+        service = Service(
+            agent=agent, hub=Hub(), running_elsewhere=other.running_turn, send_control=send
+        )
+        with pytest.raises(SessionBusyError) as refused:
+            await asyncio.wait_for(service.post_message(record, "now", if_busy="interrupt"), BOUND)
+        assert refused.value.turn_id == "t-new"
+        assert [m["op"] for _, m in other.sent] == ["stop"]
+    assert provider.requests == []  # the message's turn never started

@@ -274,6 +274,10 @@ class Service:
             if if_busy not in ("interrupt", "rollback") or stops is None:
                 raise
             if not await stops.stop(handle.id, busy.turn_id):
+                # Named: the turn that runs now, which may have started while this one stopped.
+                now = await self.any_running_turn_id(handle.id)
+                if now is not None and now != busy.turn_id:
+                    raise SessionBusyError(handle.id, now) from busy
                 raise
         if if_busy == "rollback":
             await handle.discard()
