@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from drover.accumulate import Accumulator
+from drover.config import HTTP_CLIENTS
 from drover.messages import Message, user_message
 from drover.model_stream import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
 from drover.providers.anthropic import AnthropicProvider
@@ -139,10 +140,15 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def http_client() -> str:
-    """The SDKs' HTTP client of the ``provider`` fixture; a module whose tests run on both
-    clients overrides it with a parametrized fixture of the same name."""
-    return "httpx"
+def http_client(request: pytest.FixtureRequest) -> str:
+    """The SDKs' HTTP client of the ``provider`` fixture: ``httpx``, unless a module runs its
+    tests on both clients (``pytestmark = ON_BOTH_CLIENTS``)."""
+    return str(getattr(request, "param", "httpx"))
+
+
+#: A module's tests on the SDKs' httpx client and on their aiohttp client (what ``drover
+#: serve`` uses when aiohttp is installed): ``pytestmark = ON_BOTH_CLIENTS``.
+ON_BOTH_CLIENTS = pytest.mark.parametrize("http_client", HTTP_CLIENTS, indirect=True)
 
 
 @pytest.fixture

@@ -24,12 +24,11 @@ from typing import Any
 
 import pytest
 
-from drover.config import HTTP_CLIENTS
 from drover.model_stream import BlockDelta
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 
-from .conftest import drain, make_provider, request
+from .conftest import ON_BOTH_CLIENTS, drain, make_provider, request
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 3
 SDK_PACKAGES = ("anthropic", "openai", "httpx2", "httpx", "httpcore", "httpcore2", "aiohttp")
@@ -73,9 +72,7 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-@pytest.fixture(params=HTTP_CLIENTS)
-def http_client(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+pytestmark = ON_BOTH_CLIENTS
 
 
 @pytest.fixture

@@ -16,23 +16,21 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drover.config import HTTP_CLIENTS, Config
+from drover.config import Config
 from drover.errors import ProviderConnectionError, StreamError
 from drover.model_stream import RetryBudget
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.testing.server import FakeLLMServer
 
-from .conftest import PROTOCOLS, Outcome, drain, make_provider, request
+from .conftest import ON_BOTH_CLIENTS, PROTOCOLS, Outcome, drain, make_provider, request
 
 STALL = 0.3
 #: Generous bound for one call on a slow, shared machine; a real stall is 600 s per attempt.
 BOUND = 20.0
 
 
-@pytest.fixture(params=HTTP_CLIENTS)
-def http_client(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+pytestmark = ON_BOTH_CLIENTS
 
 
 API_NAMES = {

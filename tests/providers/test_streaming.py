@@ -12,23 +12,18 @@ import contextlib
 
 import pytest
 
-from drover.config import HTTP_CLIENTS
 from drover.errors import ProviderConnectionError, ProviderHTTPError, StreamError
 from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock
 from drover.model_stream import BlockDelta, BlockStart, RetryNotice, StreamEnd
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 
-from .conftest import collect, drain, make_provider, request
+from .conftest import ON_BOTH_CLIENTS, collect, drain, make_provider, request
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 3
 
 
-@pytest.fixture(params=HTTP_CLIENTS)
-def http_client(request: pytest.FixtureRequest) -> str:
-    """Every test here runs on the SDKs' httpx client and on their aiohttp client (what
-    ``drover serve`` uses when aiohttp is installed): the same events, errors and timings."""
-    return str(request.param)
+pytestmark = ON_BOTH_CLIENTS
 
 
 async def test_text_streams_in_deltas(provider: Provider, fake_llm: FakeLLMServer) -> None:
