@@ -209,6 +209,11 @@ async def test_an_unreachable_server_is_a_connection_error(protocol: str, http_c
         await provider.aclose()
     assert isinstance(outcome.error, ProviderConnectionError)
     assert len(outcome.retries) == 1
+    # A refused connection is said as one, on either client: not as a stall or a timeout
+    # (the OpenAI SDK's aiohttp transport names it a ConnectTimeout).
+    said = str(outcome.error)
+    assert said.startswith(f"cannot reach {provider.api}: ")
+    assert "stalled" not in said and "timed out" not in said.lower()
 
 
 async def test_cancelling_a_stalled_stream_ends_promptly(

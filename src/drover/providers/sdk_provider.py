@@ -48,6 +48,7 @@ from drover.providers.sdk_stream import (
     DEFAULT_STALL_TIMEOUT,
     ClosableStream,
     SdkStream,
+    misnamed_timeout,
     stall_guard,
     transport_timeout,
 )
@@ -94,6 +95,9 @@ def translate_sdk_error(
     if isinstance(exc, errors.status_error) and getattr(exc, "status_code", 0) >= 400:
         return _http_error(exc, errors)
     if isinstance(exc, errors.connection_error):
+        failure = misnamed_timeout(exc)
+        if failure is not None:  # (the SDK says "timed out": it did not)
+            return ProviderConnectionError(f"cannot reach {api}: {failure}"), None
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
         return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
     if isinstance(exc, errors.stream_error):

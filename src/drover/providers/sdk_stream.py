@@ -76,16 +76,33 @@ def transport_timeout(total: float, stall_timeout: float) -> httpx2.Timeout:
     return httpx2.Timeout(total, connect=min(total, stall_timeout), read=stall_timeout)
 
 
-def stalled(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps, as the SDKs do) a connect or read timeout."""
+def _timeout_in(exc: BaseException) -> httpx2.TimeoutException | None:
+    """The connect or read timeout ``exc`` is or wraps (as the SDKs do), if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, httpx2.ReadTimeout | httpx2.ConnectTimeout):
-            return True
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def misnamed_timeout(exc: BaseException) -> BaseException | None:
+    """The aiohttp error behind a "timeout" in ``exc`` that was none: the OpenAI SDK's aiohttp
+    transport maps every ``aiohttp.ClientConnectionError`` — a refused connection, a server
+    that hung up — to httpx's ``ConnectTimeout``. A real timeout's cause is a
+    ``TimeoutError``, or httpx's own transport's."""
+    timeout = _timeout_in(exc)
+    cause = None if timeout is None else timeout.__cause__
+    if cause is None or isinstance(cause, TimeoutError):
+        return None
+    return cause if type(cause).__module__.startswith("aiohttp") else None
+
+
+def stalled(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps, as the SDKs do) a connect or read timeout."""
+    return _timeout_in(exc) is not None and misnamed_timeout(exc) is None
 
 
 async def stall_guard(opening: Awaitable[T], seconds: float, api: str) -> T:
