@@ -49,8 +49,8 @@ class ForwardProxy:
     def __init__(self) -> None:
         #: Each request line received, as the client sent it.
         self.request_lines: list[str] = []
-        #: Each request's ``Proxy-Authorization`` field, or None where it had none.
-        self.authorizations: list[str | None] = []
+        #: Each request's ``Proxy-Authorization`` values (one per such field; none if none).
+        self.authorizations: list[list[str]] = []
         self._server: asyncio.Server | None = None
         #: Each open client connection's writer, and the task serving it.
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
@@ -93,7 +93,7 @@ class ForwardProxy:
         line, _, text = head.decode("latin-1").partition("\r\n")
         fields = [f for f in text.split("\r\n") if f]
         self.request_lines.append(line)
-        self.authorizations.append(_field(fields, "proxy-authorization"))
+        self.authorizations.append(_values(fields, "proxy-authorization"))
         method, target, version = line.split(" ")
         if method == "CONNECT":
             host, _, port = target.rpartition(":")
@@ -128,13 +128,10 @@ class ForwardProxy:
             server_writer.close()
 
 
-def _field(fields: list[str], name: str) -> str | None:
-    """The value of the head's field ``name`` (lowercase), or None when it has none."""
-    for item in fields:
-        key, _, value = item.partition(":")
-        if key.strip().lower() == name:
-            return value.strip()
-    return None
+def _values(fields: list[str], name: str) -> list[str]:
+    """The values of the head's fields called ``name`` (lowercase), in order."""
+    pairs = (item.partition(":") for item in fields)
+    return [value.strip() for key, _, value in pairs if key.strip().lower() == name]
 
 
 async def _relay(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

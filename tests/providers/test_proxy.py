@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 
 import pytest
 
 from drover.errors import ProviderConnectionError
 from drover.model_stream import BlockDelta, StreamEnd
-from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 
-from .conftest import ON_BOTH_CLIENTS, Outcome, collect, drain, make_provider, request
+from .conftest import BOUND, ON_BOTH_CLIENTS, drain, make_provider, request, turns
 from .proxy import ForwardProxy, unset_proxy_vars
 
 pytestmark = ON_BOTH_CLIENTS
@@ -37,31 +35,12 @@ API_PATHS = {
 
 TEXT = "Through the proxy, every word. " * 4
 
-#: The failure bound of a test whose request must end on its own (it takes milliseconds).
-BOUND = 20.0
-
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """``monkeypatch`` with every proxy variable, upper- and lowercase, unset."""
     unset_proxy_vars(monkeypatch)
     return monkeypatch
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[ForwardProxy]:
-    async with ForwardProxy() as running:
-        yield running
-
-
-async def _turns(provider: Provider, count: int) -> list[Outcome]:
-    """``count`` turns on ``provider``, one after the other, each of which must succeed; the
-    provider is closed after them."""
-    try:
-        async with asyncio.timeout(BOUND):
-            return [await collect(provider, request()) for _ in range(count)]
-    finally:
-        await provider.aclose()
 
 
 def _closed_port() -> int:
@@ -83,7 +62,7 @@ async def test_a_streamed_turn_goes_through_the_proxy(
     clean_env.setenv(variable, proxy.url)
     provider = make_provider(protocol, fake_llm, http_client=http_client)
     fake_llm.script({"text": TEXT}, {"text": "again"})
-    first, second = await _turns(provider, 2)
+    first, second = await turns(provider, 2)
     deltas = [e for e in first.events if isinstance(e, BlockDelta) and e.kind == "text"]
     assert len(deltas) > 1 and "".join(d.data for d in deltas) == TEXT
     assert isinstance(first.events[-1], StreamEnd) and first.events[-1].stop_reason == "end_turn"
@@ -104,7 +83,7 @@ async def test_no_proxy_naming_the_host_bypasses_the_proxy(
     clean_env.setenv("NO_PROXY", fake_llm.host)
     provider = make_provider(protocol, fake_llm, http_client=http_client)
     fake_llm.script({"text": TEXT})
-    (outcome,) = await _turns(provider, 1)
+    (outcome,) = await turns(provider, 1)
     assert outcome.message.text == TEXT
     assert proxy.request_lines == []
     assert len(fake_llm.requests) == 1
