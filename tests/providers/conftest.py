@@ -1,8 +1,10 @@
-"""Shared pieces for provider tests: one provider per protocol aimed at the fake server, and
-helpers that drain a stream into its events (and the error that ended it, if any)."""
+"""Shared pieces for provider tests: one provider per protocol aimed at the fake server,
+helpers that drain a stream into its events (and the error that ended it, if any), and a
+running forward proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
 from drover.testing.server import FakeLLMServer
+
+from .proxy import ForwardProxy
 
 PROTOCOLS = ["anthropic", "openai", "openai-responses"]
 
@@ -134,6 +138,20 @@ async def collect(provider: Provider, req: ModelRequest) -> Outcome:
     return outcome
 
 
+#: The failure bound of a test whose requests must end on their own (they take milliseconds).
+BOUND = 20.0
+
+
+async def turns(provider: Provider, count: int) -> list[Outcome]:
+    """``count`` turns on ``provider``, one after the other, each of which must succeed within
+    :data:`BOUND`; the provider is closed after them."""
+    try:
+        async with asyncio.timeout(BOUND):
+            return [await collect(provider, request()) for _ in range(count)]
+    finally:
+        await provider.aclose()
+
+
 @pytest.fixture(params=PROTOCOLS)
 def protocol(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -149,6 +167,13 @@ def http_client(request: pytest.FixtureRequest) -> str:
 #: A module's tests on the SDKs' httpx client and on their aiohttp client (what ``drover
 #: serve`` uses when aiohttp is installed): ``pytestmark = ON_BOTH_CLIENTS``.
 ON_BOTH_CLIENTS = pytest.mark.parametrize("http_client", HTTP_CLIENTS, indirect=True)
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[ForwardProxy]:
+    """A running :class:`~.proxy.ForwardProxy` (plain HTTP and CONNECT tunnels)."""
+    async with ForwardProxy() as running:
+        yield running
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 A user behind a proxy sets ``HTTP_PROXY``/``HTTPS_PROXY`` and ``NO_PROXY``. The SDKs' httpx
 client reads them when it is built (``trust_env``) and mounts one transport per proxy; their
 aiohttp client is an httpx client too, whose proxy transport hands the proxy to aiohttp. These
-tests send a streamed turn through a real forward proxy (:class:`ForwardProxy`) on each client
-and protocol, bypass it with ``NO_PROXY``, and point at a proxy that refuses connections.
+tests send a streamed turn through a real forward proxy (:class:`.proxy.ForwardProxy`) on each
+client and protocol, bypass it with ``NO_PROXY``, and point at a proxy that refuses connections.
 
 Every test clears the proxy variables first, so the machine's environment cannot change what
 it sees, and builds its provider only after setting them.
@@ -13,19 +13,16 @@ it sees, and builds its provider only after setting them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 
 from drover.errors import ProviderConnectionError
 from drover.model_stream import BlockDelta, StreamEnd
-from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 
-from .conftest import ON_BOTH_CLIENTS, Outcome, collect, drain, make_provider, request
+from .conftest import BOUND, ON_BOTH_CLIENTS, drain, make_provider, request, turns
+from .proxy import ForwardProxy, unset_proxy_vars
 
 pytestmark = ON_BOTH_CLIENTS
 
@@ -36,130 +33,14 @@ API_PATHS = {
     "openai-responses": "/v1/responses",
 }
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-
 TEXT = "Through the proxy, every word. " * 4
-
-#: The failure bound of a test whose request must end on its own (it takes milliseconds).
-BOUND = 20.0
-
-
-class ForwardProxy:
-    """A forward proxy for plain HTTP on 127.0.0.1: one request per client connection.
-
-    It reads a request's head, takes the target from its absolute-form request line
-    (``POST http://127.0.0.1:PORT/v1/messages HTTP/1.1``), connects to it and sends the head on
-    in origin form (``POST /v1/messages HTTP/1.1``) — the fake server, like most origin
-    servers, routes only that — with ``Connection: close``, then relays both directions as the
-    bytes come (a streamed answer passes through event by event) until either side closes.
-    ``Connection: close`` makes the server close after its answer and tells the client not to
-    send another request on the connection, so a proxy that rewrites only a connection's
-    first request line sees every request.
-    """
-
-    def __init__(self) -> None:
-        #: Each request line received, as the client sent it.
-        self.request_lines: list[str] = []
-        self._server: asyncio.Server | None = None
-        #: Each open client connection's writer, and the task serving it.
-        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aenter__(self) -> ForwardProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        # Closing a client connection ends its task (its reads see the end); cancelling the
-        # task instead would have asyncio's server log the cancellation as an error.
-        for writer in self._connections:
-            writer.close()
-        await asyncio.gather(*self._connections.values())
-        await self._server.wait_closed()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[writer] = task
-        try:
-            await self._forward(reader, writer)
-        finally:
-            del self._connections[writer]
-            writer.close()
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return  # the client went away before sending a request
-        line, _, fields = head.decode("latin-1").partition("\r\n")
-        self.request_lines.append(line)
-        method, target, version = line.split(" ")
-        url = urlsplit(target)
-        assert url.hostname is not None and url.port is not None, line
-        origin = url.path + (f"?{url.query}" if url.query else "")
-        kept = [
-            f
-            for f in fields.split("\r\n")
-            if f and f.split(":", 1)[0].lower() not in ("connection", "proxy-connection")
-        ]
-        upstream = "\r\n".join([f"{method} {origin} {version}", *kept, "Connection: close"])
-        server_reader, server_writer = await asyncio.open_connection(url.hostname, url.port)
-        try:
-            server_writer.write(f"{upstream}\r\n\r\n".encode("latin-1"))
-            # The rest of the request (its body) follows, then whatever either side sends.
-            relays = [
-                asyncio.create_task(_relay(reader, server_writer)),
-                asyncio.create_task(_relay(server_reader, writer)),
-            ]
-            try:
-                await asyncio.wait(relays, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for relay in relays:
-                    relay.cancel()
-                await asyncio.gather(*relays, return_exceptions=True)
-        finally:
-            server_writer.close()
-
-
-async def _relay(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    """Copies ``source`` to ``sink`` as the bytes arrive, until ``source`` ends."""
-    with contextlib.suppress(ConnectionError):
-        while chunk := await source.read(65536):
-            sink.write(chunk)
-            await sink.drain()
 
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """``monkeypatch`` with every proxy variable, upper- and lowercase, unset."""
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
+    unset_proxy_vars(monkeypatch)
     return monkeypatch
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[ForwardProxy]:
-    async with ForwardProxy() as running:
-        yield running
-
-
-async def _turns(provider: Provider, count: int) -> list[Outcome]:
-    """``count`` turns on ``provider``, one after the other, each of which must succeed; the
-    provider is closed after them."""
-    try:
-        async with asyncio.timeout(BOUND):
-            return [await collect(provider, request()) for _ in range(count)]
-    finally:
-        await provider.aclose()
 
 
 def _closed_port() -> int:
@@ -181,7 +62,7 @@ async def test_a_streamed_turn_goes_through_the_proxy(
     clean_env.setenv(variable, proxy.url)
     provider = make_provider(protocol, fake_llm, http_client=http_client)
     fake_llm.script({"text": TEXT}, {"text": "again"})
-    first, second = await _turns(provider, 2)
+    first, second = await turns(provider, 2)
     deltas = [e for e in first.events if isinstance(e, BlockDelta) and e.kind == "text"]
     assert len(deltas) > 1 and "".join(d.data for d in deltas) == TEXT
     assert isinstance(first.events[-1], StreamEnd) and first.events[-1].stop_reason == "end_turn"
@@ -202,7 +83,7 @@ async def test_no_proxy_naming_the_host_bypasses_the_proxy(
     clean_env.setenv("NO_PROXY", fake_llm.host)
     provider = make_provider(protocol, fake_llm, http_client=http_client)
     fake_llm.script({"text": TEXT})
-    (outcome,) = await _turns(provider, 1)
+    (outcome,) = await turns(provider, 1)
     assert outcome.message.text == TEXT
     assert proxy.request_lines == []
     assert len(fake_llm.requests) == 1

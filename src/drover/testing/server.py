@@ -8,6 +8,10 @@ The socket is bound before uvicorn starts, so a busy port raises :class:`OSError
 caller and ``port=0`` gets an ephemeral port known at once. uvicorn's main loop (a 0.1 s poll)
 and its graceful shutdown (fixed sleeps) are replaced by waits on one ``stopping`` event, which
 also wakes stalled replies; this keeps a stop well under a tenth of a second.
+
+Given a certificate (``ssl_certfile``, and ``ssl_keyfile`` unless the certificate file holds the
+key too), the server speaks HTTPS instead, through uvicorn's own TLS, and its base URLs say
+``https://``: tests of the clients' TLS boundary (CA trust, HTTPS proxies) need a real handshake.
 """
 
 from __future__ import annotations
@@ -95,10 +99,16 @@ class FakeLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         report: Callable[[str], None] | None = None,
+        ssl_certfile: str | Path | None = None,
+        ssl_keyfile: str | Path | None = None,
     ) -> None:
-        """``report``, if given, gets each violation or unexpected request as it happens."""
+        """``report``, if given, gets each violation or unexpected request as it happens;
+        ``ssl_certfile`` (a PEM certificate chain) and ``ssl_keyfile`` (its PEM private key)
+        make the server speak HTTPS."""
         self.host = host
         self.port = port
+        self._ssl_certfile = ssl_certfile
+        self._ssl_keyfile = ssl_keyfile
         #: The pytest fixture fails a test with violations / unexpected requests unless set.
         self.allow_violations = False
         self.allow_unexpected = False
@@ -117,7 +127,8 @@ class FakeLLMServer:
     @property
     def base_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self._ssl_certfile is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def anthropic_base_url(self) -> str:
@@ -242,6 +253,8 @@ class FakeLLMServer:
             server_header=False,
             date_header=False,
             timeout_graceful_shutdown=2,
+            ssl_certfile=self._ssl_certfile,
+            ssl_keyfile=self._ssl_keyfile,
         )
         await _Uvicorn(config, self._stopping, on_ready).serve(sockets=[sock])
 
