@@ -22,6 +22,7 @@ events onto neutral stream events — and subclasses :class:`SdkProvider`, which
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
@@ -97,9 +98,9 @@ def translate_sdk_error(
     if isinstance(exc, errors.connection_error):
         failure = misnamed_timeout(exc)
         if failure is not None:  # (the SDK says "timed out": it did not)
-            return ProviderConnectionError(f"cannot reach {api}: {failure}"), None
+            return _unreachable(f"cannot reach {api}: {failure}", exc), None
         cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        return ProviderConnectionError(f"cannot reach {api}: {exc}{cause}"), None
+        return _unreachable(f"cannot reach {api}: {exc}{cause}", exc), None
     if isinstance(exc, errors.stream_error):
         message, error_type, code = error_message(getattr(exc, "body", None), str(exc))
         kind, overflow = errors.classify(exc, None, message, error_type, code)
@@ -114,6 +115,28 @@ def translate_sdk_error(
     if isinstance(exc, errors.sdk_error):
         return StreamError(f"{errors.sdk} SDK error: {exc}", retryable=False), None
     return None
+
+
+def _unreachable(message: str, exc: BaseException) -> ProviderConnectionError:
+    """A connection that failed: retryable, unless the server's certificate could not be
+    verified — a CA bundle or a host name to fix, which no new attempt changes."""
+    error = ProviderConnectionError(message)
+    if _certificate_refused(exc):
+        error.retryable = False
+    return error
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is or wraps (each client in its own way) a failed verification of the
+    server's certificate."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _http_error(exc: Any, errors: SdkErrors) -> tuple[ProviderError, float | None]:
