@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from drover.errors import StreamError
 from drover.model_stream import BlockDelta, BlockStart, StreamEnd
+from drover.providers import sse
 from drover.testing.server import FakeLLMServer
 
 from .conftest import drain, make_provider, request
@@ -83,3 +86,19 @@ async def test_an_error_chunk_fails_the_attempt(fake_llm: FakeLLMServer) -> None
         await provider.aclose()
     assert isinstance(outcome.error, StreamError), outcome.error
     assert "the model is overloaded" in str(outcome.error)
+
+
+async def test_a_line_longer_than_allowed_is_malformed_data(
+    fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a server or a proxy that never ends a line would otherwise be held in memory without
+    # bound; the real limit is 64 MiB, lowered here)
+    monkeypatch.setattr(sse, "MAX_LINE_BYTES", 1_000)
+    fake_llm.script({"raw_text": _chunk({"role": "assistant", "content": "Hel"}) + "x" * 5_000})
+    provider = make_provider("openai", fake_llm, max_retries=0)
+    try:
+        outcome = await drain(provider, request())
+    finally:
+        await provider.aclose()
+    assert isinstance(outcome.error, StreamError)
+    assert "sent malformed data: an event-stream line longer than 1,000 bytes" in str(outcome.error)

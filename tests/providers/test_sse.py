@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drover.providers.sse import SseDecoder, SseEvent
+from drover.providers.sse import SseDecoder, SseError, SseEvent
 
 #: A recorded Anthropic stream (shortened), with what the spec lets a server vary: a byte order
 #: mark, a comment, a ``ping``, ``\r\n`` and bare ``\r`` line ends, a field without the space
@@ -110,3 +110,34 @@ def test_a_byte_order_mark_only_at_the_start() -> None:
     assert decode(bom + b"data: 1\n\n") == [SseEvent("", "1")]
     # Elsewhere it is part of the line: "\ufeffdata" is an unknown field.
     assert decode(b"data: 1\n\n" + bom + b"data: 2\n\n") == [SseEvent("", "1")]
+
+
+def test_a_long_line_in_many_chunks_is_one_event() -> None:
+    # (as the Responses API's ``response.completed`` carries a whole answer: its line arrives
+    # over many chunks, most of them holding no line end at all)
+    data = "é" * 300_000  # a character of two bytes: some chunks split one
+    body = f"event: response.completed\r\ndata: {data}\r\n\r\n".encode()
+    for size in (1_000, 4_096, 4_097):
+        chunks = [body[i : i + size] for i in range(0, len(body), size)]
+        assert decode(*chunks) == [SseEvent("response.completed", data)]
+
+
+def test_a_line_longer_than_allowed_is_refused() -> None:
+    decoder = SseDecoder(max_line=100)
+    assert decoder.feed(b"data: " + b"x" * 60) == []
+    with pytest.raises(SseError, match="longer than 100 bytes"):
+        decoder.feed(b"x" * 60)  # no line end yet: 126 bytes held
+
+
+def test_the_unfinished_end_of_a_chunk_counts_towards_the_limit() -> None:
+    decoder = SseDecoder(max_line=100)
+    assert decoder.feed(b"data: 1\n\n" + b"data: " + b"y" * 90) == [SseEvent("", "1")]
+    with pytest.raises(SseError):
+        decoder.feed(b"\n\ndata: z\n" + b"y" * 101)
+
+
+def test_a_line_within_the_limit_is_read_whole() -> None:
+    decoder = SseDecoder(max_line=100)
+    line = b"data: " + b"x" * 92  # 98 bytes, then its line end
+    events = [e for piece in (line[:50], line[50:], b"\n\n") for e in decoder.feed(piece)]
+    assert events == [SseEvent("", "x" * 92)]

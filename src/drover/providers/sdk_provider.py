@@ -53,6 +53,7 @@ from drover.providers.sdk_stream import (
     stall_guard,
     transport_timeout,
 )
+from drover.providers.sse import SseError
 from drover.providers.whole_text import WholeText
 
 T = TypeVar("T")
@@ -110,7 +111,7 @@ def translate_sdk_error(
     if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
         detail = str(exc) or type(exc).__name__
         return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
-    if isinstance(exc, json.JSONDecodeError):
+    if isinstance(exc, json.JSONDecodeError | SseError):
         return stream_error(f"{api} sent malformed data: {exc}", "malformed"), None
     if isinstance(exc, errors.sdk_error):
         return StreamError(f"{errors.sdk} SDK error: {exc}", retryable=False), None

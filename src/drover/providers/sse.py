@@ -21,6 +21,12 @@ SDK raises an ``event: error`` that carries no data as an error; so does drover.
 
 An event without an ``event`` field has the name ``""`` (the spec's default ``message``), so a
 caller can tell it apart from a named one.
+
+A line may be long: the Responses API's ``response.completed`` carries the whole answer on one
+``data`` line, across hundreds of chunks. An unfinished line is kept as its chunks and joined
+once its end arrives, so decoding stays linear in the body's size; a line longer than
+``max_line`` bytes (:data:`MAX_LINE_BYTES` unless given) is refused with :class:`SseError`
+instead of held without bound.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 _BOM = "\ufeff"
+
+#: The longest line a stream may send (a whole answer fits a thousand times over).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class SseError(ValueError):
+    """The body is not an event stream drover can read (a line longer than allowed)."""
 
 
 class SseEvent(NamedTuple):
@@ -40,12 +53,14 @@ class SseEvent(NamedTuple):
 class SseDecoder:
     """Incremental decoder: :meth:`feed` it the body's chunks, get the complete events back."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_skip_lf", "_started")
+    __slots__ = ("_data", "_event", "_held", "_max_line", "_pieces", "_skip_lf", "_started")
 
-    def __init__(self) -> None:
-        #: Bytes of an unfinished line (decoded only whole, so a character split across
-        #: chunks stays intact).
-        self._buffer = b""
+    def __init__(self, *, max_line: int | None = None) -> None:
+        #: The chunks of an unfinished line, and their length (a line is decoded only whole,
+        #: so a character split across chunks stays intact).
+        self._pieces: list[bytes] = []
+        self._held = 0
+        self._max_line = MAX_LINE_BYTES if max_line is None else max_line
         self._data: list[str] = []
         self._event = ""
         self._started = False
@@ -59,18 +74,19 @@ class SseDecoder:
         self._skip_lf = False
         if not chunk:
             return []
-        if self._buffer:
-            chunk = self._buffer + chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            self._hold(chunk)  # (the line goes on: nothing to split, nothing joined yet)
+            return []
+        if self._pieces:
+            self._pieces.append(chunk)
+            chunk = b"".join(self._pieces)
+            self._pieces, self._held = [], 0
         if chunk[-1:] == b"\r":
             self._skip_lf = True
         # ``bytes.splitlines`` splits at exactly \r\n, \r and \n (unlike ``str.splitlines``).
         lines = chunk.splitlines(keepends=True)
-        last = lines[-1]
-        if last[-1:] in (b"\n", b"\r"):
-            self._buffer = b""
-        else:
-            self._buffer = last
-            lines.pop()
+        if lines[-1][-1:] not in (b"\n", b"\r"):
+            self._hold(lines.pop())
         events: list[SseEvent] = []
         for raw in lines:
             line = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
@@ -82,6 +98,14 @@ class SseDecoder:
             if event is not None:
                 events.append(event)
         return events
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep ``piece`` of an unfinished line for the chunk that ends it."""
+        self._held += len(piece)
+        if self._held > self._max_line:
+            self._pieces, self._held = [], 0
+            raise SseError(f"an event-stream line longer than {self._max_line:,} bytes")
+        self._pieces.append(piece)
 
     def _line(self, line: str) -> SseEvent | None:
         if not line:
