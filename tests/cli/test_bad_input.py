@@ -229,3 +229,27 @@ def test_a_blank_prompt_is_a_usage_error_that_creates_nothing(
         == "drover: error: the prompt is blank (empty or only white space): nothing to send\n"
     )
     assert run_drover(["sessions", *journal(tmp_path)]).stdout.strip() == "no sessions yet"
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"SSL_CERT_FILE": "/nonexistent/ca.pem"}, "SSL_CERT_FILE names '/nonexistent/ca.pem'"),
+        ({"HTTPS_PROXY": "ftp://user:s3cret@proxy"}, "HTTPS_PROXY is not a proxy URL"),
+        ({"https_proxy": "socks5://127.0.0.1:1080"}, "https_proxy names a SOCKS proxy"),
+    ],
+)
+def test_the_environment_of_the_http_client_is_one_line(
+    fake_llm: FakeLLMServer, tmp_path: Path, variables: dict[str, str], message: str
+) -> None:
+    # (left to the SDK, each is a traceback from inside httpx, then another from the half-built
+    # client as it is collected)
+    env = clean_env(ANTHROPIC_API_KEY="test")
+    for name in ("SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        env.pop(name, None)
+    result = run_drover(["-p", "hi", *base_args(fake_llm, tmp_path)], env={**env, **variables})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"drover: error: {message}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "s3cret" not in result.stderr
+    assert fake_llm.requests == []

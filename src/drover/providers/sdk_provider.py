@@ -30,8 +30,15 @@ from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 import anyio
 import httpx2
 
-from drover.errors import ProviderConnectionError, ProviderError, ProviderHTTPError, StreamError
+from drover.errors import (
+    ConfigError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderHTTPError,
+    StreamError,
+)
 from drover.model_stream import ModelRequest, StreamEvent
+from drover.providers.client_env import check_client_environment
 from drover.providers.retry import (
     STARTED,
     RetryPolicy,
@@ -252,11 +259,20 @@ class SdkProvider(Generic[C]):
             max_retries=max_retries, backoff_base=backoff_base, backoff_max=backoff_max
         )
         timeouts = transport_timeout(timeout, stall_timeout)
-        # None: the SDK builds its default httpx client (with these timeouts).
-        http = self.aiohttp_client(timeout=timeouts) if http_client == "aiohttp" else None
-        self._client = client(
-            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeouts, http_client=http
-        )
+        check_client_environment(http_client)
+        try:
+            # None: the SDK builds its default httpx client (with these timeouts).
+            http = self.aiohttp_client(timeout=timeouts) if http_client == "aiohttp" else None
+            self._client = client(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=timeouts,
+                http_client=http,
+            )
+        except (OSError, ValueError, ImportError, httpx2.InvalidURL) as exc:
+            # (what the check above does not foresee)
+            raise ConfigError(f"cannot set up the HTTP client for {self.api}: {exc}") from None
 
     @property
     def name(self) -> str:
