@@ -25,6 +25,7 @@ from drover.tools.sandbox import probe_sandbox, sandbox_settings
 from .helpers import clean_env, run_drover
 
 SECRET = "sk-ant-doctor-must-never-print-this"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
 def _lines(stdout: str) -> dict[str, tuple[str, str]]:
@@ -70,6 +71,9 @@ def home(tmp_path: Path) -> dict[str, str]:
         ANTHROPIC_API_KEY=SECRET,
     )
     env.pop("DROVER_REDIS", None)
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", *PROXY_VARIABLES):
+        env.pop(name, None)
+        env.pop(name.lower(), None)
     return env
 
 
@@ -92,6 +96,7 @@ def test_a_good_setup_passes_every_check(tmp_path: Path, home: dict[str, str]) -
         "python",
         "config",
         "api keys",
+        "network",
         "journal",
         "postgresql",
         "sandbox",
@@ -101,6 +106,9 @@ def test_a_good_setup_passes_every_check(tmp_path: Path, home: dict[str, str]) -
     assert {status for status, _ in found.values()} == {"ok"}, done.stdout
     assert SECRET not in done.stdout + done.stderr
     assert "ANTHROPIC_API_KEY set" in found["api keys"][1]
+    assert found["network"][1] == (
+        "model API through httpx (drover serve: aiohttp); CA bundle the system's; proxy none"
+    )
     assert found["config"][1] == f"{home['DROVER_CONFIG']}: parsed (3 settings)"
     known = len(SQLITE_MIGRATIONS)
     assert found["journal"][1].startswith(f"{db}: writable; schema up to date ({known} migrations")
@@ -123,6 +131,35 @@ def test_a_broken_config_file_fails_and_the_rest_is_still_checked(
         f"{tmp_path / 'new.db'}: not created yet (its directory is writable; new schema)",
     )
     assert not (tmp_path / "new.db").exists()
+    assert "Traceback" not in done.stderr
+
+
+def test_a_ca_bundle_or_proxy_the_client_cannot_use_fails_the_network(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    args = ["doctor", "--db", str(tmp_path / "new.db"), "--sandbox", "off"]
+    missing = tmp_path / "no-such-ca.pem"
+    done = run_drover(args, env={**home, "SSL_CERT_FILE": str(missing)})
+    assert done.returncode == 1
+    found = _lines(done.stdout)
+    assert found["network"] == (
+        "FAIL",
+        f"SSL_CERT_FILE names {str(missing)!r}, which is not a usable CA bundle: "
+        "No such file or directory",
+    )
+    assert found["journal"][0] == "ok"  # (the rest is still checked)
+    proxy = "ftp://user:proxy-password@proxy.example"
+    done = run_drover(args, env={**home, "https_proxy": proxy})
+    status, text = _lines(done.stdout)["network"]
+    assert (status, text.split(":")[0]) == ("FAIL", "https_proxy is not a proxy URL drover can use")
+    assert "proxy-password" not in done.stdout + done.stderr
+    done = run_drover(args, env={**home, "HTTPS_PROXY": "http://u:proxy-password@proxy:3128"})
+    assert _lines(done.stdout)["network"] == (
+        "ok",
+        "model API through httpx (drover serve: aiohttp); CA bundle the system's; "
+        "proxy HTTPS_PROXY",
+    )
+    assert "proxy-password" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -1,11 +1,13 @@
 """``drover doctor``: checks this machine's set-up and explains each finding on one line.
 
 Each check prints ``ok``, ``warn`` or ``FAIL``, a name and what it found: the Python version,
-the config file, the API keys (whether each is set, never its value), the journal (where it is,
-whether drover can write it, its schema: the migrations applied against the ones this version
-knows), the sandbox of ``bash`` (bubblewrap present and working, by running it), PostgreSQL and
-Redis when configured (``--db``/``DROVER_DB``, ``--redis``/``DROVER_REDIS``: reachable), and the
-MCP config files. The exit status is 0 when nothing failed (warnings included), 1 otherwise.
+the config file, the API keys (whether each is set, never its value), the HTTP client and what
+it takes from the environment (the CA bundle and the proxies, checked as the client takes
+them), the journal (where it is, whether drover can write it, its schema: the migrations
+applied against the ones this version knows), the sandbox of ``bash`` (bubblewrap present and
+working, by running it), PostgreSQL and Redis when configured (``--db``/``DROVER_DB``,
+``--redis``/``DROVER_REDIS``: reachable), and the MCP config files. The exit status is 0 when
+nothing failed (warnings included), 1 otherwise.
 
 The checks only read: a journal that does not exist yet is not created, and one that needs
 migrations is not migrated (drover applies them the next time it opens the journal).
@@ -78,6 +80,7 @@ def _findings(args: argparse.Namespace) -> Iterator[Finding]:
     config, finding = _config()
     yield finding
     yield _api_keys(config)
+    yield _guarded("network", lambda: _network(config))
     db = (args.db or os.environ.get("DROVER_DB") or "").strip() or None
     if _is_postgres(db):
         yield _guarded("postgresql", lambda: _postgres(str(db)))
@@ -134,6 +137,26 @@ def _api_keys(config: Config) -> Finding:
     if config.api_key(provider) or config.base_urls.get(provider):
         return Finding("ok", "api keys", text)
     return Finding("warn", "api keys", f"{text} needs {needed}, or pass --model / --base-url")
+
+
+def _network(config: Config) -> Finding:
+    """The HTTP client each command reads the model API with, the CA bundle and the proxies
+    from the environment, checked as the client would take them."""
+    from drover.providers.client_env import check_client_environment, proxy_variables
+    from drover.providers.factory import server_config
+
+    cli = config.http_client or "httpx"
+    serve = server_config(config).http_client or "httpx"
+    for client in sorted({cli, serve}):
+        check_client_environment(client)
+    cafile = os.environ.get("SSL_CERT_FILE")
+    bundle = f"SSL_CERT_FILE {cafile}" if cafile else "the system's"
+    proxies = ", ".join(proxy_variables()) or "none"
+    return Finding(
+        "ok",
+        "network",
+        f"model API through {cli} (drover serve: {serve}); CA bundle {bundle}; proxy {proxies}",
+    )
 
 
 # -- the journal ------------------------------------------------------------------------------

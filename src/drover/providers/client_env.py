@@ -65,3 +65,15 @@ def _check_socks(variable: str, http_client: str) -> None:
         raise ConfigError(
             f"{variable} names a SOCKS proxy, which needs the socksio package: pip install socksio"
         )
+
+
+def proxy_variables() -> list[str]:
+    """The proxy variables set (and ``NO_PROXY``), named as the environment spells them; their
+    values are not given (a proxy's URL can hold its password)."""
+    names = [*_PROXY_VARIABLES.values(), "NO_PROXY"]
+    return [
+        spelled
+        for name in names
+        for spelled in (name, name.lower())
+        if os.environ.get(spelled, "").strip()
+    ]
