@@ -4,6 +4,7 @@ never an exception from inside httpx (see ``drover.providers.client_env``)."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from pathlib import Path
 
@@ -44,7 +45,7 @@ async def built(protocol: str, server: FakeLLMServer, http_client: str) -> None:
     [
         (None, "No such file or directory"),
         ("", "Is a directory"),
-        ("not a certificate\n", "no certificate or crl found"),
+        ("not a certificate\n", "it holds no PEM certificate"),
     ],
     ids=["missing", "a-directory", "not-pem"],
 )
@@ -66,6 +67,26 @@ def test_a_ca_bundle_that_cannot_be_used_is_named(
     said = refused(protocol, fake_llm, http_client)
     assert said.startswith(f"SSL_CERT_FILE names {str(path)!r}, which is not a usable CA bundle")
     assert reason in said
+
+
+# The SDK's half-built httpx client then complains as it is collected (its ``__del__`` reads
+# state its ``__init__`` never set): that line is the SDK's, and only this rare case reaches it.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_bundle_openssl_refuses_is_the_clients_error_in_one_line(
+    protocol: str,
+    http_client: str,
+    fake_llm: FakeLLMServer,
+    env: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # (it looks like PEM, so only OpenSSL can tell: the client's own error, as a ConfigError)
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n")
+    env.setenv("SSL_CERT_FILE", str(path))
+    said = refused(protocol, fake_llm, http_client)
+    gc.collect()  # (the half-built client is collected here, under this test's filter)
+    assert said.startswith("cannot set up the HTTP client for the "), said
+    assert "\n" not in said
 
 
 async def test_a_usable_ca_bundle_builds_the_client(

@@ -5,7 +5,8 @@ bundle from ``SSL_CERT_FILE`` and proxies from ``HTTPS_PROXY``, ``HTTP_PROXY`` a
 (either case) when they are built. A bundle that cannot be read, or a proxy URL they cannot
 use, makes the SDK's constructor raise from deep inside httpx, and the half-built client then
 complains again when it is collected. :func:`check_client_environment` makes the same checks
-first, as the clients would, and says what is wrong in one line (a :class:`ConfigError`).
+first, as the clients would take them, and says what is wrong in one line (a
+:class:`ConfigError`).
 ``SSL_CERT_DIR`` needs no check: a directory that does not exist is simply searched in vain.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import ssl
 from urllib.request import getproxies
 
 import httpx2
@@ -29,13 +29,7 @@ def check_client_environment(http_client: str = "httpx") -> None:
     SDK's HTTP client (``http_client``: ``httpx`` or ``aiohttp``) from being built or used."""
     cafile = os.environ.get("SSL_CERT_FILE")
     if cafile:
-        try:
-            ssl.create_default_context(cafile=cafile)
-        except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError)
-            reason = getattr(exc, "strerror", None) or str(exc)
-            raise ConfigError(
-                f"SSL_CERT_FILE names {cafile!r}, which is not a usable CA bundle: {reason}"
-            ) from None
+        _check_ca_file(cafile)
     proxies = getproxies()
     if any(host.strip() == "*" for host in proxies.get("no", "").split(",")):
         return  # NO_PROXY=*: no proxy is used, whatever the others say
@@ -53,6 +47,23 @@ def check_client_environment(http_client: str = "httpx") -> None:
             raise ConfigError(f"{variable} is not a proxy URL drover can use: {exc}") from None
         if proxy.url.scheme.startswith("socks"):
             _check_socks(variable, http_client)
+
+
+def _check_ca_file(cafile: str) -> None:
+    """The bundle is read, not loaded: OpenSSL's load of a whole bundle (~30 ms) is left to the
+    client, which makes it anyway. What OpenSSL would still refuse in a file that has the
+    look of one is said by the provider, from the client's error."""
+    reason = None
+    try:
+        with open(cafile, "rb") as file:
+            if b"-----BEGIN " not in file.read():
+                reason = "it holds no PEM certificate"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    if reason is not None:
+        raise ConfigError(
+            f"SSL_CERT_FILE names {cafile!r}, which is not a usable CA bundle: {reason}"
+        )
 
 
 def _check_socks(variable: str, http_client: str) -> None:
