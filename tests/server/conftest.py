@@ -1,4 +1,5 @@
-"""Fixtures of the server tests: ``serve`` starts a real ``drover serve`` on the fake LLM."""
+"""Fixtures of the server tests: ``serve`` starts a real ``drover serve`` on the fake LLM,
+``proxied`` one behind a real nginx."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from drover.testing.server import FakeLLMServer
 
-from .support import Served, start_server
+from .nginx import PUBLIC_NAME, Proxied, certificates, nginx_binary, start_nginx
+from .support import Served, clean_env, start_server
 
 
 @pytest.fixture
@@ -25,3 +27,34 @@ def serve(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Ser
     yield start
     for served in started:
         served.close()
+
+
+@pytest.fixture
+def proxied(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Proxied]]:
+    """``proxied(*flags, read_timeout=None, public=True)``: a server (whose model streams may
+    stall as long as a test needs; ``--allowed-host`` for the public name unless ``public`` is
+    false) behind nginx with the documented config, ``proxy_read_timeout`` replaced when given;
+    both stopped at teardown, each by its own pid."""
+    nginx_binary()  # skips (or fails) before anything starts when nginx is missing
+    started: list[Proxied] = []
+
+    def start(*flags: str, read_timeout: str | None = None, public: bool = True) -> Proxied:
+        n = len(started)
+        root = tmp_path / f"proxy{n}"
+        root.mkdir()
+        if public:
+            flags = ("--allowed-host", PUBLIC_NAME, *flags)
+        served = start_server(fake_llm, root, *flags, env=clean_env(DROVER_STALL_TIMEOUT="600"))
+        try:
+            ca, cert, key = certificates(root)
+            upstream = served.url.removeprefix("http://").rstrip("/")
+            nginx = start_nginx(root / "nginx", upstream, cert, key, read_timeout=read_timeout)
+        except BaseException:
+            served.close()
+            raise
+        started.append(Proxied(served=served, nginx=nginx, ca=ca))
+        return started[-1]
+
+    yield start
+    for proxy in started:
+        proxy.close()
