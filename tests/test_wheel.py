@@ -149,7 +149,7 @@ def test_the_installed_server_serves_the_web_page(
         with httpx2.Client(base_url=base, timeout=30) as client:
             page = client.get("/")
             assert page.status_code == 200
-            assert '<script type="module" src="/static/app.js">' in page.text
+            assert '<script type="module" src="static/app.js">' in page.text
             for name in static:
                 got = client.get(f"/static/{name}")
                 assert got.status_code == 200, name

@@ -31,14 +31,17 @@ def serve(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Ser
 
 @pytest.fixture
 def proxied(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Proxied]]:
-    """``proxied(*flags, read_timeout=None, public=True)``: a server (whose model streams may
-    stall as long as a test needs; ``--allowed-host`` for the public name unless ``public`` is
-    false) behind nginx with the documented config, ``proxy_read_timeout`` replaced when given;
-    both stopped at teardown, each by its own pid."""
+    """``proxied(*flags, read_timeout=None, public=True, prefix=None)``: a server (whose model
+    streams may stall as long as a test needs; ``--allowed-host`` for the public name unless
+    ``public`` is false) behind nginx with the documented config, ``proxy_read_timeout``
+    replaced when given, under the path ``prefix`` when given; both stopped at teardown, each
+    by its own pid."""
     nginx_binary()  # skips (or fails) before anything starts when nginx is missing
     started: list[Proxied] = []
 
-    def start(*flags: str, read_timeout: str | None = None, public: bool = True) -> Proxied:
+    def start(
+        *flags: str, read_timeout: str | None = None, public: bool = True, prefix: str | None = None
+    ) -> Proxied:
         n = len(started)
         root = tmp_path / f"proxy{n}"
         root.mkdir()
@@ -48,7 +51,9 @@ def proxied(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., P
         try:
             ca, cert, key = certificates(root)
             upstream = served.url.removeprefix("http://").rstrip("/")
-            nginx = start_nginx(root / "nginx", upstream, cert, key, read_timeout=read_timeout)
+            nginx = start_nginx(
+                root / "nginx", upstream, cert, key, read_timeout=read_timeout, prefix=prefix
+            )
         except BaseException:
             served.close()
             raise

@@ -38,6 +38,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
 #: The documented block's addresses, replaced by the test's.
 DOC_LISTEN = "listen 443 ssl;"
 DOC_UPSTREAM = "proxy_pass http://127.0.0.1:8000;"
+DOC_LOCATION = "location / {"
 DOC_CERT = "ssl_certificate     /etc/ssl/drover/fullchain.pem;"
 DOC_KEY = "ssl_certificate_key /etc/ssl/drover/privkey.pem;"
 DOC_READ_TIMEOUT = "proxy_read_timeout 60s;"
@@ -143,13 +144,24 @@ def certificates(root: Path) -> tuple[Path, Path, Path]:
 
 
 def nginx_config(
-    root: Path, port: int, upstream: str, cert: Path, key: Path, read_timeout: str | None
+    root: Path,
+    port: int,
+    upstream: str,
+    cert: Path,
+    key: Path,
+    read_timeout: str | None,
+    prefix: str | None = None,
 ) -> str:
     """The whole nginx.conf: the documented server block, with the test's addresses, inside
-    the settings an unprivileged one-process nginx needs."""
+    the settings an unprivileged one-process nginx needs; with ``prefix`` (``/drover/``),
+    drover served under it as the page documents (the two lines it names changed)."""
     block = documented_server_block()
     block = _replace_once(block, DOC_LISTEN, f"listen 127.0.0.1:{port} ssl;")
-    block = _replace_once(block, DOC_UPSTREAM, f"proxy_pass http://{upstream};")
+    if prefix is None:
+        block = _replace_once(block, DOC_UPSTREAM, f"proxy_pass http://{upstream};")
+    else:
+        block = _replace_once(block, DOC_LOCATION, f"location {prefix} {{")
+        block = _replace_once(block, DOC_UPSTREAM, f"proxy_pass http://{upstream}/;")
     block = _replace_once(block, DOC_CERT, f"ssl_certificate {cert};")
     block = _replace_once(block, DOC_KEY, f"ssl_certificate_key {key};")
     if read_timeout is not None:
@@ -170,15 +182,22 @@ def nginx_config(
 
 
 def start_nginx(
-    root: Path, upstream: str, cert: Path, key: Path, *, read_timeout: str | None = None
+    root: Path,
+    upstream: str,
+    cert: Path,
+    key: Path,
+    *,
+    read_timeout: str | None = None,
+    prefix: str | None = None,
 ) -> Nginx:
     """nginx listening on a free loopback port with TLS (``cert``/``key``), proxying to
-    ``upstream`` (``host:port``), once it accepts connections."""
+    ``upstream`` (``host:port``; under ``prefix`` when given), once it accepts connections."""
     binary = nginx_binary()
     root.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     conf = root / "nginx.conf"
-    conf.write_text(nginx_config(root, port, upstream, cert, key, read_timeout), encoding="utf-8")
+    text = nginx_config(root, port, upstream, cert, key, read_timeout, prefix)
+    conf.write_text(text, encoding="utf-8")
     # -e: the log of start-up itself, before the configuration's error_log is open.
     argv = [binary, "-p", str(root), "-c", str(conf), "-e", str(root / "error.log")]
     proc = subprocess.Popen(

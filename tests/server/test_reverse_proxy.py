@@ -184,6 +184,6 @@ def test_the_web_page_loads_through_nginx(proxied: Callable[..., Proxied]) -> No
         page = c.get("/")
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
-        assert '<script type="module" src="/static/app.js">' in page.text
+        assert '<script type="module" src="static/app.js">' in page.text
         script = c.get("/static/app.js")
         assert script.status_code == 200 and "EventSource" in script.text

@@ -61,42 +61,42 @@ export class Api {
   }
 
   sessions() {
-    return this.request("GET", "/v1/sessions");
+    return this.request("GET", "v1/sessions");
   }
 
   createSession() {
-    return this.request("POST", "/v1/sessions", {});
+    return this.request("POST", "v1/sessions", {});
   }
 
   rename(id, title) {
-    return this.request("PATCH", `/v1/sessions/${encodeURIComponent(id)}`, { title });
+    return this.request("PATCH", `v1/sessions/${encodeURIComponent(id)}`, { title });
   }
 
   deleteSession(id) {
-    return this.request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+    return this.request("DELETE", `v1/sessions/${encodeURIComponent(id)}`);
   }
 
   snapshot(id) {
-    return this.request("GET", `/v1/sessions/${encodeURIComponent(id)}`);
+    return this.request("GET", `v1/sessions/${encodeURIComponent(id)}`);
   }
 
   /** Send a message; while a turn runs it is queued (`{"queued": true, "message_id"}`). */
   send(id, content) {
-    const path = `/v1/sessions/${encodeURIComponent(id)}/messages`;
+    const path = `v1/sessions/${encodeURIComponent(id)}/messages`;
     return this.request("POST", path, { content, if_busy: "enqueue" });
   }
 
   cancelQueued(id, messageId) {
-    const path = `/v1/sessions/${encodeURIComponent(id)}/queue/${encodeURIComponent(messageId)}`;
+    const path = `v1/sessions/${encodeURIComponent(id)}/queue/${encodeURIComponent(messageId)}`;
     return this.request("DELETE", path);
   }
 
   interrupt(id) {
-    return this.request("POST", `/v1/sessions/${encodeURIComponent(id)}/interrupt`, {});
+    return this.request("POST", `v1/sessions/${encodeURIComponent(id)}/interrupt`, {});
   }
 
   decide(id, requestId, decision) {
-    const path = `/v1/sessions/${encodeURIComponent(id)}/permissions/${encodeURIComponent(requestId)}`;
+    const path = `v1/sessions/${encodeURIComponent(id)}/permissions/${encodeURIComponent(requestId)}`;
     return this.request("POST", path, { decision });
   }
 
@@ -104,6 +104,6 @@ export class Api {
     const params = new URLSearchParams({ after: String(after) });
     const token = this.token;
     if (token) params.set("token", token);
-    return `/v1/sessions/${encodeURIComponent(id)}/events?${params}`;
+    return `v1/sessions/${encodeURIComponent(id)}/events?${params}`;
   }
 }
