@@ -59,6 +59,7 @@ from drover.providers.sdk_stream import (
     misnamed_timeout,
     stall_guard,
     transport_timeout,
+    wrapped,
 )
 from drover.providers.sse import SseError
 from drover.providers.whole_text import WholeText
@@ -137,14 +138,7 @@ def _unreachable(message: str, exc: BaseException) -> ProviderConnectionError:
 def _certificate_refused(exc: BaseException) -> bool:
     """Whether ``exc`` is or wraps (each client in its own way) a failed verification of the
     server's certificate."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return wrapped(exc, ssl.SSLCertVerificationError) is not None
 
 
 def _http_error(exc: Any, errors: SdkErrors) -> tuple[ProviderError, float | None]:

@@ -46,6 +46,7 @@ from drover.errors import ProviderConnectionError, ProviderError, StreamError
 from drover.providers.sse import SseDecoder, SseEvent
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 T_co = TypeVar("T_co", covariant=True)
 
 #: drover's own source directory, as code objects may name it (resolved or not).
@@ -76,16 +77,25 @@ def transport_timeout(total: float, stall_timeout: float) -> httpx2.Timeout:
     return httpx2.Timeout(total, connect=min(total, stall_timeout), read=stall_timeout)
 
 
-def _timeout_in(exc: BaseException) -> httpx2.TimeoutException | None:
-    """The connect or read timeout ``exc`` is or wraps (as the SDKs do), if any."""
+def wrapped(exc: BaseException, kind: type[E] | types.UnionType) -> E | None:
+    """The first exception of ``kind`` that ``exc`` is or wraps (its cause, else its context,
+    as the SDKs and the clients chain theirs), if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, httpx2.ReadTimeout | httpx2.ConnectTimeout):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def _timeout_in(exc: BaseException) -> httpx2.TimeoutException | None:
+    """The connect or read timeout ``exc`` is or wraps, if any."""
+    timeout: httpx2.TimeoutException | None = wrapped(
+        exc, httpx2.ReadTimeout | httpx2.ConnectTimeout
+    )
+    return timeout
 
 
 def misnamed_timeout(exc: BaseException) -> BaseException | None:
