@@ -134,11 +134,11 @@ def test_the_public_name_is_refused_without_allowed_host(
 def test_heartbeats_keep_an_idle_stream_open_past_the_proxy_read_timeout(
     fake_llm: FakeLLMServer, proxied: Callable[..., Proxied]
 ) -> None:
-    """nginx closes a proxied connection silent for ``proxy_read_timeout`` (1 s here); with
-    ``--heartbeat 0.2`` an idle stream outlives it several times over, and then still carries a
-    turn's events."""
+    """nginx closes a proxied connection silent for ``proxy_read_timeout`` (2 s here: ten
+    heartbeats, so a slow machine's pause cannot pass for silence); with ``--heartbeat 0.2``
+    an idle stream outlives it twice over, and then still carries a turn's events."""
     fake_llm.script({"text": "After a long wait."})
-    proxy = proxied("--heartbeat", "0.2", read_timeout="1s")
+    proxy = proxied("--heartbeat", "0.2", read_timeout="2s")
     with proxy.client() as c:
         sid = _session(c)
         with _events(c, sid) as response:
@@ -147,7 +147,7 @@ def test_heartbeats_keep_an_idle_stream_open_past_the_proxy_read_timeout(
             opened, pings = time.monotonic(), 0
             for line in lines:
                 pings += line == ": ping"
-                if time.monotonic() - opened > 2.5:
+                if time.monotonic() - opened > 4.5:
                     break
             assert pings >= 3, pings
             turn_id = _post(c, sid, "still there?")
