@@ -253,3 +253,17 @@ def test_the_environment_of_the_http_client_is_one_line(
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "s3cret" not in result.stderr
     assert fake_llm.requests == []
+
+
+def test_the_environment_of_the_http_client_is_said_once_by_a_pool(tmp_path: Path) -> None:
+    # (checked before any worker starts: not once per worker, and no worker is left to fail)
+    env = clean_env(ANTHROPIC_API_KEY="test", HTTPS_PROXY="ftp://proxy.example")
+    for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+        env.pop(name, None)
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    result = run_drover(["serve", "--port", "0", "--workers", "2", "--db", unreachable], env=env)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        "drover: error: HTTPS_PROXY is not a proxy URL drover can use: "
+        "Unknown scheme for proxy URL URL('ftp://proxy.example')\n"
+    )

@@ -28,6 +28,7 @@ from drover.errors import ConfigError
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, keep
 from drover.providers.base import Provider
+from drover.providers.client_env import check_client_environment
 from drover.providers.factory import server_config
 from drover.server import gc_settings, webhooks
 from drover.server.app import create_app
@@ -272,6 +273,8 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
     if args.workers != 1 and provider is None:
         serve_pool.check(args)
         lease_from(args)
+        # (said once here, not by every worker as it starts)
+        check_client_environment(drover_config.http_client or "httpx")
         return await serve_pool.run_pool(args, sys.argv[1:])
     lease = lease_from(args)
     targets, secret = webhooks_from(args)
