@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sqlite3
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from support import pg
 from support import redis as redis_support
+from support.ports import free_port
 
 from drover.store.migrations import SQLITE_MIGRATIONS
 from drover.store.postgres import PostgresStore
@@ -163,16 +163,10 @@ def test_a_ca_bundle_or_proxy_the_client_cannot_use_fails_the_network(
     assert "Traceback" not in done.stderr
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_an_unreachable_postgresql_fails_without_showing_its_password(
     home: dict[str, str],
 ) -> None:
-    url = f"postgresql://drover:pg-pass-word@127.0.0.1:{_closed_port()}/drover"
+    url = f"postgresql://drover:pg-pass-word@127.0.0.1:{free_port()}/drover"
     done = run_drover(["doctor", "--db", url, "--sandbox", "off"], env=home)
     assert done.returncode == 1
     found = _lines(done.stdout)

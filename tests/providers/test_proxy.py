@@ -13,9 +13,9 @@ it sees, and builds its provider only after setting them.
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
+from support.ports import free_port
 
 from drover.errors import ProviderConnectionError
 from drover.model_stream import BlockDelta, StreamEnd
@@ -41,13 +41,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """``monkeypatch`` with every proxy variable, upper- and lowercase, unset."""
     unset_proxy_vars(monkeypatch)
     return monkeypatch
-
-
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
@@ -92,7 +85,7 @@ async def test_no_proxy_naming_the_host_bypasses_the_proxy(
 async def test_a_proxy_that_refuses_is_the_error_of_a_refused_connection(
     protocol: str, http_client: str, fake_llm: FakeLLMServer, clean_env: pytest.MonkeyPatch
 ) -> None:
-    port = _closed_port()
+    port = free_port()
     # What this client reports for a server that refuses, without a proxy…
     direct = make_provider(
         protocol,

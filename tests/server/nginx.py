@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import trustme
+from support.ports import free_port
 
 from .support import BOUND, Served
 
@@ -71,12 +72,6 @@ def documented_server_block() -> str:
 def _replace_once(text: str, old: str, new: str) -> str:
     assert text.count(old) == 1, f"the documented nginx block must hold {old!r} once"
     return text.replace(old, new)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -194,7 +189,7 @@ def start_nginx(
     ``upstream`` (``host:port``; under ``prefix`` when given), once it accepts connections."""
     binary = nginx_binary()
     root.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     conf = root / "nginx.conf"
     text = nginx_config(root, port, upstream, cert, key, read_timeout, prefix)
     conf.write_text(text, encoding="utf-8")

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 from support import pg
+from support.ports import free_port
 from support.writes import append_event, append_partial_text, end_turn, upsert_tool_call
 
 from drover.errors import StoreError
@@ -342,7 +343,7 @@ async def _open_error(url: str) -> str:
 async def test_connection_errors_are_one_line_without_the_password(
     pg_cluster: pg.PgCluster,
 ) -> None:
-    port = pg._free_port()
+    port = free_port()
     message = await _open_error(f"postgresql://me:s3cret@127.0.0.1:{port}/db")
     assert message == f"cannot connect to PostgreSQL at 127.0.0.1:{port}: Connection refused"
     message = await _open_error(pg_cluster.url("no_such_db").replace("@", ":s3cret@"))

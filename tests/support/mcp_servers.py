@@ -19,7 +19,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / ".cache" / "npm-mcp" / "node_modules" / "@modelcontextprotocol"
@@ -131,12 +132,6 @@ def recorded(record: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(ValueError):
             out.append(json.loads(line))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class HttpServer:

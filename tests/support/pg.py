@@ -19,7 +19,6 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from support.ports import free_port
 
 SKIP_ENV = "DROVER_SKIP_POSTGRES"
 RUN_AS = "postgres"
@@ -98,12 +99,6 @@ def find_bindir() -> Path | None:
     return Path(on_path).parent if on_path and shutil.which("initdb") else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _run(cluster: PgCluster, argv: list[str]) -> subprocess.CompletedProcess[str]:
     if cluster.run_as is not None:
         argv = ["runuser", "-u", cluster.run_as, "--", *argv]
@@ -167,7 +162,7 @@ def _start(pg: PgCluster) -> PgCluster:
     settings = {**_SETTINGS, "unix_socket_directories": f"'{pg.root}'"}
     for attempt in range(3):
         # Another process may take the free port between the probe and the bind: try another.
-        pg.port = _free_port()
+        pg.port = free_port()
         lines = [f"{key} = {value}" for key, value in {**settings, "port": pg.port}.items()]
         conf.write_text(base + "\n" + "\n".join(lines) + "\n")
         log = str(pg.root / "server.log")

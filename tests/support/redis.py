@@ -24,14 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from support.ports import free_port
+
 SKIP_ENV = "DROVER_SKIP_REDIS"
 BOUND = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -108,7 +104,7 @@ def server() -> Iterator[RedisServer]:
             pytest.skip(f"{why} ({SKIP_ENV}=1): the Redis tests did NOT run")
         pytest.fail(f"{why}: run scripts/ci-deps (or set {SKIP_ENV}=1 to skip)", pytrace=False)
     root = Path(tempfile.mkdtemp(prefix="drover-redis-"))
-    redis = RedisServer(binary=binary, root=root, port=_free_port())
+    redis = RedisServer(binary=binary, root=root, port=free_port())
     try:
         redis.start()
         yield redis
