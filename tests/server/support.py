@@ -168,6 +168,13 @@ def read_events(
     return got
 
 
+def new_session(client: httpx2.Client) -> str:
+    """``POST /v1/sessions``: the new session's id (201 asserted)."""
+    reply = client.post("/v1/sessions", json={})
+    assert reply.status_code == 201, reply.text
+    return str(reply.json()["id"])
+
+
 def live_turn(client: httpx2.Client, session_id: str, content: str) -> list[Sse]:
     """Subscribe to the session's events, send ``content`` once subscribed (so that every event
     of its turn comes live, none from the log) and read them to the turn's terminal event.

@@ -16,15 +16,9 @@ from drover.server import openapi
 from drover.server.openapi_parts import NOT_BLANK
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, DROVER, TERMINAL, Served, clean_env, parse_sse, read_events
+from .support import BOUND, DROVER, TERMINAL, Served, clean_env, new_session, parse_sse, read_events
 
 WRITE = {"name": "write_file", "input": {"path": "out.txt", "content": "hello"}}
-
-
-def _session(c: httpx2.Client) -> str:
-    reply = c.post("/v1/sessions", json={})
-    assert reply.status_code == 201, reply.text
-    return str(reply.json()["id"])
 
 
 def _until_permission(c: httpx2.Client, sid: str) -> dict[str, object]:
@@ -46,7 +40,7 @@ def test_one_turn_per_session_and_the_permission_round_trip(
     fake_llm.script({"text": "Writing.", "tool_calls": [WRITE]}, {"text": "Done writing."})
     server = serve("--permission-mode", "ask")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         turn_id = c.post(f"/v1/sessions/{sid}/messages", json={"content": "write"}).json()[
             "turn_id"
         ]
@@ -83,7 +77,7 @@ def test_a_turn_runs_on_with_no_client_and_is_interrupted_by_endpoint(
     )
     server = serve("--permission-mode", "ask")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 409
         turn_id = c.post(f"/v1/sessions/{sid}/messages", json={"content": "go"}).json()["turn_id"]
         # No client is connected: the turn still reaches its permission request.
@@ -107,7 +101,7 @@ def test_an_unanswered_permission_is_denied_after_the_timeout_once_clients_are_g
     fake_llm.script({"text": "Asking.", "tool_calls": [WRITE]}, {"text": "It was refused."})
     server = serve("--permission-mode", "ask", "--permission-timeout", "0.5")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             # Keep the iterator: closing it would close the connection.
             events = parse_sse(sse_lines(stream))
@@ -134,7 +128,7 @@ def test_sigterm_interrupts_running_turns_keeps_their_work_and_they_resume(
     )
     server = serve("--permission-mode", "ask")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         c.post(f"/v1/sessions/{sid}/messages", json={"content": "go"})
         with c.stream("GET", f"/v1/sessions/{sid}/events") as stream:
             events = []
@@ -165,7 +159,7 @@ def test_tokens_own_their_sessions(fake_llm: FakeLLMServer, serve: Callable[...,
         assert reply.status_code == 401
         assert reply.json()["error"]["code"] == "unauthorized"
     with server.client("alpha-token") as alpha, server.client("beta-token") as beta:
-        sid = _session(alpha)
+        sid = new_session(alpha)
         assert [s["id"] for s in alpha.get("/v1/sessions").json()["sessions"]] == [sid]
         assert beta.get("/v1/sessions").json()["sessions"] == []
         assert beta.get(f"/v1/sessions/{sid}").status_code == 404
@@ -205,7 +199,7 @@ def test_bad_requests_get_a_clear_4xx_with_a_json_error(
 ) -> None:
     server = serve("--max-body", "1000")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         msgs = f"/v1/sessions/{sid}/messages"
         cases = [
             (
@@ -280,7 +274,7 @@ def test_a_body_nested_past_the_decoders_stack_is_refused(
     """Deeper than ``json`` can decode (it was a 500 from the RecursionError)."""
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         deep = b"[" * 5000 + b"]" * 5000
         reply = c.post(f"/v1/sessions/{sid}/messages", content=deep, headers=JSON)
         assert (reply.status_code, reply.json()["error"]["code"]) == (400, "invalid_json")
@@ -304,7 +298,7 @@ def test_a_message_s_content_is_blank_exactly_as_its_schema_says(
     fake_llm.script({"text": "About to write.", "tool_calls": [WRITE]})
     server = serve("--permission-mode", "ask")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         msgs = f"/v1/sessions/{sid}/messages"
         assert c.post(msgs, json={"content": "go"}).status_code == 202
         # A turn waits for permission: the messages below wait in the queue (no model call).
@@ -331,7 +325,7 @@ def test_heartbeats_and_the_transient_status_event(
 ) -> None:
     server = serve("--heartbeat", "0.2", "--cors-origin", "http://page.example")
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         allowed = c.get("/v1/sessions", headers={"Origin": "http://page.example"})
         assert allowed.headers["access-control-allow-origin"] == "http://page.example"
         other = c.get("/v1/sessions", headers={"Origin": "http://elsewhere.example"})

@@ -18,15 +18,9 @@ from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, Served, read_events
+from .support import BOUND, Served, new_session, read_events
 
 ORIGINAL = b"line one\r\nline two\n\xe2\x82\xac tail without newline"
-
-
-def _session(c: httpx2.Client) -> str:
-    reply = c.post("/v1/sessions", json={})
-    assert reply.status_code == 201, reply.text
-    return str(reply.json()["id"])
 
 
 def _turn(c: httpx2.Client, sid: str, content: str) -> str:
@@ -63,7 +57,7 @@ def test_fork_then_diverge(fake_llm: FakeLLMServer, serve: Callable[..., Served]
     )
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         first = _turn(c, sid, "first")
         _turn(c, sid, "second")
 
@@ -94,7 +88,7 @@ def test_fork_then_diverge(fake_llm: FakeLLMServer, serve: Callable[..., Served]
         ]:
             reply = c.post(f"/v1/sessions/{sid}/fork", json=body)
             assert reply.status_code == status, reply.text
-        other = _session(c)
+        other = new_session(c)
         reply = c.post(f"/v1/sessions/{other}/fork", json={"turn_id": first})
         assert reply.status_code == 404  # a turn of another session
 
@@ -136,7 +130,7 @@ def test_rewind_restores_files_byte_for_byte_and_the_conversation(
     fake_llm.script({"text": "After the rewind."})
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         first = _turn(c, sid, "create")
         second = _turn(c, sid, "change")
         assert (work / "keep.txt").read_text() == "v2\n"
@@ -192,7 +186,7 @@ def test_rewind_is_refused_after_an_outside_change_unless_forced(
     _file_turns(fake_llm)
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         _turn(c, sid, "create")
         second = _turn(c, sid, "change")
         (work / "keep.txt").write_text("edited by hand\n")
@@ -222,7 +216,7 @@ def test_a_live_stream_is_told_of_a_rewind_as_a_replay_is(
     fake_llm.script({"text": "One."}, {"text": "Two."})
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         first = _turn(c, sid, "one")
         second = _turn(c, sid, "two")
         last = int(c.get(f"/v1/sessions/{sid}").json()["last_event_id"])

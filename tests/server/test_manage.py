@@ -14,7 +14,7 @@ from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, Served, parse_sse, read_events
+from .support import BOUND, Served, new_session, parse_sse, read_events
 
 WAIT_FOR_FLAG = {
     "text": "Waiting.",
@@ -22,12 +22,6 @@ WAIT_FOR_FLAG = {
         {"name": "bash", "input": {"command": "while [ ! -e go.flag ]; do sleep 0.05; done"}}
     ],
 }
-
-
-def _session(c: httpx2.Client) -> str:
-    reply = c.post("/v1/sessions", json={})
-    assert reply.status_code == 201, reply.text
-    return str(reply.json()["id"])
 
 
 def _error(reply: httpx2.Response) -> tuple[int, str]:
@@ -40,7 +34,7 @@ def test_rename_sets_a_title_that_later_turns_keep(
     fake_llm.script({"text": "Hello."})
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         reply = c.patch(f"/v1/sessions/{sid}", json={"title": "  Parser\nwork  "})
         assert reply.status_code == 200, reply.text
         summary = reply.json()
@@ -76,7 +70,7 @@ def test_delete_is_refused_while_a_turn_runs_then_takes_everything(
     fake_llm.script(WAIT_FOR_FLAG, {"text": "Flag seen."}, {"text": "Other."})
     server = serve()
     with server.client() as c:
-        sid, other = _session(c), _session(c)
+        sid, other = new_session(c), new_session(c)
         turn_id = c.post(f"/v1/sessions/{sid}/messages", json={"content": "wait"}).json()["turn_id"]
         read_events(c, sid, until=lambda ev, _: ev.data.get("state") == "running")
         busy = c.delete(f"/v1/sessions/{sid}")
@@ -127,7 +121,7 @@ def test_another_token_can_neither_rename_nor_delete(
 ) -> None:
     server = serve("--token", "alpha-token", "--token", "beta-token")
     with server.client("alpha-token") as alpha, server.client("beta-token") as beta:
-        sid = _session(alpha)
+        sid = new_session(alpha)
         assert _error(beta.patch(f"/v1/sessions/{sid}", json={"title": "x"})) == (404, "not_found")
         assert _error(beta.delete(f"/v1/sessions/{sid}")) == (404, "not_found")
         with server.client() as anonymous:
@@ -142,7 +136,7 @@ def test_a_running_turns_usage_so_far_is_in_the_snapshot(
     fake_llm.script(WAIT_FOR_FLAG, {"text": "Flag seen."})
     server = serve()
     with server.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         c.post(f"/v1/sessions/{sid}/messages", json={"content": "wait"})
         events = read_events(c, sid, until=lambda ev, _: ev.data.get("state") == "running")
         # As the answer began (partial), then at its end: the snapshot has the latest totals.

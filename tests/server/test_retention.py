@@ -13,17 +13,13 @@ import httpx2
 
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, DROVER, Served, clean_env, read_events, start_server
+from .support import BOUND, DROVER, Served, clean_env, new_session, read_events, start_server
 
 WRITE = {"name": "write_file", "input": {"path": "out.txt", "content": "hello"}}
 
 
-def _session(c: httpx2.Client) -> str:
-    return str(c.post("/v1/sessions", json={}).json()["id"])
-
-
 def _finished(c: httpx2.Client) -> str:
-    sid = _session(c)
+    sid = new_session(c)
     assert c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}).status_code == 202
     assert read_events(c, sid)[-1].event == "done"
     return sid
@@ -31,7 +27,7 @@ def _finished(c: httpx2.Client) -> str:
 
 def _held(c: httpx2.Client) -> tuple[str, str]:
     """A session whose turn waits for a permission answer: (session id, request id)."""
-    sid = _session(c)
+    sid = new_session(c)
     assert c.post(f"/v1/sessions/{sid}/messages", json={"content": "write"}).status_code == 202
     events = read_events(c, sid, until=lambda ev, _: ev.event == "permission_request")
     return sid, str(events[-1].data["request_id"])

@@ -16,7 +16,7 @@ from support.sse import sse_lines
 from drover.testing.server import FakeLLMServer
 
 from .nginx import PUBLIC_NAME, Proxied
-from .support import TERMINAL, Sse, check_stream, parse_sse, read_events
+from .support import TERMINAL, Sse, check_stream, new_session, parse_sse, read_events
 
 #: An answer of many deltas (8 characters each), and the stream frame it stalls after: inside
 #: its text.
@@ -26,12 +26,6 @@ TOKEN = "proxied-token"
 #: Seconds a read through nginx may wait for what a test awaits: a failure bound, short enough
 #: that a buffering proxy fails the test quickly instead of at the suite's general bound.
 LIVE_BOUND = 10.0
-
-
-def _session(c: httpx2.Client) -> str:
-    reply = c.post("/v1/sessions", json={})
-    assert reply.status_code == 201, reply.text
-    return str(reply.json()["id"])
 
 
 def _post(c: httpx2.Client, sid: str, content: str) -> str:
@@ -58,7 +52,7 @@ def test_a_turn_streams_live_through_nginx(
     fake_llm.script({"text": LONG, "stall_after": STALL})
     proxy = proxied()
     with proxy.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         with _events(c, sid) as response:
             assert response.status_code == 200, response.read()
             events = _numbered(sse_lines(response))
@@ -80,7 +74,7 @@ def test_a_reconnect_with_last_event_id_through_nginx_resumes_after_it(
     fake_llm.script({"text": LONG, "delay": 0.01})
     proxy = proxied()
     with proxy.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         _post(c, sid, "go")
         deltas = lambda _, got: sum(ev.event == "text_delta" for ev in got) == 3  # noqa: E731
         before = read_events(c, sid, until=deltas)
@@ -140,7 +134,7 @@ def test_heartbeats_keep_an_idle_stream_open_past_the_proxy_read_timeout(
     fake_llm.script({"text": "After a long wait."})
     proxy = proxied("--heartbeat", "0.2", read_timeout="2s")
     with proxy.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         with _events(c, sid) as response:
             assert response.status_code == 200, response.read()
             lines = sse_lines(response)
@@ -163,7 +157,7 @@ def test_without_heartbeats_nginx_cuts_an_idle_stream(
     at its timeout (the client then reconnects with ``Last-Event-ID``)."""
     proxy = proxied("--heartbeat", "60", read_timeout="1s")
     with proxy.client() as c:
-        sid = _session(c)
+        sid = new_session(c)
         opened = time.monotonic()
         lines: list[str] = []
         try:
