@@ -1,8 +1,9 @@
 """``drover serve`` behind a real nginx running the server block ``docs/deployment.md``
 documents (TLS at nginx, ``Host`` passed on): a turn's events arrive live, not buffered; a
-reconnect with ``Last-Event-ID`` resumes after that event; the public name is accepted only
-when drover is told it; drover's keep-alive comments hold an idle stream open past nginx's
-``proxy_read_timeout`` (and without them nginx cuts it); the web page loads."""
+reconnect with ``Last-Event-ID`` resumes after that event; the Responses door streams live
+too; the public name is accepted only when drover is told it; drover's keep-alive comments
+hold an idle stream open past nginx's ``proxy_read_timeout`` (and without them nginx cuts
+it); the web page loads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
+import openai
 from support.sse import sse_lines
 
 from drover.testing.server import FakeLLMServer
@@ -64,6 +66,35 @@ def test_a_turn_streams_live_through_nginx(
             assert c.post(f"/v1/sessions/{sid}/interrupt", json={}).status_code == 202
             end = next(ev for ev in events if ev.event in TERMINAL)
     assert end.data["turn_id"] == turn_id and end.data["reason"] == "interrupted"
+
+
+def test_a_response_streams_live_through_nginx(
+    fake_llm: FakeLLMServer, proxied: Callable[..., Proxied]
+) -> None:
+    """The Responses door through nginx, read by the OpenAI SDK: its first text delta arrives
+    while the model's stream is stalled (not buffered to the end), and a cancel ends the same
+    stream."""
+    fake_llm.script({"text": LONG, "stall_after": STALL})
+    proxy = proxied()
+    with proxy.client() as http:
+        url = f"https://127.0.0.1:{proxy.nginx.port}/v1"
+        client = openai.OpenAI(
+            base_url=url, api_key="-", max_retries=0, http_client=http, timeout=LIVE_BOUND
+        )
+        seen: list[Any] = []
+        with client.responses.create(model="any", input="go", background=True, stream=True) as s:
+            for event in s:
+                seen.append(event)
+                if event.type.startswith("response.output_text."):
+                    break
+            first = seen[-1]
+            assert first.type == "response.output_text.delta" and LONG.startswith(first.delta)
+            response_id = seen[0].response.id
+            assert client.responses.retrieve(response_id).status == "in_progress"
+            cancelled = client.responses.cancel(response_id)
+            last = list(s)[-1]
+    assert cancelled.status == "cancelled"
+    assert last.type == "response.incomplete" and last.response.status == "cancelled"
 
 
 def test_a_reconnect_with_last_event_id_through_nginx_resumes_after_it(
