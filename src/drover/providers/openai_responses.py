@@ -78,7 +78,7 @@ from drover.providers.openai_chat import (
     post_encoded,
 )
 from drover.providers.output_format import responses_text_format
-from drover.providers.retry import context_overflow, stream_error
+from drover.providers.retry import context_overflow, error_code, stream_error
 from drover.providers.sdk_provider import (
     SdkOptions,
     SdkProvider,
@@ -175,10 +175,10 @@ class ResponsesEvents:
         if kind == "response.failed":
             error = field(data.get("response"), "error")
             message = as_str(field(error, "message")) or "the response failed"
-            raise _failure(message, as_str(field(error, "code")) or "failed")
+            raise _failure(message, error_code(field(error, "code")) or "failed")
         if kind == "error":
             message = as_str(data.get("message")) or "the stream reported an error"
-            raise _failure(message, as_str(data.get("code")) or None)
+            raise _failure(message, error_code(data.get("code")))
         return []
 
     def finish(self) -> list[StreamEvent]:

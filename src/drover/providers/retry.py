@@ -7,6 +7,14 @@ jitter, honouring the server's ``retry-after`` up to a cap; each new attempt is 
 :class:`~drover.providers.base.RetryNotice`. An attempt reports that its stream has started by
 yielding :data:`STARTED` (which :func:`retrying` keeps to itself) before anything else.
 
+An error reported inside a stream is retryable when its type says the server was the problem
+(``overloaded_error``, ``api_error``, ``server_error``…) or when its code is such an HTTP status:
+gateways in front of a model report an upstream failure part-way through a 200 response with
+only a status code (LiteLLM's Chat Completions stream: ``{"error": {"type": null, "code":
+"500"}}``, whatever the upstream said — an overload, a dropped connection), and that is as
+transient as the same status before the stream started. A type that says the request itself is
+wrong (``invalid_request_error``…) is final whatever the code.
+
 Once the stream has started a failure is never retried here: it is raised as a
 :class:`~drover.errors.StreamError` (keeping its ``retryable`` flag) and the loop decides —
 except a :class:`~drover.errors.ContextOverflowError`, which keeps its class wherever it
@@ -33,14 +41,15 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 
-from drover.errors import ContextOverflowError, ProviderError, StreamError
+from drover.errors import ContextOverflowError, ProviderError, StreamError, retryable_status
 from drover.model_stream import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).
 Translate = Callable[[Exception], "tuple[ProviderError, float | None] | None"]
 
-#: Anthropic / OpenAI error types that mean "try again later" when seen in a stream.
+#: Anthropic / OpenAI (and gateway) error types and codes that mean "try again later" when
+#: seen in a stream; LiteLLM says ``internal_server_error`` for an upstream's failure.
 RETRYABLE_ERROR_TYPES = frozenset(
     {
         "overloaded_error",
@@ -50,6 +59,7 @@ RETRYABLE_ERROR_TYPES = frozenset(
         "server_error",
         "rate_limit_exceeded",
         "incomplete_stream",
+        "internal_server_error",
     }
 )
 
@@ -150,11 +160,33 @@ def as_stream_error(error: ProviderError) -> ProviderError:
     return StreamError(str(error), error_type=error_type, retryable=error.retryable)
 
 
-def stream_error(message: str, error_type: str | None) -> StreamError:
-    """A mid-stream error event; retryable when its type says the server was the problem."""
-    return StreamError(
-        message, error_type=error_type, retryable=error_type in RETRYABLE_ERROR_TYPES
-    )
+def stream_error(message: str, error_type: str | None, code: str | None = None) -> StreamError:
+    """A mid-stream error event; retryable when its type or its code says the server was the
+    problem (see the module docstring), unless its type says the request was wrong."""
+    fatal = error_type in StreamError.FATAL_TYPES
+    retryable = not fatal and (server_side(error_type) or server_side(code))
+    return StreamError(message, error_type=error_type, retryable=retryable)
+
+
+def server_side(kind: str | None) -> bool:
+    """Whether an error's type or code says the server was the problem: a known type, or an
+    HTTP status a new attempt may get past (``"500"``, ``"529"``, ``"429"``, ``"408"``)."""
+    if kind is None:
+        return False
+    if kind in RETRYABLE_ERROR_TYPES:
+        return True
+    is_status = len(kind) == 3 and kind.isascii() and kind.isdigit()
+    return is_status and retryable_status(int(kind))
+
+
+def error_code(value: object) -> str | None:
+    """An error's ``code`` as text: the API's string, or a number (``"code": 502``) as its
+    digits; None for anything else."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -186,11 +218,10 @@ def error_message(body: object, fallback: str) -> tuple[str, str | None, str | N
     if isinstance(detail, Mapping):
         message = detail.get("message")
         kind = detail.get("type")
-        code = detail.get("code")
         return (
             message if isinstance(message, str) and message else fallback,
             kind if isinstance(kind, str) else None,
-            str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+            error_code(detail.get("code")),
         )
     if isinstance(body, str) and body.strip() and len(body) < 500:
         return body.strip(), None, None

@@ -115,7 +115,7 @@ def translate_sdk_error(
         kind, overflow = errors.classify(exc, None, message, error_type, code)
         if overflow:
             return context_overflow(message, error_type=kind), None
-        return stream_error(message, kind), None
+        return stream_error(message, kind, code), None
     if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
         detail = str(exc) or type(exc).__name__
         return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
