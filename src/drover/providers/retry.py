@@ -22,6 +22,9 @@ arrives (the Responses API can report it in a ``response.failed`` event), so the
 compact and try again. Cancellation is never caught: the attempt generator is closed, which
 closes its SDK stream.
 
+An error's message may hold what the server echoed back of the request; ``secrets`` (the values
+of the extra headers a provider sends) are taken out of it before it is announced or raised.
+
 Retries come from one of two counters. With ``retry_budget`` (a
 :class:`~drover.model_stream.RetryBudget` the caller made for one model call, and spends its own
 mid-stream retries from) every retry here is taken from it, so the call as a whole never
@@ -38,10 +41,11 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from drover.errors import ContextOverflowError, ProviderError, StreamError, retryable_status
+from drover.expand import scrub
 from drover.model_stream import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
@@ -100,6 +104,7 @@ async def retrying(
     translate: Translate,
     *,
     budget: RetryBudget | None = None,
+    secrets: Sequence[str] = (),
 ) -> AsyncGenerator[StreamEvent, None]:
     """The events of the first attempt that gets going, with retries before that."""
     retries = 0
@@ -125,6 +130,8 @@ async def retrying(
                 error, retry_after = translated
         if started:
             error = as_stream_error(error)
+        if secrets:
+            hide(error, secrets)
         if not started and error.retryable:
             if budget is not None:
                 may_retry = budget.spend()
@@ -144,6 +151,11 @@ async def retrying(
         if error is cause:
             raise error
         raise error from cause
+
+
+def hide(error: ProviderError, secrets: Sequence[str]) -> None:
+    """Take ``secrets`` out of ``error``'s message."""
+    error.args = tuple(scrub(a, secrets) if isinstance(a, str) else a for a in error.args)
 
 
 def gave_up(error: ProviderError, attempts: int) -> None:
