@@ -88,36 +88,36 @@ async def test_the_loop_retries_a_gateways_midstream_failure_to_completion(
     assert fake_llm.remaining == 0
 
 
-def _failed(code: object) -> str:
-    """A Responses stream that opens, streams a word and ends in ``response.failed``."""
+def _failed(event: str, code: object) -> str:
+    """A Responses stream that opens, streams a word and ends in ``event``: a
+    ``response.failed`` or an ``error`` event with ``code``."""
     created = {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}
     item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    failure: dict[str, object] = {"type": "error", "code": code, "message": "x", "param": None}
+    if event == "response.failed":
+        error = {"code": code, "message": "x"}
+        failure = {"type": event, "response": {"id": "resp_1", "status": "failed", "error": error}}
     events = [
         created,
         {"type": "response.output_item.added", "output_index": 0, "item": item},
         {"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"},
-        {
-            "type": "response.failed",
-            "response": {
-                "id": "resp_1",
-                "status": "failed",
-                "error": {"code": code, "message": "x"},
-            },
-        },
+        failure,
     ]
     return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
 
 
+@pytest.mark.parametrize("event", ["response.failed", "error"])
 @pytest.mark.parametrize(
     ("code", "retryable"),
     [(502, True), ("503", True), (429, True), (400, False), ("invalid_prompt", False)],
 )
 async def test_a_responses_failure_with_a_status_code_is_retryable_as_that_status(
-    fake_llm: FakeLLMServer, code: object, retryable: bool
+    fake_llm: FakeLLMServer, event: str, code: object, retryable: bool
 ) -> None:
-    """A ``response.failed`` whose code is an HTTP status (a number, as some gateways send it,
-    or its digits) is as retryable as that status would be before the stream started."""
-    fake_llm.script({"raw_text": _failed(code)})
+    """A ``response.failed`` or ``error`` event whose code is an HTTP status (a number, as some
+    gateways send it, or its digits) is as retryable as that status would be before the stream
+    started."""
+    fake_llm.script({"raw_text": _failed(event, code)})
     provider = make_provider("openai-responses", fake_llm)
     try:
         outcome = await drain(provider, request())
