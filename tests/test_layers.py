@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "summaries": 0,
     "config": 0,
     "config_tables": 0,
+    "config_providers": 0,
+    "expand": 0,
     "rules": 0,
     "output": 0,
     # adapters and the journal's domain, side by side: none imports another

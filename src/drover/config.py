@@ -17,6 +17,10 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     [base_urls]                                             # per provider
     openai = "http://localhost:11434/v1"
 
+    [providers.openai-responses]                            # or any provider, PROVIDER:MODEL
+    headers = { "x-gateway-key" = "${GATEWAY_KEY}" }        # extra request headers
+    chain = false                                           # no previous_response_id
+
     [aliases]                                               # short names for --model
     fast = "anthropic:claude-haiku-4-5"
 
@@ -83,6 +87,7 @@ from typing import Any
 
 import platformdirs
 
+from drover.config_providers import ProviderSettings, combined, providers_table
 from drover.config_tables import (
     HookSpec,
     hooks_table,
@@ -124,6 +129,7 @@ _FILE_KEYS = (
     "mcp",
     "otel",
     "permissions",
+    "providers",
     "redact_patterns",
     "retention",
     "retries",
@@ -197,6 +203,10 @@ class Config:
     aliases: dict[str, str] = field(default_factory=dict)
     #: Base URL per provider name.
     base_urls: dict[str, str] = field(default_factory=dict)
+    #: ``[providers]``: extra headers and Responses chaining, by provider or ``PROVIDER:MODEL``;
+    #: the command line's (``--header``, ``--no-chain``) over them for every model.
+    providers: dict[str, ProviderSettings] = field(default_factory=dict, repr=False)
+    every_model: ProviderSettings = field(default_factory=ProviderSettings, repr=False)
     #: API key per provider name, from the environment only.
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)
     chars_per_token: float = 4.0
@@ -260,6 +270,17 @@ class Config:
     def api_key(self, provider: str) -> str | None:
         return self.api_keys.get(provider)
 
+    def provider_settings(self, provider: str, model: str) -> ProviderSettings:
+        """One model's ``[providers]`` settings: its own table over its provider's, the
+        command line's over both."""
+        tables = (self.providers.get(key) for key in (provider, f"{provider}:{model}"))
+        return combined([*(t for t in tables if t is not None), self.every_model])
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What no journal, log or error may hold: every configured header value."""
+        return combined([*self.providers.values(), self.every_model]).secrets
+
     def with_overrides(
         self,
         *,
@@ -271,6 +292,7 @@ class Config:
         models: Sequence[str] | None = None,
         redact_patterns: Sequence[str] | None = None,
         stall_timeout: float | None = None,
+        every_model: ProviderSettings | None = None,
     ) -> Config:
         """A copy with the given (non-None) values, as command-line flags set them."""
         where = "command line"
@@ -292,6 +314,8 @@ class Config:
             changes["redact_patterns"] = _patterns(list(redact_patterns), where)
         if stall_timeout is not None:
             changes["stall_timeout"] = _seconds(stall_timeout, where, "stall_timeout")
+        if every_model is not None:
+            changes["every_model"] = every_model.over(self.every_model)
         sources = {**self.sources, **dict.fromkeys(changes, "flag")}
         return replace(self, **changes, sources=sources)
 
@@ -308,7 +332,7 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
     """The file's settings (if any), then the environment's."""
     env = os.environ if env is None else env
     path = path if path is not None else default_config_path(env)
-    settings, sources = _read_file(path)
+    settings, sources = _read_file(path, env)
     _apply_env(settings, sources, env)
     keys = {p: env[var] for p, var in KEY_VARS.items() if env.get(var, "").strip()}
     return Config(
@@ -338,7 +362,7 @@ def list_models(config: Config) -> list[tuple[str, str]]:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+def _read_file(path: Path, env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -373,6 +397,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         out["models"] = _specs(data["models"], where, "models")
     if "base_urls" in data:
         out["base_urls"] = _base_urls(data["base_urls"], where)
+    if "providers" in data:
+        out["providers"] = providers_table(data["providers"], where, env, PROVIDERS)
     if "chars_per_token" in data:
         out["chars_per_token"] = _chars_per_token(data["chars_per_token"], where)
     for name in ("context_limit", "max_turns"):

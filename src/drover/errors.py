@@ -53,6 +53,12 @@ class PromptTextError(DroverError, ValueError):
         )
 
 
+def retryable_status(status: int) -> bool:
+    """Whether an HTTP status says a new attempt may succeed: 408, 409, 429 or any 5xx (529,
+    Anthropic's overload, included)."""
+    return status in (408, 409, 429) or status >= 500
+
+
 class ProviderError(DroverError):
     """Talking to a model failed."""
 
@@ -65,7 +71,7 @@ class ProviderHTTPError(ProviderError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.error_type = error_type
-        self.retryable = status in (408, 409, 429) or status >= 500
+        self.retryable = retryable_status(status)
 
 
 class ContextOverflowError(ProviderHTTPError):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from drover.config import Config, load_config
 from drover.config_tables import HookSpec
+from drover.expand import secret_patterns
 from drover.handle import Session
 from drover.hooks import Hooks
 from drover.instructions import InstructionFile, PromptParts, find_instructions
@@ -180,8 +181,15 @@ async def open_resources(wanted: Wanted) -> Resources:
             store, owns_store = wanted.store, False
         runner = Runner(
             store,
-            # The MCP servers' secrets too: what a server echoes back is redacted.
-            redactor=Redactor([*config.redact_patterns, *redact_patterns(mcp_configs)]),
+            # The MCP servers' secrets and the model's headers too: what a server or a model
+            # echoes back is redacted.
+            redactor=Redactor(
+                [
+                    *config.redact_patterns,
+                    *redact_patterns(mcp_configs),
+                    *secret_patterns(config.secrets),
+                ]
+            ),
             lease_seconds=wanted.lease_seconds,
             telemetry=wanted.telemetry,
         )

@@ -272,3 +272,15 @@ def test_stream_errors_are_retryable_by_type() -> None:
     assert stream_error("oops", "api_error").retryable
     assert not stream_error("bad", "invalid_request_error").retryable
     assert not stream_error("?", None).retryable
+
+
+def test_stream_errors_are_retryable_by_a_status_code_too() -> None:
+    """A gateway's ``"code": "500"`` with no type (LiteLLM) is as transient as an HTTP 500."""
+    for code in ("500", "502", "529", "429", "408"):
+        assert stream_error("upstream failed", None, code).retryable, code
+        assert stream_error("upstream failed", code).retryable, code
+    for code in ("400", "401", "404", "200", "5000", "50", "abc", ""):
+        assert not stream_error("no", None, code).retryable, code
+    # The type says the request was wrong: no code makes a new attempt useful.
+    assert not stream_error("bad", "invalid_request_error", "500").retryable
+    assert stream_error("busy", "internal_server_error").retryable

@@ -51,6 +51,7 @@ RECORDINGS = (
     Recording("anthropic/thinking-then-tool-use.sse", tools=("weather",)),
     Recording("anthropic/redacted-thinking.sse"),
     Recording("anthropic/max-tokens-mid-tool-input.sse", tools=("make_file",)),
+    Recording("anthropic/litellm-openai-midstream-error.sse", raises=True),
     Recording("openai_chat/text-include-usage.sse"),
     Recording("openai_chat/parallel-tool-calls.sse", tools=("GetWeatherArgs", "get_stock_price")),
     Recording("openai_chat/refusal.sse"),
@@ -62,12 +63,15 @@ RECORDINGS = (
     Recording("openai_chat/openrouter-midstream-error.sse", raises=True),
     Recording("openai_chat/groq-tool-call.sse", tools=("weather",)),
     Recording("openai_chat/xai-tool-call.sse", tools=("weather",)),
+    Recording("openai_chat/litellm-midstream-overload.sse", raises=True),
+    Recording("openai_chat/litellm-anthropic-midstream-overload.sse", raises=True),
     Recording("openai_responses/text.sse"),
     Recording("openai_responses/function-call.sse", tools=("weather",)),
     Recording("openai_responses/reasoning-then-function-call.sse", tools=("weather",)),
     Recording("openai_responses/refusal.sse"),
     Recording("openai_responses/incomplete-max-output-tokens.sse"),
     Recording("openai_responses/openrouter-reasoning-text.sse"),
+    Recording("openai_responses/litellm-anthropic-failed.sse"),
 )
 
 

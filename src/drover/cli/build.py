@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from drover.agent import Agent
 from drover.cli.mcp import mcp_files, project_of
 from drover.config import Config, load_config
+from drover.config_providers import ProviderSettings, combined
 from drover.providers.base import Provider
 from drover.runner import LEASE_SECONDS
 from drover.telemetry import Telemetry
@@ -37,7 +38,7 @@ def agent_from_args(
     instructions (``AGENTS.md``) in its prompt; a ``provider`` given replaces the one
     ``--model`` names (the caller closes it). The workdir's ``.mcp.json`` servers that are not
     approved are left out, said on stderr (:mod:`drover.mcp.approval`)."""
-    config = config or load_config()
+    config = with_flags(args, config or load_config())
     project = project_of(args, config)
     if project is not None and project.skipped:
         print(project.skip_note(), file=sys.stderr, flush=True)
@@ -62,6 +63,18 @@ def agent_from_args(
         instructions=True,
         telemetry=telemetry,
     )
+
+
+def with_flags(args: argparse.Namespace, config: Config) -> Config:
+    """``config`` with what ``--header`` and ``--no-chain`` set for every model."""
+    headers = getattr(args, "header", None) or ()
+    no_chain = bool(getattr(args, "no_chain", False))
+    if not headers and not no_chain:
+        return config
+    every = combined(headers)
+    if no_chain:
+        every = ProviderSettings(chain=False).over(every)
+    return config.with_overrides(every_model=every)
 
 
 @contextlib.asynccontextmanager

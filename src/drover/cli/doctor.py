@@ -3,9 +3,10 @@
 Each check prints ``ok``, ``warn`` or ``FAIL``, a name and what it found: the Python version,
 the config file, the API keys (whether each is set, never its value), the HTTP client and what
 it takes from the environment (the CA bundle and the proxies, checked as the client takes
-them), the journal (where it is, whether drover can write it, its schema: the migrations
-applied against the ones this version knows), the sandbox of ``bash`` (bubblewrap present and
-working, by running it), PostgreSQL and Redis when configured (``--db``/``DROVER_DB``,
+them) and the ``[providers]`` tables (the names of their extra headers, never a value; which
+models do not chain), the journal (where it is, whether drover can write it, its schema: the
+migrations applied against the ones this version knows), the sandbox of ``bash`` (bubblewrap
+present and working, by running it), PostgreSQL and Redis when configured (``--db``/``DROVER_DB``,
 ``--redis``/``DROVER_REDIS``: reachable), and the MCP config files. The exit status is 0 when
 nothing failed (warnings included), 1 otherwise.
 
@@ -152,11 +153,21 @@ def _network(config: Config) -> Finding:
     cafile = os.environ.get("SSL_CERT_FILE")
     bundle = f"SSL_CERT_FILE {cafile}" if cafile else "the system's"
     proxies = ", ".join(proxy_variables()) or "none"
-    return Finding(
-        "ok",
-        "network",
-        f"model API through {cli} (drover serve: {serve}); CA bundle {bundle}; proxy {proxies}",
-    )
+    text = f"model API through {cli} (drover serve: {serve}); CA bundle {bundle}; proxy {proxies}"
+    return Finding("ok", "network", text + _providers(config))
+
+
+def _providers(config: Config) -> str:
+    """What the ``[providers]`` tables add to requests: header names (values are secrets)."""
+    parts = []
+    for key, table in sorted(config.providers.items()):
+        if table.headers:
+            parts.append(f"{key} sends {', '.join(sorted(table.headers, key=str.lower))}")
+        if table.chain is False:
+            parts.append(f"{key} does not chain")
+    if not parts:
+        return ""
+    return f"; [providers] {'; '.join(parts)} (header values never shown)"
 
 
 # -- the journal ------------------------------------------------------------------------------

@@ -137,6 +137,20 @@ def _prompt_text(flag: str) -> Callable[[str], str]:
     return read
 
 
+def _header(text: str) -> object:
+    """The ``type`` of ``--header``: NAME:VALUE, its ``${VAR}`` expanded, as the settings of
+    every model (:mod:`drover.config_providers`); the usage error never shows the value."""
+    import os
+
+    from drover.config_providers import header_flag
+    from drover.errors import ConfigError
+
+    try:
+        return header_flag(text, os.environ)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", help="SQLite path or postgresql:// URL (env DROVER_DB; default: the user's journal)"
@@ -160,6 +174,23 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "name finds its provider), or an alias",
     )
     parser.add_argument("--base-url", help="API base URL (any compatible server)")
+    parser.add_argument(
+        "--header",
+        metavar="NAME:VALUE",
+        type=_header,
+        action="append",
+        default=[],
+        help="send this HTTP header with every model request, repeatable (a gateway's routing or "
+        "key: 'x-portkey-api-key:${PORTKEY_API_KEY}' — ${VAR} is read from the environment, so "
+        "quote it to keep the value out of the process list); over the config file's "
+        "[providers] headers",
+    )
+    parser.add_argument(
+        "--no-chain",
+        action="store_true",
+        help="openai-responses models: send the whole history every time, never "
+        "previous_response_id (for gateways that lose stored responses; [providers] chain)",
+    )
     _db_option(parser)
     parser.add_argument("--workdir", type=Path, help="directory the tools work in (default: .)")
     parser.add_argument(

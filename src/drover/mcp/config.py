@@ -48,6 +48,7 @@ from typing import Any, Literal, TypeAlias
 
 from drover.config import default_config_path
 from drover.errors import ConfigError
+from drover.expand import Expander, kept_secrets, scrub, secret_patterns
 
 Transport: TypeAlias = Literal["stdio", "http"]
 #: ``True`` (every tool of the server) or the names of some of its tools.
@@ -57,13 +58,9 @@ PROJECT_FILE = ".mcp.json"
 USER_FILE = "mcp.json"
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_STARTUP_TIMEOUT = 30.0
-#: Secrets shorter than this are not redacted (a one-character value would blank out text).
-MIN_SECRET_LENGTH = 8
 #: ``env`` names whose values are credentials.
 _SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|CREDENTIAL|COOKIE)")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _HTTP_TYPES = ("http", "streamable-http", "streamable_http", "streamableHttp")
-REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,9 +98,7 @@ class McpServerConfig:
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret of the server replaced by ``[REDACTED]``."""
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        return text
+        return scrub(text, self.secrets)
 
 
 def _marked(marks: ToolMarks, tool: str) -> bool:
@@ -207,37 +202,13 @@ def _servers_of(value: object, where: str) -> Mapping[str, Any]:
 # -- one server --------------------------------------------------------------------------------
 
 
-class _Expander:
-    """Expands ``${VAR}``; remembers what it substituted (secrets) and what was missing."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self._env = env
-        self.substituted: list[str] = []
-        self.missing: list[str] = []
-
-    def __call__(self, text: str) -> str:
-        def one(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            value = self._env.get(name)
-            if value is None or (value == "" and default is not None):
-                if default is None:
-                    self.missing.append(name)
-                    return ""
-                value = default
-            else:
-                self.substituted.append(value)
-            return value
-
-        return _VARIABLE.sub(one, text)
-
-
 def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) -> McpServerConfig:
     """One server of a file; raises :class:`ConfigError` when its shape is wrong."""
     where = f"{source}: mcpServers.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected an object")
     kind = raw.get("type", "stdio" if "command" in raw else None)
-    expand = _Expander(env)
+    expand = Expander(env)
     secrets: list[str] = []
     common: dict[str, Any] = {
         "name": name,
@@ -288,12 +259,10 @@ def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) ->
     else:
         raise ConfigError(f'{where}.type: expected "stdio" or "http", not {kind!r}')
     secrets += expand.substituted
-    kept = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
     error = None
     if expand.missing:
-        missing = ", ".join(f"${{{n}}}" for n in dict.fromkeys(expand.missing))
-        error = f"{missing} is not set in the environment"
-    return replace(config, secrets=tuple(kept), error=error)
+        error = f"{expand.missing_text()} is not set in the environment"
+    return replace(config, secrets=kept_secrets(secrets), error=error)
 
 
 def _string(value: object, where: str) -> str:
@@ -335,4 +304,4 @@ def _seconds(value: object, where: str) -> float:
 
 def redact_patterns(servers: Sequence[McpServerConfig]) -> list[str]:
     """The servers' secrets as patterns for the journal's redactor."""
-    return [re.escape(s) for s in sorted({s for c in servers for s in c.secrets}, key=len)[::-1]]
+    return secret_patterns(s for c in servers for s in c.secrets)

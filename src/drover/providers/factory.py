@@ -5,7 +5,8 @@ A missing API key is a one-line :class:`~drover.errors.ConfigError` naming the v
 except when a base URL is set: local compatible servers (Ollama, vLLM, llama.cpp, LM Studio…)
 usually need no key, so a placeholder is sent. Provider modules are imported on first use, so
 choosing one protocol never loads the other SDK. Every provider gets the config's
-``stall_timeout``, ``[retries]`` and ``http_client``.
+``stall_timeout``, ``[retries]``, ``http_client`` and the model's ``[providers]`` headers (with
+``--header``); a Responses model its ``chain`` (``--no-chain``).
 
 ``http_client`` picks the HTTP client the SDK sends through: its default on httpx, or its own
 ``DefaultAioHttpClient`` (the SDKs' ``aiohttp`` extra; drover's is ``drover[server]``), whose
@@ -45,7 +46,9 @@ def create_provider(spec: str, config: Config, *, base_url: str | None = None) -
         raise ConfigError(
             "http_client = \"aiohttp\" needs the aiohttp package: pip install 'drover[server]'"
         )
+    settings = config.provider_settings(provider, model)
     options: SdkOptions = {
+        "headers": settings.headers,
         "stall_timeout": config.stall_timeout,
         "max_retries": config.retries_max,
         "backoff_base": config.retries_backoff,
@@ -62,7 +65,8 @@ def create_provider(spec: str, config: Config, *, base_url: str | None = None) -
         return OpenAIChatProvider(model, api_key=key, base_url=url, **options)
     from drover.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(model, api_key=key, base_url=url, **options)
+    chain = settings.chain is not False
+    return OpenAIResponsesProvider(model, api_key=key, base_url=url, chain=chain, **options)
 
 
 def aiohttp_installed() -> bool:

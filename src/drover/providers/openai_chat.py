@@ -14,7 +14,10 @@ order they first appear: reasoning, text, then one ``tool_use`` block per call.
   when calls were streamed (some servers say ``stop`` anyway) else ``end_turn``, ``length`` →
   ``max_tokens``, ``content_filter`` → ``refusal``. The stream's end gives the
   :class:`StreamEnd`; without a usage chunk the usage is zero and marked partial.
-* A chunk with an ``error`` key (raised as the SDK raises it) → :class:`StreamError`.
+* A chunk with an ``error`` key (raised as the SDK raises it) → :class:`StreamError`,
+  retryable when its type or its code says the server failed: a gateway's ``"code": "500"``
+  with no type is (:func:`~drover.providers.retry.stream_error`), OpenRouter's ``"code": 400``
+  is not.
 
 The stream is read from the response's bytes (:class:`~drover.providers.sdk_stream.RawEvents`:
 drover decodes the events and each chunk's JSON itself, instead of the SDK's per-chunk models);

@@ -36,7 +36,9 @@ refused yet), a request that continues the last response sends only the new item
 A 400 about ``previous_response_id`` (or a 404 for a stored item id) is retried at once with
 the whole input, and the provider then remembers, for its lifetime, that the server does not
 store: no more chaining, no item ids, reasoning asked for with ``encrypted_content`` (and sent
-back only with it). ``store=False`` does the same from the start.
+back only with it). ``store=False`` does the same from the start, and so does ``chain=False``
+(the config's ``chain = false``, ``--no-chain``) while leaving ``store`` to the server: for a
+gateway that takes ``previous_response_id`` but loses what it refers to.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from drover.providers.openai_chat import (
     post_encoded,
 )
 from drover.providers.output_format import responses_text_format
-from drover.providers.retry import context_overflow, stream_error
+from drover.providers.retry import context_overflow, error_code, stream_error
 from drover.providers.sdk_provider import (
     SdkOptions,
     SdkProvider,
@@ -175,10 +177,10 @@ class ResponsesEvents:
         if kind == "response.failed":
             error = field(data.get("response"), "error")
             message = as_str(field(error, "message")) or "the response failed"
-            raise _failure(message, as_str(field(error, "code")) or "failed")
+            raise _failure(message, error_code(field(error, "code")) or "failed")
         if kind == "error":
             message = as_str(data.get("message")) or "the stream reported an error"
-            raise _failure(message, as_str(data.get("code")) or None)
+            raise _failure(message, error_code(data.get("code")))
         return []
 
     def finish(self) -> list[StreamEvent]:
@@ -319,8 +321,9 @@ def refuses_stored_state(exc: openai.APIStatusError) -> bool:
 class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
     """``openai-responses:MODEL``.
 
-    ``store`` is sent as given (None: the server's default, which stores); ``reasoning_effort``
-    asks reasoning models for that effort and a reasoning summary.
+    ``store`` is sent as given (None: the server's default, which stores); ``chain=False``
+    sends the whole history every time (see the module docstring); ``reasoning_effort`` asks
+    reasoning models for that effort and a reasoning summary.
     """
 
     provider = PROVIDER
@@ -335,14 +338,15 @@ class OpenAIResponsesProvider(SdkProvider[openai.AsyncOpenAI]):
         api_key: str,
         base_url: str | None = None,
         store: bool | None = None,
+        chain: bool = True,
         reasoning_effort: ReasoningEffort | None = None,
         **options: Unpack[SdkOptions],
     ) -> None:
         super().__init__(model, openai.AsyncOpenAI, api_key=api_key, base_url=base_url, **options)
         self._store = store
         self._reasoning_effort = reasoning_effort
-        #: False once the server refused a previous_response_id (or store=False).
-        self._server_stores = store is not False
+        #: False once the server refused a previous_response_id (or store=False, chain=False).
+        self._server_stores = store is not False and chain
 
     @property
     def server_stores(self) -> bool:

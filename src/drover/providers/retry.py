@@ -7,12 +7,23 @@ jitter, honouring the server's ``retry-after`` up to a cap; each new attempt is 
 :class:`~drover.providers.base.RetryNotice`. An attempt reports that its stream has started by
 yielding :data:`STARTED` (which :func:`retrying` keeps to itself) before anything else.
 
+An error reported inside a stream is retryable when its type says the server was the problem
+(``overloaded_error``, ``api_error``, ``server_error``…) or when its code is such an HTTP status:
+gateways in front of a model report an upstream failure part-way through a 200 response with
+only a status code (LiteLLM's Chat Completions stream: ``{"error": {"type": null, "code":
+"500"}}``, whatever the upstream said — an overload, a dropped connection), and that is as
+transient as the same status before the stream started. A type that says the request itself is
+wrong (``invalid_request_error``…) is final whatever the code.
+
 Once the stream has started a failure is never retried here: it is raised as a
 :class:`~drover.errors.StreamError` (keeping its ``retryable`` flag) and the loop decides —
 except a :class:`~drover.errors.ContextOverflowError`, which keeps its class wherever it
 arrives (the Responses API can report it in a ``response.failed`` event), so the caller can
 compact and try again. Cancellation is never caught: the attempt generator is closed, which
 closes its SDK stream.
+
+An error's message may hold what the server echoed back of the request; ``secrets`` (the values
+of the extra headers a provider sends) are taken out of it before it is announced or raised.
 
 Retries come from one of two counters. With ``retry_budget`` (a
 :class:`~drover.model_stream.RetryBudget` the caller made for one model call, and spends its own
@@ -30,17 +41,19 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from drover.errors import ContextOverflowError, ProviderError, StreamError
+from drover.errors import ContextOverflowError, ProviderError, StreamError, retryable_status
+from drover.expand import scrub
 from drover.model_stream import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).
 Translate = Callable[[Exception], "tuple[ProviderError, float | None] | None"]
 
-#: Anthropic / OpenAI error types that mean "try again later" when seen in a stream.
+#: Anthropic / OpenAI (and gateway) error types and codes that mean "try again later" when
+#: seen in a stream; LiteLLM says ``internal_server_error`` for an upstream's failure.
 RETRYABLE_ERROR_TYPES = frozenset(
     {
         "overloaded_error",
@@ -50,6 +63,7 @@ RETRYABLE_ERROR_TYPES = frozenset(
         "server_error",
         "rate_limit_exceeded",
         "incomplete_stream",
+        "internal_server_error",
     }
 )
 
@@ -90,6 +104,7 @@ async def retrying(
     translate: Translate,
     *,
     budget: RetryBudget | None = None,
+    secrets: Sequence[str] = (),
 ) -> AsyncGenerator[StreamEvent, None]:
     """The events of the first attempt that gets going, with retries before that."""
     retries = 0
@@ -115,6 +130,8 @@ async def retrying(
                 error, retry_after = translated
         if started:
             error = as_stream_error(error)
+        if secrets:
+            hide(error, secrets)
         if not started and error.retryable:
             if budget is not None:
                 may_retry = budget.spend()
@@ -136,6 +153,11 @@ async def retrying(
         raise error from cause
 
 
+def hide(error: ProviderError, secrets: Sequence[str]) -> None:
+    """Take ``secrets`` out of ``error``'s message."""
+    error.args = tuple(scrub(a, secrets) if isinstance(a, str) else a for a in error.args)
+
+
 def gave_up(error: ProviderError, attempts: int) -> None:
     """Add to ``error``'s message that it ended ``attempts`` attempts (no retry was left)."""
     error.args = (f"{error} (gave up after {attempts} attempts)", *error.args[1:])
@@ -150,11 +172,33 @@ def as_stream_error(error: ProviderError) -> ProviderError:
     return StreamError(str(error), error_type=error_type, retryable=error.retryable)
 
 
-def stream_error(message: str, error_type: str | None) -> StreamError:
-    """A mid-stream error event; retryable when its type says the server was the problem."""
-    return StreamError(
-        message, error_type=error_type, retryable=error_type in RETRYABLE_ERROR_TYPES
-    )
+def stream_error(message: str, error_type: str | None, code: str | None = None) -> StreamError:
+    """A mid-stream error event; retryable when its type or its code says the server was the
+    problem (see the module docstring), unless its type says the request was wrong."""
+    fatal = error_type in StreamError.FATAL_TYPES
+    retryable = not fatal and (server_side(error_type) or server_side(code))
+    return StreamError(message, error_type=error_type, retryable=retryable)
+
+
+def server_side(kind: str | None) -> bool:
+    """Whether an error's type or code says the server was the problem: a known type, or an
+    HTTP status a new attempt may get past (``"500"``, ``"529"``, ``"429"``, ``"408"``)."""
+    if kind is None:
+        return False
+    if kind in RETRYABLE_ERROR_TYPES:
+        return True
+    is_status = len(kind) == 3 and kind.isascii() and kind.isdigit()
+    return is_status and retryable_status(int(kind))
+
+
+def error_code(value: object) -> str | None:
+    """An error's ``code`` as text: the API's string, or a number (``"code": 502``) as its
+    digits; None for anything else."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -186,11 +230,10 @@ def error_message(body: object, fallback: str) -> tuple[str, str | None, str | N
     if isinstance(detail, Mapping):
         message = detail.get("message")
         kind = detail.get("type")
-        code = detail.get("code")
         return (
             message if isinstance(message, str) and message else fallback,
             kind if isinstance(kind, str) else None,
-            str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+            error_code(detail.get("code")),
         )
     if isinstance(body, str) and body.strip() and len(body) < 500:
         return body.strip(), None, None

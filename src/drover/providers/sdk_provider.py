@@ -4,7 +4,9 @@ A provider module keeps what is its own — the request it builds and the mappin
 events onto neutral stream events — and subclasses :class:`SdkProvider`, which
 
 * builds the SDK client the same way for every protocol: the SDK's own retries off (drover
-  retries, counting a model call's retries once), httpx's timeouts from ``stall_timeout``, and
+  retries, counting a model call's retries once), httpx's timeouts from ``stall_timeout``, the
+  extra ``headers`` a gateway needs as the SDK's ``default_headers`` (over the SDK's own, its
+  key's header included: a gateway's ``Authorization`` replaces the API key's), and
   the HTTP client the ``http_client`` option names: the SDK's default (``httpx``) or the SDK's
   own aiohttp-backed client (``aiohttp``, the SDKs' ``aiohttp`` extra: the same ``httpx2``
   requests and responses, read by aiohttp's C parser, which costs a server less CPU per
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
@@ -37,6 +39,7 @@ from drover.errors import (
     ProviderHTTPError,
     StreamError,
 )
+from drover.expand import kept_secrets
 from drover.model_stream import ModelRequest, StreamEvent
 from drover.providers.client_env import check_client_environment
 from drover.providers.retry import (
@@ -115,7 +118,7 @@ def translate_sdk_error(
         kind, overflow = errors.classify(exc, None, message, error_type, code)
         if overflow:
             return context_overflow(message, error_type=kind), None
-        return stream_error(message, kind), None
+        return stream_error(message, kind, code), None
     if isinstance(exc, httpx2.RequestError | anyio.EndOfStream):
         detail = str(exc) or type(exc).__name__
         return ProviderConnectionError(f"connection to {api} failed: {detail}"), None
@@ -218,6 +221,8 @@ class SdkOptions(TypedDict, total=False):
     stall_timeout: float
     #: ``httpx`` (the SDK's default client) or ``aiohttp`` (the SDK's ``DefaultAioHttpClient``).
     http_client: str
+    #: Extra headers sent with every request (a gateway's routing or authentication).
+    headers: Mapping[str, str]
 
 
 class SdkProvider(Generic[C]):
@@ -245,8 +250,13 @@ class SdkProvider(Generic[C]):
         max_tokens: int = 8192,
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
         http_client: str = "httpx",
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._model = model
+        # What a server may echo of a header into an error: each value, and each word of one
+        # (the token of "Bearer TOKEN").
+        values = (headers or {}).values()
+        self._secrets = kept_secrets(w for v in values for w in (v, *v.split()))
         self._stall_timeout = stall_timeout
         self._max_tokens = max_tokens
         self._policy = RetryPolicy(
@@ -263,6 +273,7 @@ class SdkProvider(Generic[C]):
                 max_retries=0,
                 timeout=timeouts,
                 http_client=http,
+                default_headers=dict(headers) if headers else None,
             )
         except (OSError, ValueError, ImportError, httpx2.InvalidURL) as exc:
             # (what the check above does not foresee)
@@ -285,6 +296,7 @@ class SdkProvider(Generic[C]):
             lambda: self._attempt(request),
             self._translate,
             budget=request.retry_budget,
+            secrets=self._secrets,
         )
 
     def _translate(self, exc: Exception) -> tuple[ProviderError, float | None] | None:
