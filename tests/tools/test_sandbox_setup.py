@@ -189,10 +189,12 @@ def test_hints_name_the_cause_and_what_to_do(workdir: Path) -> None:
     assert net is not None and "no network access" in net and "--sandbox-network" in net
     assert sandbox_hint(ACTIVE, "SyntaxError: invalid syntax", workdir) is None
     allowed = replace(ACTIVE, settings=SandboxSettings(network=True))
-    assert (
-        sandbox_hint(allowed, "curl: (7) Failed to connect to x: Connection refused", workdir)
-        is None
-    )
+    direct = sandbox_hint(allowed, "/dev/tcp/127.0.0.1/80: Connection refused", workdir)
+    assert direct is not None and "only through drover's HTTP proxy" in direct
+    listed = replace(ACTIVE, settings=SandboxSettings(allow_domains=("pypi.org",)))
+    refused = sandbox_hint(listed, "curl: (56) CONNECT tunnel failed, response 403", workdir)
+    assert refused is not None and "admits pypi.org" in refused
+    assert "--sandbox-allow-domain" in refused
     off = SandboxStatus(settings=SandboxSettings(mode="off"), active=False)
     assert sandbox_hint(off, "Read-only file system", workdir) is None
 
