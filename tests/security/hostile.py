@@ -1,11 +1,13 @@
 """A prompt-injected model, for the sandbox attacks: the scripted provider issues the hostile
 ``bash`` calls in one turn of a real :class:`~drover.Agent` (its built-in tools, its sandbox
 probed as ``drover -p`` probes it, a real SQLite journal), and the test reads what each command
-printed, as the model would."""
+printed, as the model would. :func:`headless` runs a real ``drover -p`` process instead."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +72,16 @@ async def hostile_turn(
         await agent.run("summarise the README")
     assert len(provider.requests) == 2, "the model was not called back with the results"
     return Outcome(list(provider.requests[1].messages[-1].tool_results))
+
+
+def headless(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``drover ARGS`` as a process of its own, no terminal, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "drover.cli.main", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -24,7 +24,6 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -39,6 +38,8 @@ from drover.testing.server import FakeLLMServer
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.builtin import builtin_tools
 from drover.tools.sandbox import SandboxStatus, probe_sandbox
+
+from .hostile import headless
 
 REQUIRE_ENV = "DROVER_REQUIRE_SANDBOX"
 #: Planted in every secret; no command output may contain it.
@@ -549,15 +550,7 @@ def test_through_drover_p_secrets_journal_and_protected_paths_stay_out_of_reach(
     args = ["-p", "go", "--model", "anthropic:test", "--base-url", fake_llm.base_url]
     args += ["--db", str(scene.journal), "--workdir", str(scene.repo)]
     args += ["--permission-mode", "sandboxed", "--output-format", "json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "drover.cli.main", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = headless(args, env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "completed", done.stderr
     results = [

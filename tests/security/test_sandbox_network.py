@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from support.redis import server as redis_server
 
 from drover.testing.server import FakeLLMServer
 
-from .hostile import hostile_turn
+from .hostile import headless, hostile_turn
 
 GREETING = "hello from the allowed host"
 
@@ -127,15 +126,7 @@ def drover_p(
     args += ["--db", str(tmp_path / "journal.db"), "--workdir", str(work)]
     args += ["--output-format", "json", *flags]
     env = {**os.environ, "ANTHROPIC_API_KEY": "test", "DROVER_CONFIG": str(tmp_path / "none")}
-    return subprocess.run(
-        [sys.executable, "-m", "drover.cli.main", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return headless(args, env)
 
 
 def results_of(fake_llm: FakeLLMServer) -> list[str]:
