@@ -186,34 +186,28 @@ class SandboxStatus:
         """What this sandbox enforces, one short phrase each (``drover doctor`` lists them)."""
         if not self.active:
             return []
-        shm = shm_size(self.settings) >> 20
+        settings = self.settings
+        home = "home directory: only the toolchain allow-list"
+        if settings.home_allow:
+            home += f" and {len(settings.home_allow)} home_allow paths"
+        shm = f"at most {shm_size(settings) >> 20} MiB"
+        if "--size" not in self.features:
+            shm = "unbounded (bubblewrap without --size)"
+        processes = f"at most {settings.processes} processes"
+        if self.pids_cgroup is not None:
+            processes += " (pids cgroup)"
+        elif not self.process_limited:
+            processes += " (not binding: root without a pids cgroup)"
         found = [
             "own user, PID, IPC, UTS, mount and network namespaces",
             "every capability dropped",
             f"uid {SANDBOX_UID} inside (drover runs as root)" if runs_as_root() else "your uid",
             "/proc/sys and the other global /proc knobs read-only",
-            "home directory: only the toolchain allow-list"
-            + (
-                f" and {len(self.settings.home_allow)} home_allow paths"
-                if self.settings.home_allow
-                else ""
-            ),
-            "/dev read-only"
-            + (
-                f", /dev/shm at most {shm} MiB"
-                if "--size" in self.features
-                else ", /dev/shm unbounded (bubblewrap without --size)"
-            ),
+            home,
+            f"/dev read-only, /dev/shm {shm}",
             self.network_text(),
-            f"at most {self.settings.processes} processes"
-            + (
-                " (pids cgroup)"
-                if self.pids_cgroup is not None
-                else ""
-                if self.process_limited
-                else " (not binding: root without a pids cgroup)"
-            ),
-            f"{self.settings.memory >> 20} MiB per process",
+            processes,
+            f"{settings.memory >> 20} MiB per process",
         ]
         if "--disable-userns" in self.features:
             found.append("no nested user namespaces")
