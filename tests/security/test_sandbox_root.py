@@ -6,8 +6,8 @@ and the kernel lets uid 0 write sysctls whatever the namespaces: setting
 ``evil`` as real root outside every namespace. The model here does every step short of the
 harmful one, so that a missing protection cannot hurt the machine: it writes
 ``core_pattern``'s own value back (read back before and after: unchanged either way), and opens
-every sysctl and ``/proc/sysrq-trigger`` for writing without writing a byte (an open changes
-nothing); a sandbox that lets any of that through fails the test. It also reads its
+every sysctl, ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus``, ``/sys/kernel/mm`` and the
+cgroup files for writing without writing a byte (an open changes nothing); a sandbox that lets any of that through fails the test. It also reads its
 capabilities and uid. CI runs this file as root and as an unprivileged user
 (``.ci/run``).
 """
@@ -29,13 +29,15 @@ def core_pattern() -> str:
         return handle.read()
 
 
-#: Tries to open every sysctl (and the sysrq trigger) for writing; prints the ones it could.
+#: Tries to open every sysctl, the sysrq trigger and the global knobs of /proc and /sys for
+#: writing; prints the ones it could.
 OPEN_FOR_WRITING = r"""/usr/bin/python3 -c '
 import os
 opened = []
 paths = ["/proc/sysrq-trigger"]
-for top, _dirs, files in os.walk("/proc/sys"):
-    paths += [os.path.join(top, f) for f in files]
+for root in ("/proc/sys", "/proc/irq", "/proc/bus", "/sys/kernel/mm", "/sys/fs/cgroup"):
+    for top, _dirs, files in os.walk(root):
+        paths += [os.path.join(top, f) for f in files]
 for path in paths:
     try:
         fd = os.open(path, os.O_WRONLY)  # no O_TRUNC, nothing written: changes nothing
