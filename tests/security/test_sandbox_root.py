@@ -7,9 +7,9 @@ and the kernel lets uid 0 write sysctls whatever the namespaces: setting
 harmful one, so that a missing protection cannot hurt the machine: it writes
 ``core_pattern``'s own value back (read back before and after: unchanged either way), and opens
 every sysctl, ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus``, ``/sys/kernel/mm`` and the
-cgroup files for writing without writing a byte (an open changes nothing); a sandbox that lets any of that through fails the test. It also reads its
-capabilities and uid. CI runs this file as root and as an unprivileged user
-(``.ci/run``).
+cgroup files for writing without writing a byte (an open changes nothing); a sandbox that lets
+any of that through fails the test. It also reads its capabilities and uid. CI runs this file
+as root and as an unprivileged user (``.ci/run``).
 """
 
 from __future__ import annotations
