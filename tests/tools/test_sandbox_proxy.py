@@ -13,7 +13,14 @@ import pytest
 from drover.config import domain_entry
 from drover.errors import ConfigError
 from drover.tools.sandbox_home import sanitized_gitconfig
-from drover.tools.sandbox_proxy import DomainPolicy, Refused, is_local, parse_head, serving
+from drover.tools.sandbox_proxy import (
+    MAX_CONNECTIONS,
+    DomainPolicy,
+    Refused,
+    is_local,
+    parse_head,
+    serving,
+)
 
 BOUND = 30.0
 
@@ -66,8 +73,9 @@ def test_entries_are_normalised() -> None:
 
 
 def test_a_plain_request_is_passed_on_in_origin_form_for_one_request() -> None:
+    # A Host naming another site behind the same address (a CDN) is replaced by the admitted one.
     head = (
-        b"GET http://pypi.org:8080/simple/?q=1 HTTP/1.1\r\nHost: pypi.org:8080\r\n"
+        b"GET http://pypi.org:8080/simple/?q=1 HTTP/1.1\r\nHost: evil.example\r\n"
         b"Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\n"
         b"Connection: keep-alive\r\nAccept: */*\r\n\r\n"
     )
@@ -138,6 +146,29 @@ async def test_any_name_never_reaches_this_machine(tmp_path: Path) -> None:
             assert got.startswith(b"HTTP/1.1 403 Forbidden\r\n"), got
             assert b"resolves to an address of this machine" in got
         assert heads == []
+
+
+async def test_a_command_cannot_hold_more_than_its_share_of_connections(tmp_path: Path) -> None:
+    """Each connection holds drover's file descriptors: a flood of idle ones is cut off."""
+    sock = tmp_path / "proxy.sock"
+    async with serving(sock, ["pypi.org"]) as proxy:
+        held = [await asyncio.open_unix_connection(str(sock)) for _ in range(MAX_CONNECTIONS)]
+        async with asyncio.timeout(BOUND):
+            # The server accepts them one by one: look again until it holds them all.
+            while proxy.connections < MAX_CONNECTIONS:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        try:
+            cut = await exchange(sock, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n")
+        except ConnectionResetError:
+            cut = b""  # closed before it read what was sent
+        assert cut == b""
+        for _reader, writer in held:
+            writer.close()
+        async with asyncio.timeout(BOUND):
+            while proxy.connections:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        again = await exchange(sock, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n")
+        assert again.startswith(b"HTTP/1.1 403 Forbidden\r\n")
 
 
 def test_git_config_keeps_identity_and_aliases_not_credentials() -> None:

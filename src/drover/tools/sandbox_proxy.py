@@ -43,9 +43,13 @@ HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
 #: Read size when relaying.
 CHUNK = 64 * 1024
-#: Request headers dropped on the way to the origin (hop-by-hop, or meant for the proxy).
-_HOP_HEADERS = frozenset(
-    {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive", b"te"}
+#: Connections one call may have open through the proxy at once: each holds file descriptors
+#: of drover's, which a command must not be able to use up.
+MAX_CONNECTIONS = 64
+#: Request headers dropped on the way to the origin (hop-by-hop, meant for the proxy, or the
+#: ``Host``, set again from the checked URL so that it names the host that was admitted).
+_DROPPED_HEADERS = frozenset(
+    {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive", b"te", b"host"}
 )
 
 
@@ -147,10 +151,11 @@ def parse_head(head: bytes) -> _Request:
     kept = [
         line
         for line in lines[1:]
-        if line and line.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS
+        if line and line.split(b":", 1)[0].strip().lower() not in _DROPPED_HEADERS
     ]
     first = b" ".join([method, path.encode("ascii", "replace"), version])
-    rebuilt = b"\r\n".join([first, *kept, b"Connection: close", b"", b""])
+    authority = f"Host: {url.netloc.rpartition('@')[2]}".encode("ascii", "replace")
+    rebuilt = b"\r\n".join([first, authority, *kept, b"Connection: close", b"", b""])
     return _Request(False, _normal(url.hostname), number, rebuilt)
 
 
@@ -161,14 +166,28 @@ class Proxy:
         self.policy = policy
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def connections(self) -> int:
+        """Connections being served now."""
+        return len(self._tasks)
+
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            log.warning("sandbox proxy refused a connection: %d already open", MAX_CONNECTIONS)
+            writer.close()
+            return
         if task is not None:
             self._tasks.add(task)
         try:
             await self._serve(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the client went away, or sent no head: nothing to answer
+        except asyncio.CancelledError:
+            # Only close() cancels a connection (its sandbox is gone). The task is the
+            # server's leaf, awaited by nobody: ending it normally keeps asyncio from logging
+            # each one as an error.
+            pass
         finally:
             if task is not None:
                 self._tasks.discard(task)
