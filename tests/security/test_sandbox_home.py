@@ -113,3 +113,29 @@ async def test_only_the_allow_list_of_home_is_visible(home: Path, tmp_path: Path
     assert "credential" not in git and "extraheader" not in git.lower(), git
     assert "insteadof" not in git.lower(), git
     assert "hello from cargo" in everything  # the allowed files are what a walk finds
+
+
+async def test_an_allowed_directory_does_not_uncover_what_it_holds(
+    home: Path, tmp_path: Path
+) -> None:
+    """The user allows all of ``~/.config``: git's config in it is still shown sanitized, and
+    the credential stores in it are still hidden."""
+    (home / ".config" / "git" / "config").write_text(GITCONFIG)
+    (home / ".config" / "ruff").mkdir()
+    (home / ".config" / "ruff" / "ruff.toml").write_text("line-length = 100\n")
+    work = home.parent / "work"
+    work.mkdir()
+    outcome = await hostile_turn(
+        tmp_path,
+        [
+            "cat ~/.config/ruff/ruff.toml ~/.config/git/config",
+            "cat ~/.config/git/credentials ~/.config/rclone/rclone.conf",
+        ],
+        workdir=work,
+        config=Config(sandbox_home_allow=[".config"]),
+    )
+    shown, hidden = outcome.texts
+    assert CANARY not in shown + hidden
+    assert shown.startswith("line-length = 100\n[user]\n\tname = Jo Coder\n"), shown
+    assert ".config/git/credentials: Permission denied" in hidden, hidden
+    assert ".config/rclone/rclone.conf: No such file or directory" in hidden, hidden

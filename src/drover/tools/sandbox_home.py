@@ -123,6 +123,9 @@ def home_view(
             binds.append((copy, path))
         else:
             binds.append((real, path))
+    # A path inside another one is mounted after it, or the outer mount would cover it (a
+    # sanitized ~/.config/git/config under a ~/.config the user allowed).
+    binds.sort(key=lambda bind: len(bind[1].parts))
     return HomeView(home, tuple(binds))
 
 
