@@ -106,6 +106,23 @@ def is_local(address: str) -> bool:
     return True
 
 
+def local_names(entries: Iterable[str]) -> list[str]:
+    """The exact names among ``entries`` that reach this machine (``localhost``, its own
+    addresses): what a ``drover serve`` must not allow without a token, since commands could
+    then reach it. Resolves them now (a name that does not resolve reaches nothing)."""
+    found = []
+    for entry in entries:
+        if entry == ANY_DOMAIN or entry.startswith("*."):
+            continue  # the proxy never takes a wildcard home
+        try:
+            infos = socket.getaddrinfo(entry, None, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        if any(is_local(str(info[4][0])) for info in infos):
+            found.append(entry)
+    return found
+
+
 class Refused(Exception):
     """A request the proxy answers itself, with ``status`` and a one-line reason."""
 
