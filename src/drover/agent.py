@@ -79,7 +79,8 @@ class Agent(Generic[OutputT]):
     :class:`drover.testing.scripted.ScriptedProvider`. ``tools`` are the tools offered (None:
     the built-in coding tools and the ``task`` tool, as on the command line; their ``bash``
     runs in the sandbox ``sandbox`` names — ``workdir``, ``read-only`` or ``off``, None: the
-    config's — with network when ``sandbox_network``). ``store`` is a path (a ``str`` or a
+    config's — reaching any name through drover's HTTP proxy when ``sandbox_network``, the
+    names ``sandbox_allow_domains`` lists otherwise). ``store`` is a path (a ``str`` or a
     :class:`~pathlib.Path`), ``":memory:"``, a ``postgresql://`` URL or an open
     :class:`~drover.journal.protocol.Store` (None: ``DROVER_DB``,
     else the SQLite journal in the user data directory). Side-effecting tools ask
@@ -124,6 +125,7 @@ class Agent(Generic[OutputT]):
         config: Config | None = None,
         sandbox: str | None = None,
         sandbox_network: bool = False,
+        sandbox_allow_domains: Iterable[str] = (),
         require_sandbox: bool = False,
         lease_seconds: float = LEASE_SECONDS,
         output_type: type[OutputT] | None = None,
@@ -159,6 +161,7 @@ class Agent(Generic[OutputT]):
             base_url=base_url,
             sandbox_mode=sandbox,
             sandbox_network=sandbox_network,
+            sandbox_allow_domains=tuple(sandbox_allow_domains),
             require_sandbox=require_sandbox,
             lease_seconds=lease_seconds,
             mcp_config=list(mcp_config),

@@ -47,6 +47,8 @@ missing file means defaults (pointing ``DROVER_CONFIG`` at nothing turns the fil
     env = ["PYTHONPATH", "CARGO_*"]                          # variables commands get too
     processes = 4096                                        # processes at once per command
     memory_mb = 8192                                        # memory per process
+    home_allow = [".bashrc", ".config/ruff"]                # more of ~ that commands may read
+    allow_domains = ["pypi.org", "*.pythonhosted.org"]      # names commands reach (HTTP proxy)
 
     [retries]                                               # a model call that fails to start
     max = 4                                                 # tries again at most (0: never)
@@ -76,6 +78,7 @@ and what is wrong.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -149,8 +152,34 @@ _SANDBOX_KEYS = (
     "env",
     "processes",
     "memory_mb",
+    "home_allow",
+    "allow_domains",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+#: The ``allow_domains`` entry that admits every name (what ``--sandbox-network`` means).
+ANY_DOMAIN = "*"
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+_DOMAIN = re.compile(rf"^(?:\*\.)?{_LABEL}(?:\.{_LABEL})*$")
+
+
+def domain_entry(text: str) -> str:
+    """An ``allow_domains`` entry checked and normalised: ``pypi.org`` (that name only),
+    ``*.example.org`` (its subdomains), an IP address, or ``*`` (any name). Raises
+    :class:`~drover.errors.ConfigError` with the reason otherwise."""
+    entry = text.strip().lower().rstrip(".")
+    if entry == ANY_DOMAIN:
+        return entry
+    try:
+        return str(ipaddress.ip_address(entry.strip("[]")))
+    except ValueError:
+        pass  # a name, then
+    if not _DOMAIN.match(entry) or len(entry) > 253:
+        raise ConfigError(
+            f"not a domain name for the sandbox's allow-list: {text!r} (expected a name such "
+            "as pypi.org, *.example.org for its subdomains, or an IP address)"
+        )
+    return entry
 
 
 #: Known model families: a name's start → the providers that serve it (the first unless the
@@ -232,6 +261,10 @@ class Config:
     #: Processes a command may have at once, memory per process (MiB); None: the defaults.
     sandbox_processes: int | None = None
     sandbox_memory_mb: int | None = None
+    #: Paths of the home directory commands may read besides the built-in list, as written.
+    sandbox_home_allow: list[str] = field(default_factory=list)
+    #: Names commands reach through drover's HTTP proxy (normalised entries).
+    sandbox_allow_domains: list[str] = field(default_factory=list)
     #: ``[permissions]``: rules that run calls without asking, and rules that refuse them.
     permissions_allow: tuple[Rule, ...] = ()
     permissions_deny: tuple[Rule, ...] = ()
@@ -604,6 +637,13 @@ def _sandbox(value: object, where: str) -> dict[str, Any]:
                     f"{where}: sandbox.env must be a list of variable names (NAME or PREFIX*)"
                 )
             out["sandbox_env"] = list(item)
+        elif key == "allow_domains":
+            if not isinstance(item, list) or not all(isinstance(d, str) for d in item):
+                raise ConfigError(f"{where}: sandbox.allow_domains must be a list of names")
+            try:
+                out["sandbox_allow_domains"] = [domain_entry(d) for d in item]
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: sandbox.allow_domains: {exc}") from None
         else:
             if not isinstance(item, list) or not all(isinstance(p, str) and p for p in item):
                 raise ConfigError(f"{where}: sandbox.{key} must be a list of paths")

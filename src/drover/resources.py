@@ -76,12 +76,19 @@ def sandbox_settings_for(
     db: str | None = None,
     mode: str | None = None,
     network: bool = False,
+    allow_domains: Sequence[str] = (),
 ) -> SandboxSettings:
     """The sandbox of an agent: ``mode``/``network`` (the flags) over the config file's
     ``[sandbox]``, with the journal's SQLite file (``db``) hidden too; relative paths in the
-    config file are taken from the workdir."""
+    config file are taken from the workdir; ``allow_domains`` (``--sandbox-allow-domain``)
+    adds to the file's."""
     return settings_from_config(
-        config, mode=mode, network=network, hidden=journal_files(db), base=workdir
+        config,
+        mode=mode,
+        network=network,
+        hidden=journal_files(db),
+        base=workdir,
+        allow_domains=allow_domains,
     )
 
 
@@ -108,6 +115,8 @@ class Wanted:
     append_system_prompt: str | None = None
     #: Whether the project's and the user's AGENTS.md files join the prompt.
     instructions: bool = False
+    #: Names the sandbox's proxy admits besides the config file's ``allow_domains``.
+    sandbox_allow_domains: tuple[str, ...] = ()
     #: The hooks (None: the config file's ``[[hooks]]``).
     hooks: Sequence[HookSpec] | None = None
     #: What the turns are observed with (None: nothing).
@@ -158,7 +167,12 @@ async def open_resources(wanted: Wanted) -> Resources:
         db = wanted.store if isinstance(wanted.store, str) else os.environ.get("DROVER_DB")
         check = require_sandbox if wanted.require_sandbox else probe_sandbox
         settings = sandbox_settings_for(
-            config, workdir, db=db, mode=wanted.sandbox_mode, network=wanted.sandbox_network
+            config,
+            workdir,
+            db=db,
+            mode=wanted.sandbox_mode,
+            network=wanted.sandbox_network,
+            allow_domains=wanted.sandbox_allow_domains,
         )
         sandbox = await asyncio.to_thread(check, settings)
     if wanted.model is None or isinstance(wanted.model, str):

@@ -116,6 +116,24 @@ def test_a_good_setup_passes_every_check(tmp_path: Path, home: dict[str, str]) -
     assert found["mcp"][1].endswith(".mcp.json: parsed (1 servers)")
 
 
+def test_the_sandbox_line_lists_what_it_enforces(tmp_path: Path, home: dict[str, str]) -> None:
+    _require_sandbox()
+    config = Path(home["DROVER_CONFIG"])
+    config.write_text('[sandbox]\nallow_domains = ["pypi.org", "*.Example.org"]\nmemory_mb = 256\n')
+    done = run_drover(["doctor", "--db", str(tmp_path / "j.db")], env=home)
+    status, text = _lines(done.stdout)["sandbox"]
+    assert status == "ok", done.stdout
+    for feature in (
+        "every capability dropped",
+        "/proc/sys and the other global /proc knobs read-only",
+        "home directory: only the toolchain allow-list",
+        "/dev read-only, /dev/shm at most 256 MiB",
+        "network: pypi.org, *.example.org through drover's proxy",
+        "uid 65534 inside (drover runs as root)" if os.geteuid() == 0 else "your uid",
+    ):
+        assert feature in text, text
+
+
 def test_a_broken_config_file_fails_and_the_rest_is_still_checked(
     tmp_path: Path, home: dict[str, str]
 ) -> None:

@@ -51,6 +51,24 @@ def test_a_sandbox_with_the_network_needs_a_token(tmp_path: Path) -> None:
     assert _refused(tmp_path, env=clean_env(DROVER_CONFIG=str(config))) == expected
 
 
+def test_an_allowed_domain_of_this_machine_needs_a_token(tmp_path: Path) -> None:
+    """The sandbox's proxy reaches a name the allow-list gives exactly: ``localhost`` would
+    let commands reach this server; ``*.example.org`` and ``*`` never do."""
+    assert _refused(tmp_path, "--sandbox-allow-domain", "localhost") == (
+        "drover: error: the sandbox's allowed domain localhost lets commands reach this "
+        "server: pass --token or set DROVER_TOKEN"
+    )
+    config = tmp_path / "config.toml"
+    config.write_text('[sandbox]\nallow_domains = ["127.0.0.1"]\n')
+    assert "allowed domain 127.0.0.1 lets commands" in _refused(
+        tmp_path, env=clean_env(DROVER_CONFIG=str(config))
+    )
+    assert _refused(tmp_path, "--sandbox-allow-domain", "http://x") == (
+        "drover: error: not a domain name for the sandbox's allow-list: 'http://x' (expected "
+        "a name such as pypi.org, *.example.org for its subdomains, or an IP address)"
+    )
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [

@@ -135,7 +135,7 @@ def test_repl_start_up_line_shows_the_sandbox(fake_llm: FakeLLMServer, tmp_path:
     assert lines[0].startswith("drover — session ")
     status = lines[1]
     assert status in (
-        "sandbox: read-only (bubblewrap, network allowed)",
+        "sandbox: read-only (bubblewrap, network: any name through drover's proxy)",
         # a machine without bubblewrap says so instead
         "sandbox: unavailable (bubblewrap is not installed (apt-get install bubblewrap)); "
         "bash commands are refused",

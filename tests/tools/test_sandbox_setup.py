@@ -120,6 +120,19 @@ def test_labels_and_containment() -> None:
     assert ACTIVE.label() == "workdir" and ACTIVE.contained
     net = replace(ACTIVE, settings=SandboxSettings(network=True))
     assert net.label() == "workdir+net" and not net.contained
+    listed = replace(ACTIVE, settings=SandboxSettings(allow_domains=("pypi.org", "*.example.org")))
+    # An allowed name can still carry data away: not contained.
+    assert listed.label() == "workdir+proxy" and not listed.contained
+    assert listed.describe() == (
+        "sandbox: workdir (bubblewrap, network: pypi.org, *.example.org through drover's proxy)"
+    )
+    assert "only for pypi.org, *.example.org" in BashTool(sandbox=listed).description
+    proxied_env = listed.env({"PATH": "/usr/bin", "HTTPS_PROXY": "http://corp:8080"})
+    assert proxied_env["HTTPS_PROXY"] == proxied_env["http_proxy"] == "http://127.0.0.1:3128"
+    assert proxied_env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    own = replace(ACTIVE, settings=SandboxSettings(allow_domains=("localhost",)))
+    assert own.env({})["no_proxy"] == "127.0.0.1,::1"  # the host's localhost, via the proxy
+    assert "HTTP_PROXY" not in ACTIVE.env({"HTTP_PROXY": "http://corp:8080"})
     wider = replace(ACTIVE, settings=SandboxSettings(writable=(Path("/var/cache"),)))
     assert wider.label() == "workdir+writable" and not wider.contained
     ro = replace(ACTIVE, settings=SandboxSettings(mode="read-only"))
@@ -189,10 +202,12 @@ def test_hints_name_the_cause_and_what_to_do(workdir: Path) -> None:
     assert net is not None and "no network access" in net and "--sandbox-network" in net
     assert sandbox_hint(ACTIVE, "SyntaxError: invalid syntax", workdir) is None
     allowed = replace(ACTIVE, settings=SandboxSettings(network=True))
-    assert (
-        sandbox_hint(allowed, "curl: (7) Failed to connect to x: Connection refused", workdir)
-        is None
-    )
+    direct = sandbox_hint(allowed, "/dev/tcp/127.0.0.1/80: Connection refused", workdir)
+    assert direct is not None and "only through drover's HTTP proxy" in direct
+    listed = replace(ACTIVE, settings=SandboxSettings(allow_domains=("pypi.org",)))
+    refused = sandbox_hint(listed, "curl: (56) CONNECT tunnel failed, response 403", workdir)
+    assert refused is not None and "admits pypi.org" in refused
+    assert "--sandbox-allow-domain" in refused
     off = SandboxStatus(settings=SandboxSettings(mode="off"), active=False)
     assert sandbox_hint(off, "Read-only file system", workdir) is None
 
@@ -230,6 +245,7 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
         '[sandbox]\nmode = "read-only"\nnetwork = true\nwritable = ["~/.cache"]\n'
         'hidden = ["secrets"]\nprotected = [".husky"]\nenv = ["PYTHONPATH", "CARGO_*"]\n'
         "processes = 100\nmemory_mb = 512\n"
+        'home_allow = [".bashrc", "/opt/x"]\nallow_domains = ["PyPI.org", "*.example.org"]\n'
     )
     config = load_config(path, env={})
     assert config.sandbox_mode == "read-only" and config.sandbox_network
@@ -238,6 +254,11 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
     assert settings.protected == (tmp_path / ".husky",)
     assert settings.env == ("PYTHONPATH", "CARGO_*")
     assert (settings.processes, settings.memory) == (100, 512 << 20)
+    assert settings.home_allow == (Path.home() / ".bashrc", Path("/opt/x"))
+    assert settings.allow_domains == ("pypi.org", "*.example.org")
+    # --sandbox-allow-domain adds to the file's, once each.
+    more = settings_from_config(config, base=tmp_path, allow_domains=["pypi.org", "x.test"])
+    assert more.allow_domains == ("pypi.org", "*.example.org", "x.test")
     assert load_config(tmp_path / "none.toml", env={}).sandbox_mode == "workdir"
 
 
@@ -253,6 +274,12 @@ def test_the_config_file_sets_the_sandbox(tmp_path: Path) -> None:
         ('[sandbox]\nenv = ["*"]', "sandbox.env must be a list of variable names"),
         ("[sandbox]\nprocesses = 0", "sandbox.processes must be a positive integer"),
         ('[sandbox]\nprotected = [""]', "sandbox.protected must be a list of paths"),
+        ('[sandbox]\nallow_domains = "pypi.org"', "sandbox.allow_domains must be a list of names"),
+        (
+            '[sandbox]\nallow_domains = ["https://pypi.org"]',
+            "sandbox.allow_domains: not a domain name for the sandbox's allow-list",
+        ),
+        ("[sandbox]\nhome_allow = [1]", "sandbox.home_allow must be a list of paths"),
     ],
 )
 def test_bad_sandbox_settings_name_the_problem(tmp_path: Path, text: str, problem: str) -> None:

@@ -51,6 +51,7 @@ def agent_from_args(
         max_turns=args.max_turns,
         sandbox=args.sandbox,
         sandbox_network=args.sandbox_network,
+        sandbox_allow_domains=getattr(args, "sandbox_allow_domain", None) or (),
         require_sandbox=require_sandbox,
         lease_seconds=lease_seconds,
         tools=tools,

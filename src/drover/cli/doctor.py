@@ -293,10 +293,9 @@ def _sandbox(config: Config, workdir: Path, db: str | None, mode: str | None) ->
         return Finding(
             "FAIL", "sandbox", f"{status.reason} (bash refuses commands; --sandbox off runs them)"
         )
-    network = "with network" if settings.network else "no network"
-    limit = "a pids cgroup per call" if status.pids_cgroup else "process limit by rlimit"
+    features = "; ".join(status.features_active())
     return Finding(
-        "ok", "sandbox", f"bubblewrap {status.bwrap} works ({settings.mode}, {network}, {limit})"
+        "ok", "sandbox", f"bubblewrap {status.bwrap} works ({settings.mode}): {features}"
     )
 
 

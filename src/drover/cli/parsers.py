@@ -207,7 +207,18 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "default), with nothing writable (read-only), or unsandboxed (off)",
     )
     parser.add_argument(
-        "--sandbox-network", action="store_true", help="let sandboxed commands use the network"
+        "--sandbox-network",
+        action="store_true",
+        help="let sandboxed commands reach any name through drover's HTTP proxy (never this "
+        "machine's own services)",
+    )
+    parser.add_argument(
+        "--sandbox-allow-domain",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="let sandboxed commands reach DOMAIN (or its subdomains, as *.DOMAIN) through "
+        "drover's HTTP proxy; repeatable, added to [sandbox] allow_domains",
     )
     parser.add_argument("--max-turns", type=_positive_int, help="model calls per turn (25)")
     parser.add_argument(

@@ -23,7 +23,7 @@ from drover.cli import serve_pool
 from drover.cli.build import cli_agent
 from drover.cluster import takeover
 from drover.cluster.shared import DEFAULT_LEASE, Shared, is_shared
-from drover.config import Config, load_config
+from drover.config import Config, domain_entry, load_config
 from drover.errors import ConfigError
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, keep
@@ -36,6 +36,7 @@ from drover.server.config import ServerSettings
 from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
 from drover.telemetry.metrics import Metrics
+from drover.tools.sandbox_proxy import local_names
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -160,6 +161,14 @@ def settings_from(args: argparse.Namespace, config: Config) -> ServerSettings:
     tokens += os.environ.get("DROVER_TOKEN", "").split(",")
     if args.permission_timeout <= 0 or args.heartbeat <= 0 or args.max_body <= 0:
         raise ConfigError("--permission-timeout, --heartbeat and --max-body must be positive")
+    domains = [*config.sandbox_allow_domains, *map(domain_entry, args.sandbox_allow_domain)]
+    home = local_names(domains)
+    if home and not any(t.strip() for t in tokens):
+        # The sandbox's proxy takes a name the allow-list gives exactly to this machine.
+        raise ConfigError(
+            f"the sandbox's allowed domain {home[0]} lets commands reach this server: pass "
+            "--token or set DROVER_TOKEN"
+        )
     return ServerSettings.build(
         host=args.host,
         port=args.port,

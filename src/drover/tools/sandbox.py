@@ -1,6 +1,7 @@
 """The sandbox the ``bash`` tool runs commands in: bubblewrap namespaces on Linux.
 
-A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with
+A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with (the options are built
+in one place, :mod:`drover.tools.sandbox_argv`)
 
 - the whole file system mounted read-only, except the working directory (``workdir`` mode; in
   ``read-only`` mode it is read-only too), extra writable paths from the config file, and a
@@ -8,14 +9,21 @@ A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with
 - protected paths inside the writable directories mounted read-only again: ``.git``, ``.envrc``
   and the others of :mod:`drover.tools.protect`, where code planted by a command would run
   outside the sandbox later;
+- of the home directory only an allow-list of toolchain paths (:mod:`drover.tools.sandbox_home`);
 - hidden paths — drover's own data and config directories, well-known credential stores,
   ``/run`` (where host services listen on Unix sockets) and paths the user lists — covered by
   an empty read-only directory or an unreadable file;
-- a fresh network namespace (only a loopback of its own) unless network is allowed;
+- a private ``/dev`` (read-only, ``/dev/shm`` bounded) and ``/proc`` (its global knobs such as
+  ``/proc/sys`` read-only);
+- a fresh network namespace always (only a loopback of its own); with ``allow_domains`` or
+  ``--sandbox-network`` its one way out is drover's HTTP proxy
+  (:mod:`drover.tools.sandbox_proxy`), reached through a forwarder on the sandbox's loopback
+  (:mod:`drover.tools.sandbox_bridge`) and named by ``HTTP_PROXY``/``HTTPS_PROXY``;
 - its own user namespace with every capability dropped (so even root cannot remount what is
-  read-only, and cannot create further user namespaces), and its own PID, IPC and UTS
-  namespaces: a command sees none of drover's processes and cannot signal them; when the
-  namespace's first process ends, the kernel kills every process left in it;
+  read-only, and cannot create further user namespaces) and, for a drover running as root, an
+  unprivileged uid; its own PID, IPC and UTS namespaces: a command sees none of drover's
+  processes and cannot signal them; when the namespace's first process ends, the kernel kills
+  every process left in it;
 - ``--die-with-parent``: when drover dies (even by SIGKILL) the whole sandbox dies with it;
 - limits on processes and memory (:mod:`drover.tools.limits`);
 - an environment built from an allow-list (:data:`ENV_ALLOWED` plus ``[sandbox] env``):
@@ -25,8 +33,8 @@ A sandboxed command runs as ``bwrap … -- /bin/bash -c COMMAND`` with
 bubblewrap is installed and can create the namespaces here; the resulting
 :class:`SandboxStatus` builds each call's command line (:meth:`SandboxStatus.launch`).
 :func:`require_sandbox` is the check a server makes at start-up. :func:`sandbox_hint` turns a
-failure the sandbox caused (read-only file system, protected path, no network) into a
-sentence the model can act on.
+failure the sandbox caused (read-only file system, protected path, no network, a name the
+proxy refused) into a sentence the model can act on.
 """
 
 from __future__ import annotations
@@ -35,14 +43,17 @@ import contextlib
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from drover.errors import ConfigError
+from drover.tools import sandbox_bridge, sandbox_proxy
 from drover.tools.limits import DEFAULT_PROCESSES, PidsCgroup, limit_shell, pids_cgroup_root
 from drover.tools.protect import (
     Protection,
@@ -54,6 +65,17 @@ from drover.tools.protect import (
     protected_paths,
     writes_protected,
 )
+from drover.tools.sandbox_argv import (
+    NO_CALL_FILES,
+    PROXY_PORT,
+    PROXY_SOCKET,
+    SANDBOX_UID,
+    CallFiles,
+    bwrap_options,
+    runs_as_root,
+    shm_size,
+)
+from drover.tools.sandbox_argv import TMP_SIZE as TMP_SIZE
 from drover.tools.sandbox_settings import ENV_ALLOWED as ENV_ALLOWED
 from drover.tools.sandbox_settings import HOME_SECRETS as HOME_SECRETS
 from drover.tools.sandbox_settings import SANDBOX_MODES as SANDBOX_MODES
@@ -65,14 +87,17 @@ from drover.tools.sandbox_settings import filtered_env as filtered_env
 from drover.tools.sandbox_settings import sandbox_settings as sandbox_settings
 from drover.tools.sandbox_settings import settings_from_config as settings_from_config
 
-#: Size bound of the private ``/tmp`` (bytes): it lives in memory, so a runaway command must
-#: not be able to fill the machine's RAM through it.
-TMP_SIZE = 1 << 30
 #: Processes a sandboxed command may have at once by default (see :mod:`drover.tools.limits`).
 PROCESS_LIMIT = DEFAULT_PROCESSES
 #: Seconds the start-up probe may take before bubblewrap is declared unusable.
 PROBE_TIMEOUT = 20.0
 
+# What clients print when the proxy refused a request (its own body, curl's and others').
+_PROXY_REFUSED = re.compile(
+    r"drover sandbox: |CONNECT tunnel failed, response 403|tunnel connection failed: 403|"
+    r"403 forbidden|proxyerror",
+    re.IGNORECASE,
+)
 # Messages by which the usual tools report a write refused by a read-only mount.
 _READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
 # ... or by a protected path (writing over a placeholder says it is a directory; moving or
@@ -117,8 +142,9 @@ class SandboxStatus:
 
     @property
     def contained(self) -> bool:
-        """A command can write only in the working directory (or nowhere) and has no network."""
-        if not self.active or self.settings.network:
+        """A command can write only in the working directory (or nowhere) and has no network
+        (not even through the proxy: an allowed name can still carry data away)."""
+        if not self.active or self.settings.proxied:
             return False
         return self.mode == "read-only" or not self.settings.writable
 
@@ -137,16 +163,55 @@ class SandboxStatus:
             return True  # nothing in the working directory can be written
         return not writes_protected(command, protected_names(self.settings.protected))
 
+    def network_text(self) -> str:
+        """``no network``, ``network: pypi.org, *.example.org (proxy)`` or ``network: any
+        name (proxy)``."""
+        if not self.settings.proxied:
+            return "no network"
+        if self.settings.network:
+            return "network: any name through drover's proxy"
+        return f"network: {', '.join(self.settings.allow_domains)} through drover's proxy"
+
     def describe(self) -> str:
         """One line for start-up lines, e.g. ``sandbox: workdir (bubblewrap, no network)``."""
         if self.mode == "off":
             return "sandbox: off (commands run with your full rights)"
         if not self.active:
             return f"sandbox: unavailable ({self.reason}); bash commands are refused"
-        net = "network allowed" if self.settings.network else "no network"
         extra = f", {len(self.settings.writable)} extra writable" if self.settings.writable else ""
         limit = "" if self.process_limited else "; no process limit (root without a pids cgroup)"
-        return f"sandbox: {self.mode} (bubblewrap, {net}{extra}){limit}"
+        return f"sandbox: {self.mode} (bubblewrap, {self.network_text()}{extra}){limit}"
+
+    def features_active(self) -> list[str]:
+        """What this sandbox enforces, one short phrase each (``drover doctor`` lists them)."""
+        if not self.active:
+            return []
+        settings = self.settings
+        home = "home directory: only the toolchain allow-list"
+        if settings.home_allow:
+            home += f" and {len(settings.home_allow)} home_allow paths"
+        shm = f"at most {shm_size(settings) >> 20} MiB"
+        if "--size" not in self.features:
+            shm = "unbounded (bubblewrap without --size)"
+        processes = f"at most {settings.processes} processes"
+        if self.pids_cgroup is not None:
+            processes += " (pids cgroup)"
+        elif not self.process_limited:
+            processes += " (not binding: root without a pids cgroup)"
+        found = [
+            "own user, PID, IPC, UTS, mount and network namespaces",
+            "every capability dropped",
+            f"uid {SANDBOX_UID} inside (drover runs as root)" if runs_as_root() else "your uid",
+            "/proc/sys and the other global /proc knobs read-only",
+            home,
+            f"/dev read-only, /dev/shm {shm}",
+            self.network_text(),
+            processes,
+            f"{settings.memory >> 20} MiB per process",
+        ]
+        if "--disable-userns" in self.features:
+            found.append("no nested user namespaces")
+        return found
 
     def label(self) -> str:
         """A short tag recorded on each tool call, e.g. ``workdir``, ``workdir+net``, ``off``."""
@@ -154,7 +219,8 @@ class SandboxStatus:
             return "off"
         if not self.active:
             return "unavailable"
-        tag = self.mode + ("+net" if self.settings.network else "")
+        net = "+net" if self.settings.network else "+proxy" if self.settings.proxied else ""
+        tag = self.mode + net
         return tag + ("+writable" if self.settings.writable and self.mode == "workdir" else "")
 
     def protected(self, workdir: Path) -> tuple[Path, ...]:
@@ -167,9 +233,11 @@ class SandboxStatus:
         self, command: Sequence[str], workdir: Path, *, guard_fd: int | None = None
     ) -> AsyncIterator[list[str]]:
         """The argv that runs ``command`` sandboxed in ``workdir``, valid while the context is
-        open: the placeholders of missing protected paths exist and the call's ``pids`` cgroup
-        is made; both go when the context closes (see :mod:`drover.tools.protect` and
-        :mod:`drover.tools.limits`).
+        open: the placeholders of missing protected paths exist, the call's ``pids`` cgroup
+        is made, its private directory (sanitized git configs) exists and, when the network is
+        allowed, drover's proxy listens for it; all go when the context closes (see
+        :mod:`drover.tools.protect`, :mod:`drover.tools.limits` and
+        :mod:`drover.tools.sandbox_proxy`).
 
         ``guard_fd``: the read end of a pipe whose write end only drover holds. A watchdog in
         the sandbox kills every process in it when the pipe reports end-of-file, that is when
@@ -183,10 +251,19 @@ class SandboxStatus:
         if not self.active or self.bwrap is None:
             raise RuntimeError("launch() of a sandbox that is not active")
         workdir, roots, paths = self._protected_roots(workdir)
-        async with placeholders_guarded(workdir, paths, roots):
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(placeholders_guarded(workdir, paths, roots))
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="drover-call-")))
+            call = CallFiles(scratch=scratch)
+            if self.settings.proxied:
+                socket_path = scratch / "proxy.sock"
+                await stack.enter_async_context(
+                    sandbox_proxy.serving(socket_path, self.settings.domains)
+                )
+                call = CallFiles(scratch=scratch, proxy_socket=socket_path)
             plan = plan_protection(paths, roots)
             make_placeholders(plan)
-            argv = self._argv(command, workdir, guard_fd, plan)
+            argv = self._argv(command, workdir, guard_fd, plan, call)
             cgroup = None
             if self.pids_cgroup is not None:
                 with contextlib.suppress(OSError):  # then the rlimit alone bounds processes
@@ -211,19 +288,30 @@ class SandboxStatus:
         workdir: Path,
         guard_fd: int | None,
         protections: Sequence[Protection] = (),
+        call: CallFiles = NO_CALL_FILES,
     ) -> list[str]:
         assert self.bwrap is not None
-        limits = limit_shell(self.settings.processes, self.settings.memory)
+        setup = _bridge_shell() if call.proxy_socket is not None else ""
+        setup += limit_shell(self.settings.processes, self.settings.memory)
         outside = pid_namespace()
         if guard_fd is None or outside is None:
-            inner = ["/bin/bash", "-c", limits + 'exec "$@"', "drover-limits", *command]
+            inner = ["/bin/bash", "-c", setup + 'exec "$@"', "drover-limits", *command]
         else:
-            inner = [*guard_argv(guard_fd, outside, limits=limits), *command]
-        options = _bwrap_options(self.settings, workdir, self.features, protections)
+            inner = [*guard_argv(guard_fd, outside, limits=setup), *command]
+        options = bwrap_options(self.settings, workdir, self.features, protections, call)
         return [self.bwrap, *options, *inner]
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return filtered_env(env, self.settings.env)
+        kept = filtered_env(env, self.settings.env)
+        if self.settings.proxied:
+            proxy = f"http://127.0.0.1:{PROXY_PORT}"
+            # The sandbox's own loopback (a server a command starts) is reached directly; a
+            # name the allow-list gives (``localhost``: the host's) goes through the proxy.
+            local = [n for n in ("localhost", "127.0.0.1", "::1") if n not in self.settings.domains]
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                kept[name] = proxy
+            kept["NO_PROXY"] = kept["no_proxy"] = ",".join(local)
+        return kept
 
     def model_note(self) -> str:
         """What the model should know before it runs commands here ("" when unsandboxed)."""
@@ -235,60 +323,29 @@ class SandboxStatus:
             else "only the working directory (not its .git and other protected paths) and a "
             "private /tmp can be written"
         )
-        net = "" if self.settings.network else ", there is no network access"
+        if not self.settings.proxied:
+            net = ", there is no network access"
+        elif self.settings.network:
+            net = ", the network is reached only through an HTTP proxy (HTTPS_PROXY is set)"
+        else:
+            net = (
+                ", the network is reached only through an HTTP proxy (HTTPS_PROXY is set) "
+                f"and only for {', '.join(self.settings.allow_domains)}"
+            )
         return f"Commands run in a sandbox: {writes}{net}, and secret files are hidden."
 
 
-def _bwrap_options(
-    settings: SandboxSettings,
-    workdir: Path,
-    features: frozenset[str],
-    protections: Sequence[Protection] = (),
-) -> list[str]:
-    workdir = workdir.resolve()
-    args = ["--unshare-all"]
-    if settings.network:
-        args.append("--share-net")
-    # Explicit even where implied: as root, bubblewrap would otherwise keep every capability.
-    args += ["--unshare-user", "--cap-drop", "ALL", "--die-with-parent"]
-    if "--disable-userns" in features:
-        args.append("--disable-userns")
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    if "--size" in features:
-        args += ["--size", str(TMP_SIZE)]
-    args += ["--tmpfs", "/tmp"]
-    writable = list(settings.writable) if settings.mode == "workdir" else []
-    hidden = [p.resolve() for p in settings.hidden]
-    if not settings.network:
-        # Host services (container runtimes, databases, D-Bus) listen on sockets under /run,
-        # and a read-only mount does not stop a connect(): hide them with the network.
-        hidden += [Path("/run")]
-    binds = [workdir, *(p.resolve() for p in writable)]
-    # A hidden directory holding the workdir (or a writable path) is covered first, so the
-    # bind on top of it stays visible; every other hidden path is covered last, so it wins
-    # over the binds and the protections (a secret inside the workdir stays hidden).
-    outer = [h for h in hidden if any(b.is_relative_to(h) for b in binds)]
-    inner = [h for h in hidden if h not in outer]
-    # A path inside another one covered last is gone with it; covering it again would make
-    # bubblewrap create its mount point in a read-only tmpfs (DROVER_CONFIG pointing into the
-    # config directory, which is hidden too), and every command would fail.
-    inner = [h for h in inner if not any(h != o and h.is_relative_to(o) for o in inner)]
-    for path in outer:
-        args += _hide(path)
-    for path in writable:
-        path = path.resolve()
-        if path.exists():
-            args += ["--bind", str(path), str(path)]
-    args += ["--bind" if settings.mode == "workdir" else "--ro-bind", str(workdir), str(workdir)]
-    # Read-only again, after the writable binds they lie in. A placeholder that could not be
-    # made is skipped: the command (same user, no capabilities) cannot create it either.
-    for item in protections:
-        if os.path.lexists(item.path):
-            args += ["--ro-bind", str(item.path), str(item.path)]
-    for path in inner:
-        args += _hide(path)
-    args += ["--chdir", str(workdir), "--"]
-    return args
+def _bridge_shell() -> str:
+    """Shell commands that start the forwarder to the proxy (:mod:`drover.tools.sandbox_bridge`)
+    detached, and wait for its ``ready`` line."""
+    source = Path(sandbox_bridge.__file__).read_text(encoding="utf-8")
+    python = os.path.realpath(sys.executable)
+    start = shlex.join([python, "-I", "-S", "-c", source, PROXY_SOCKET, str(PROXY_PORT)])
+    return (
+        f"exec 8< <( ({start} </dev/null 2>/dev/null &) ); "
+        'read -r _ <&8 || echo "drover: the sandbox\'s network forwarder did not start" >&2; '
+        "exec 8<&-; "
+    )
 
 
 def pid_namespace() -> str | None:
@@ -318,16 +375,6 @@ def guard_argv(fd: int, outside: str, *, limits: str | None = None) -> list[str]
         'exec "$@"'
     )
     return ["/bin/bash", "-c", watchdog, outside]
-
-
-def _hide(path: Path) -> list[str]:
-    if path.is_dir():
-        return ["--tmpfs", str(path), "--remount-ro", str(path)]
-    if path.exists():
-        # /dev/null mounted inside a user namespace is a node that cannot be opened: reads
-        # fail with "Permission denied" instead of returning the secret.
-        return ["--ro-bind", "/dev/null", str(path)]
-    return []
 
 
 def _features(bwrap: str) -> frozenset[str]:
@@ -463,11 +510,27 @@ def sandbox_hint(status: SandboxStatus, output: str, workdir: Path) -> str | Non
             f"[sandbox: {hidden[0]} is hidden from commands on purpose (it may hold secrets). "
             "Do not try to read it another way; ask the user if you need what it holds.]"
         )
-    if not status.settings.network and _NO_NETWORK.search(output):
+    if not status.settings.proxied and _NO_NETWORK.search(output):
         notes.append(
             "[sandbox: commands have no network access (not even to services on this "
             "machine), so downloads and connections fail. Work with what is available "
-            "offline, or tell the user it needs --sandbox-network.]"
+            "offline, or tell the user it needs --sandbox-network or "
+            "--sandbox-allow-domain NAME.]"
+        )
+    elif status.settings.proxied and _PROXY_REFUSED.search(output):
+        names = ", ".join(status.settings.domains)
+        notes.append(
+            f"[sandbox: the network is reached only through drover's HTTP proxy, which admits "
+            f"{names} and never this machine's own services; it refused a request (403). Do "
+            "not try another way; tell the user which name the task needs "
+            "(--sandbox-allow-domain NAME).]"
+        )
+    elif status.settings.proxied and _NO_NETWORK.search(output):
+        notes.append(
+            "[sandbox: the network is reached only through drover's HTTP proxy (HTTP_PROXY and "
+            "HTTPS_PROXY are set); a program that ignores them, a direct connection, DNS "
+            "lookups and services on this machine fail. Use a proxy-aware client (curl, pip, "
+            "git over https).]"
         )
     return "\n".join(notes) or None
 
