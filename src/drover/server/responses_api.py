@@ -1,4 +1,4 @@
-"""drover's events as OpenAI Responses streaming events and Response objects (background mode).
+"""drover's events as OpenAI Responses streaming events and Response objects.
 
 :class:`ResponseStream` is pure: it turns the events of one response (:mod:`.doors`), in their
 order, into the events the official ``openai`` SDK parses (``ResponseStreamEvent``) and keeps
@@ -134,7 +134,7 @@ class ResponseStream:
                 **self._base,
                 "object": "response",
                 "status": self.status,
-                "background": True,
+                "background": True,  # (every turn runs in the background, whatever was asked)
                 "output": self._output,
                 "error": self._error,
                 "incomplete_details": self._incomplete,
