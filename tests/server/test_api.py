@@ -371,7 +371,9 @@ def test_the_web_page_and_the_schema(fake_llm: FakeLLMServer, serve: Callable[..
         "/api/chat/{chat_id}/stream",
         "/v1/responses",
         "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/input_items",
         "/v1/responses/{response_id}/cancel",
         "/metrics",
     }
     assert set(schema["paths"]["/v1/sessions/{session_id}"]) == {"get", "patch", "delete"}
+    assert set(schema["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}

@@ -14,8 +14,9 @@ ask), :mod:`.routes` (handlers),
 events without a gap), :mod:`.sse` (the stream), :mod:`.openapi` (the schema at
 ``/openapi.json``), :mod:`.snapshot` (the transcript); the front doors of other protocols, over
 the same events: :mod:`.doors` (what they share), :mod:`.ai_sdk` and :mod:`.ai_sdk_routes` (the AI
-SDK's UI message stream), :mod:`.responses_api` and :mod:`.responses_routes` (OpenAI-style
-background responses), :mod:`.openapi_doors` (their schema). With several processes on one
+SDK's UI message stream), :mod:`.responses_api`, :mod:`.responses_input` and
+:mod:`.responses_routes` (OpenAI-style responses, through which agent frameworks take drover as
+their model), :mod:`.openapi_doors` (their schema). With several processes on one
 PostgreSQL journal, what a process adds is the :mod:`drover.cluster` package's (other processes'
 live events, interrupts and permission answers carried to the process running the turn, turns of
 dead processes ended and resumed by a live one).
@@ -48,7 +49,9 @@ or not:
 * Every route that takes a body (each POST, and PATCH) takes it only as ``Content-Type:
   application/json``, even an empty one — else 415 ``unsupported_media_type``: a form or a
   ``no-cors`` fetch, which a page may send anywhere without a CORS preflight, cannot set it.
-  An empty JSON body is ``{}``.
+  An empty JSON body is ``{}``; so is no body at all (no ``Content-Type``, no byte) on a
+  route that takes none (an interrupt, a cancel), as HTTP clients send it — a page's carries
+  its ``Origin``.
 
 =====================================================  =========================================
 ``POST /v1/sessions`` ``{}``                           201 ``{"id"}``
@@ -119,13 +122,22 @@ or not:
                                                        or ``no_approval``
 ``GET /api/chat/{id}/stream``                          the chat's running answer from its
                                                        start; 204 when none runs
-``POST /v1/responses`` ``{"model", "input",            a ``Response`` (JSON), or with
-"background": true, "stream"?, "store"?,               ``"stream": true`` its events (below);
-"conversation"? | "previous_response_id"?}``           409 ``session_busy`` or ``not_latest``
+``POST /v1/responses`` ``{"model", "input",            the ``Response`` once it ended (JSON),
+"background"?, "stream"?, "store"?,                    as it starts with ``"background":
+"conversation"? | "previous_response_id"?,             true``, or with ``"stream": true`` its
+the API's other fields with no-op values}``            events (below); 409 ``session_busy``,
+                                                       ``not_latest``, ``history_mismatch`` or
+                                                       ``no_new_message``
 ``GET /v1/responses/{id}[?stream=true                  the ``Response``, or its events after
 &starting_after=N]``                                   ``N``
+``GET /v1/responses/{id}/input_items``                 ``{"object": "list", "data", "first_id",
+``[?limit&order&after]``                               "last_id", "has_more"}``: its user
+                                                       message
 ``POST /v1/responses/{id}/cancel`` ``{}``              the ``Response``, ``cancelled``; 409
                                                        ``not_running`` when it ended otherwise
+``DELETE /v1/responses/{id}``                          ``{"id", "object", "deleted": true}``: its
+                                                       turns rewound (kept, marked); 409
+                                                       ``not_latest`` or ``session_busy``
 ``GET /metrics``                                       the process's metrics, Prometheus text
                                                        format (behind the token when one is set;
                                                        see :mod:`drover.telemetry.metrics`)
@@ -299,23 +311,39 @@ of the chat runs, when the chat does not exist, or is another token's. After a c
 resumed stream is the journal's answer: the text of the cut-off call as far as it was kept,
 its interrupted tool call as ``tool-output-error``, then the continuation's steps.
 
-*OpenAI Responses, background mode* (:mod:`.responses_api` gives the item shapes). A
-response id is ``resp_`` and its first turn's id, ``conversation.id`` the session id. A new
-response runs on a new session, on ``conversation`` (a session id, or ``{"id"}``), or after
-``previous_response_id`` (which must be its conversation's latest response: 409
-``not_latest``). ``input`` is a string or one user message (string content or ``input_text``
-parts); ``background`` must be true, ``store`` true if given, ``model`` any (the agent runs the
-turn; the ``Response`` reports its model); every other field of that API is refused by name
-(422). Events come as ``event: TYPE`` / ``data: JSON`` and end with ``data: [DONE]``; each
+*OpenAI Responses* (:mod:`.responses_api` gives the item shapes, :mod:`.responses_input` what
+a request may hold). A response id is ``resp_`` and its first turn's id, ``conversation.id``
+the session id. A new response runs on a new session, on ``conversation`` (a session id, or
+``{"id"}``), after ``previous_response_id`` (which must be its conversation's latest response:
+409 ``not_latest``), or on the conversation its input's history names. ``input`` is a string or
+a list of items ending with the new user message (string content or ``input_text`` parts); the
+items before it are the history the client holds, which must be the conversation's own (409
+``history_mismatch``): its user messages in order, all of them, and its answers' items
+(assistant messages, ``mcp_call`` items) where they answer, named by their ids (``msg_TURN_…``,
+``mcp_TURN_…``; an id-less one is taken where an answer is, and its text is not compared). A
+turn runs in the background whatever the request says: the request answers at once
+(``background``), with its events (``stream``), or with the ``Response`` once it ended, with a
+space for each heartbeat before the JSON meanwhile; a dropped request stops nothing. ``model``
+is any name (the agent runs the turn; the ``Response`` reports its model), ``store`` true if
+given; the API's other fields are taken with values that change nothing — null, the
+frameworks' defaults (``include: []``, ``tools: []``, ``tool_choice: "auto"``,
+``parallel_tool_calls: true``), identifiers and hints — and refused by name otherwise (422).
+Events come as ``event: TYPE`` / ``data: JSON`` and end with ``data: [DONE]``; each
 ``sequence_number`` is the drover event's number × 1,000,000 plus the event's position among
 those it became, so numbers mean the same event in every replay and grow without being
 consecutive. ``starting_after=N`` serves the events numbered above ``N``; when ``N`` names a
 point the journal cannot continue from exactly (a number a crash lost, or inside text the log
 holds redacted) the whole stream is served again from ``response.created``. A poll
-(``GET /v1/responses/{id}``) is the ``Response`` those events build, from the journal. Tools
-drover ran are ``function_call`` items each followed by its ``function_call_output`` (the
-client must not run them); an ``incomplete`` turn ends ``response.incomplete`` with
-``incomplete_details.reason`` drover's reason (status ``cancelled`` after a cancel), a failed
-one ``response.failed``. Permission questions wait on the permissions route of the
-conversation's session; they are not output items.
+(``GET /v1/responses/{id}``) is the ``Response`` those events build, from the journal;
+``created_at`` is in whole seconds. Tools drover ran are ``mcp_call`` items (``server_label``
+``drover``, ``output``, or ``error`` for a call that failed, was refused or cut off): calls the
+server ran, which the client must not run. An ``incomplete`` turn ends
+``response.incomplete`` (status ``cancelled`` after a cancel), a failed one
+``response.failed``; ``drover_reason`` says why, and ``incomplete_details`` is
+``{"reason": "max_output_tokens"}`` for a turn limit, null otherwise (the API has no name for
+drover's other reasons). Permission questions wait on the permissions route of the
+conversation's session; they are not output items. A response's input items are its user
+message. ``DELETE`` takes the latest response of a conversation once it ended: its turns are
+rewound (the journal keeps them, marked; files stay as they are), the conversation goes on
+from before it, and the response is not found any more.
 """

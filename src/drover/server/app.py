@@ -64,11 +64,16 @@ def create_app(service: Service, settings: ServerSettings) -> Starlette:
         Route(f"{sid}/permissions", routes.permissions, methods=["GET", "DELETE"]),
         Route(f"{sid}/permissions/{{request_id}}", routes.decide, methods=["POST"]),
         Route(f"{sid}/events", routes.events, methods=["GET"]),
-        # The AI SDK's UI message stream (useChat) and OpenAI-style background responses.
+        # The AI SDK's UI message stream (useChat) and OpenAI-style responses.
         Route("/api/chat", ai_sdk_routes.post_chat, methods=["POST"]),
         Route("/api/chat/{chat_id}/stream", ai_sdk_routes.resume_chat, methods=["GET"]),
         Route("/v1/responses", responses_routes.create, methods=["POST"]),
-        Route("/v1/responses/{response_id}", responses_routes.retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses_routes.response, methods=["GET", "DELETE"]),
+        Route(
+            "/v1/responses/{response_id}/input_items",
+            responses_routes.input_items,
+            methods=["GET"],
+        ),
         Route("/v1/responses/{response_id}/cancel", responses_routes.cancel, methods=["POST"]),
         # The web page's scripts and stylesheet (public files, like the page itself).
         Mount("/static", app=StaticFiles(directory=settings.static_dir), name="static"),

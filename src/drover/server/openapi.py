@@ -14,6 +14,7 @@ from drover.journal.rules import MAX_TITLE_CHARS
 from drover.server import openapi_doors
 from drover.server.openapi_parts import (
     BAD_BODY,
+    NO_BODY,
     NOT_BLANK,
     error_response,
     json_content,
@@ -371,10 +372,11 @@ def schema() -> dict[str, Any]:
                     "202": turn,
                     "404": _NOT_FOUND,
                     "409": error_response("no turn is running"),
-                    **BAD_BODY,
+                    **NO_BODY,
                 },
                 params=[_SESSION_ID],
                 body=object_schema({}, []),
+                empty=True,
             )
         },
         f"{sid}/permissions": {

@@ -1,5 +1,5 @@
 """The OpenAPI paths of the front doors of other protocols: the AI SDK's ``/api/chat`` and
-OpenAI-style background responses (``/v1/responses``), beside :mod:`.openapi`'s own."""
+OpenAI-style responses (``/v1/responses``), beside :mod:`.openapi`'s own."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from drover.server.openapi_parts import (
     BAD_BODY,
     ID_PATTERN,
+    NO_BODY,
     NOT_BLANK,
     error_response,
     json_content,
@@ -15,6 +16,7 @@ from drover.server.openapi_parts import (
     operation,
     ref,
 )
+from drover.server.responses_input import NULL_ONLY
 
 _CHAT_ID: dict[str, Any] = {
     "name": "chat_id",
@@ -90,6 +92,13 @@ _ASSISTANT_MESSAGE = {
         "metadata": {},
     },
 }
+_INPUT_TEXT = {
+    "type": "array",
+    "items": object_schema(
+        {"type": {"const": "input_text"}, "text": {"type": "string"}}, ["type", "text"]
+    ),
+}
+#: A user message of a Responses input: the new one at its end, or one of its history.
 _INPUT_MESSAGE = {
     "type": "object",
     "required": ["role", "content"],
@@ -100,18 +109,60 @@ _INPUT_MESSAGE = {
         "content": {
             "oneOf": [
                 _NOT_BLANK,
-                {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": object_schema(
-                        {"type": {"const": "input_text"}, "text": {"type": "string"}},
-                        ["type", "text"],
-                    ),
-                    "contains": {"properties": {"text": _NOT_BLANK}},
-                },
+                {**_INPUT_TEXT, "minItems": 1, "contains": {"properties": {"text": _NOT_BLANK}}},
             ]
         },
+        "id": {"type": "string"},
+        "status": {"type": "string"},
     },
+}
+#: An item of an answer of drover's, sent back in a history (its id names the response;
+#: its content is not read: the journal's is the durable one).
+_ANSWER_ITEMS = [
+    {
+        "type": "object",
+        "required": ["role"],
+        "properties": {"type": {"const": "message"}, "role": {"const": "assistant"}},
+    },
+    {
+        "type": "object",
+        "required": ["type", "id"],
+        "properties": {"type": {"const": "mcp_call"}, "id": {"type": "string"}},
+    },
+]
+_NULL = {"type": "null"}
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"oneOf": [_NULL, schema]}
+
+
+#: The Responses API's fields drover takes only with a value that changes nothing
+#: (drover.server.responses_input), each also null.
+_NO_OPS: dict[str, Any] = {
+    "include": _or_null({"type": "array", "items": {"const": "reasoning.encrypted_content"}}),
+    "tools": _or_null({"type": "array", "maxItems": 0}),
+    "tool_choice": _or_null({"const": "auto"}),
+    "parallel_tool_calls": _or_null({"const": True}),
+    "top_logprobs": _or_null({"const": 0}),
+    "reasoning": _or_null({"type": "object", "additionalProperties": _NULL}),
+    "text": _or_null(
+        object_schema(
+            {
+                "format": object_schema({"type": {"const": "text"}}, ["type"]),
+                "verbosity": _NULL,
+            },
+            [],
+        )
+    ),
+    "truncation": _or_null({"const": "auto"}),
+    "metadata": _or_null({"type": "object", "maxProperties": 0}),
+    "service_tier": _or_null({"enum": ["auto", "default"]}),
+    **{
+        name: _or_null({"type": "string"})
+        for name in ("user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention")
+    },
+    **dict.fromkeys(NULL_ONLY, _NULL),
 }
 #: A response as JSON, or as its streaming events (event: TYPE, data: JSON with
 #: sequence_number, then data: [DONE]).
@@ -124,14 +175,15 @@ SCHEMAS: dict[str, Any] = {
     "Response": {
         "description": (
             "An OpenAI Responses API Response object: id resp_TURN, conversation.id the "
-            "session, output items message, function_call and function_call_output"
+            "session, output items message and mcp_call (a tool call drover ran); "
+            "drover_reason why it did not complete"
         ),
         "type": "object",
         "required": ["id", "object", "created_at", "status", "model", "output"],
         "properties": {
             "id": {"type": "string"},
             "object": {"const": "response"},
-            "created_at": {"type": "number"},
+            "created_at": {"type": "integer"},
             "status": {"enum": ["in_progress", "completed", "incomplete", "cancelled", "failed"]},
             "model": {"type": "string"},
             "output": {"type": "array", "items": {"type": "object"}},
@@ -139,8 +191,40 @@ SCHEMAS: dict[str, Any] = {
             "conversation": {"type": "object"},
             "previous_response_id": {"type": ["string", "null"]},
             "error": {"type": ["object", "null"]},
-            "incomplete_details": {"type": ["object", "null"]},
+            "incomplete_details": {
+                "oneOf": [
+                    _NULL,
+                    object_schema(
+                        {"reason": {"enum": ["max_output_tokens", "content_filter"]}}, ["reason"]
+                    ),
+                ]
+            },
+            "drover_reason": {"type": ["string", "null"]},
             "usage": {"type": ["object", "null"]},
+        },
+    },
+    "InputItems": {
+        "description": "A page of a response's input items (its user message)",
+        "type": "object",
+        "required": ["object", "data", "first_id", "last_id", "has_more"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {
+                "type": "array",
+                "items": object_schema(
+                    {
+                        "id": {"type": "string"},
+                        "type": {"const": "message"},
+                        "role": {"const": "user"},
+                        "status": {"const": "completed"},
+                        "content": _INPUT_TEXT,
+                    },
+                    ["id", "type", "role", "status", "content"],
+                ),
+            },
+            "first_id": {"type": ["string", "null"]},
+            "last_id": {"type": ["string", "null"]},
+            "has_more": {"type": "boolean"},
         },
     },
 }
@@ -192,31 +276,35 @@ def paths() -> dict[str, Any]:
         },
         "/v1/responses": {
             "post": operation(
-                "Start a background response: a turn on a new session, on conversation, or "
-                "after previous_response_id",
+                "Start a response: a turn on a new session, on conversation, after "
+                "previous_response_id, or on the conversation the input's history names by its "
+                "ids; answered with the Response as it starts (background), once it ended "
+                "(white space before it meanwhile), or with its events (stream)",
                 {
                     "200": {
-                        "description": "the Response (in progress), or with stream its events",
+                        "description": "the Response, or with stream its events",
                         "content": {
                             **_RESPONSE_OR_EVENTS,
                         },
                     },
                     "404": error_response("no such conversation or previous response"),
                     "409": error_response(
-                        "a response is in progress on the conversation, or "
-                        "previous_response_id is not its latest"
+                        "session_busy (a response is in progress on the conversation), "
+                        "not_latest (previous_response_id is not its latest), "
+                        "history_mismatch (the input's earlier items are not the "
+                        "conversation's), or no_new_message (the input ends with an answer)"
                     ),
                     **BAD_BODY,
                 },
                 body={
                     "type": "object",
-                    "required": ["model", "input", "background"],
+                    "required": ["model", "input"],
                     "additionalProperties": False,
                     "not": {
                         "required": ["previous_response_id", "conversation"],
                         "properties": {
                             "previous_response_id": {"type": "string"},
-                            "conversation": {"not": {"type": "null"}},
+                            "conversation": {"not": _NULL},
                         },
                     },
                     "properties": {
@@ -225,29 +313,33 @@ def paths() -> dict[str, Any]:
                             "oneOf": [
                                 _NOT_BLANK,
                                 {
+                                    "description": (
+                                        "the history the client holds (the conversation's own) "
+                                        "and, at its end, the new user message"
+                                    ),
                                     "type": "array",
                                     "minItems": 1,
-                                    "maxItems": 1,
-                                    "items": _INPUT_MESSAGE,
+                                    "items": {"oneOf": [_INPUT_MESSAGE, *_ANSWER_ITEMS]},
                                 },
                             ]
                         },
-                        "background": {"const": True},
-                        "stream": {"type": "boolean"},
-                        "store": {"const": True},
-                        "previous_response_id": {"type": ["string", "null"]},
+                        "background": _or_null({"type": "boolean"}),
+                        "stream": _or_null({"type": "boolean"}),
+                        "store": _or_null({"const": True}),
+                        "previous_response_id": _or_null({"type": "string"}),
                         "conversation": {
                             "oneOf": [
-                                {"type": "null"},
+                                _NULL,
                                 {"type": "string", "pattern": ID_PATTERN},
                                 object_schema(
                                     {"id": {"type": "string", "pattern": ID_PATTERN}}, ["id"]
                                 ),
                             ]
                         },
-                        "stream_options": object_schema(
-                            {"include_obfuscation": {"type": "boolean"}}, []
+                        "stream_options": _or_null(
+                            object_schema({"include_obfuscation": {"type": "boolean"}}, [])
                         ),
+                        **_NO_OPS,
                     },
                 },
             )
@@ -274,6 +366,51 @@ def paths() -> dict[str, Any]:
                         "schema": {"type": "integer", "minimum": 0},
                     },
                 ],
+            ),
+            "delete": operation(
+                "Delete the latest response of its conversation, once it ended: its turns are "
+                "rewound (kept in the journal, marked so; files stay as they are)",
+                {
+                    "200": json_content(
+                        object_schema(
+                            {
+                                "id": {"type": "string"},
+                                "object": {"const": "response"},
+                                "deleted": {"const": True},
+                            },
+                            ["id", "object", "deleted"],
+                        ),
+                        "the response is deleted",
+                    ),
+                    "404": error_response("no such response, or not this token's"),
+                    "409": error_response(
+                        "not_latest (a later response of its conversation exists) or "
+                        "session_busy (a response of its conversation is in progress)"
+                    ),
+                },
+                params=[_RESPONSE_ID],
+            ),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": operation(
+                "A response's input items: the user message it answers",
+                {
+                    "200": json_content(ref("InputItems"), "a page of its input items"),
+                    "400": error_response("bad limit or order"),
+                    "404": error_response(
+                        "no such response, or not this token's, or no input item after"
+                    ),
+                },
+                params=[
+                    _RESPONSE_ID,
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                    },
+                    {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                ],
             )
         },
         "/v1/responses/{response_id}/cancel": {
@@ -283,10 +420,11 @@ def paths() -> dict[str, Any]:
                     "200": response,
                     "404": error_response("no such response, or not this token's"),
                     "409": error_response("the response is not in progress"),
-                    **BAD_BODY,
+                    **NO_BODY,
                 },
                 params=[_RESPONSE_ID],
                 body=object_schema({}, []),
+                empty=True,
             )
         },
     }

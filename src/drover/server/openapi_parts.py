@@ -41,6 +41,11 @@ BAD_BODY = {
     "415": error_response("no Content-Type: application/json (required even for an empty body)"),
     "422": error_response("the body does not match the schema"),
 }
+#: What a route that takes no body answers to one (no body at all is taken, as ``{}`` is).
+NO_BODY = {
+    **BAD_BODY,
+    "415": error_response("a body without Content-Type: application/json"),
+}
 
 
 def operation(
@@ -49,7 +54,9 @@ def operation(
     *,
     params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
+    empty: bool = False,
 ) -> dict[str, Any]:
+    """An operation; ``empty``: its ``body`` may also be left out (a route that takes none)."""
     op: dict[str, Any] = {
         "summary": summary,
         "responses": {**responses, "401": _UNAUTHORIZED, **_GUARDED},
@@ -59,7 +66,7 @@ def operation(
     if body is not None:
         # Required: the Content-Type is, even when the JSON object is empty.
         content = {"application/json": {"schema": body}}
-        op["requestBody"] = {"required": True, "content": content}
+        op["requestBody"] = {"required": not empty, "content": content}
     return op
 
 

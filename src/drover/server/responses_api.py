@@ -1,4 +1,4 @@
-"""drover's events as OpenAI Responses streaming events and Response objects (background mode).
+"""drover's events as OpenAI Responses streaming events and Response objects.
 
 :class:`ResponseStream` is pure: it turns the events of one response (:mod:`.doors`), in their
 order, into the events the official ``openai`` SDK parses (``ResponseStreamEvent``) and keeps
@@ -19,21 +19,27 @@ Output items, in the order they begin:
   text block, streamed as ``response.output_text.delta``; ``response.output_text.done`` and
   ``response.output_item.done`` carry the durable text (redacted where the live deltas were
   not, only what was kept when a crash cut the call off — then the item is ``incomplete``).
-* ``function_call`` (id ``fc_CALL``, ``call_id`` the call's id): a tool call of the model,
-  its arguments in one ``response.function_call_arguments.delta`` once known; then
-* ``function_call_output`` (id ``fco_CALL``): what drover's tool returned — the text the model
-  was sent, errors and refusals included — ``completed``, or ``incomplete`` for a call cut off
-  (the text says whether it ran). Every ``function_call`` of a response is followed by its
-  output: drover ran it, the client must not.
+* ``mcp_call`` (id ``mcp_TURN_CALL``, ``server_label`` ``drover``, ``name`` the tool's): a tool
+  call drover ran, in the API's shape for a call the server runs (a hosted MCP tool), so that
+  a client shows it and runs nothing — the Agents SDKs, pydantic-ai and ``@ai-sdk/openai`` all
+  take it as done by the server, where a ``function_call`` would be theirs to run. Its
+  ``arguments`` come in one ``response.mcp_call_arguments.delta`` once known, then
+  ``response.mcp_call.in_progress``; at its end ``response.mcp_call.completed`` with
+  ``output`` the text the model was sent, or ``response.mcp_call.failed`` with ``error`` an
+  ``mcp_tool_execution_error`` whose content is that text (an error, a refusal — status
+  ``failed`` — or a call cut off — status ``incomplete``, the text says whether it ran).
 
 Thinking is not sent. Permission questions are not output items: the turn waits for an answer
 on the server's permission route (``/v1/sessions/{conversation.id}/permissions/…``).
 
-The end: ``response.completed``; ``response.incomplete`` for an ``incomplete`` turn, with
-``incomplete_details.reason`` drover's reason (``max_turns``, ``error``, ``empty_response``,
-``invalid_output``, ``interrupted``) — status ``cancelled`` when it was interrupted (a cancel),
-``incomplete`` otherwise (also for a turn whose process died and that nothing resumed);
-``response.failed`` (``error.code`` ``server_error``) for a turn that failed before any work.
+The end: ``response.completed``; ``response.incomplete`` for an ``incomplete`` turn — status
+``cancelled`` when it was interrupted (a cancel), ``incomplete`` otherwise (also for a turn
+whose process died and that nothing resumed); ``response.failed`` (``error.code``
+``server_error``) for a turn that failed before any work. drover's reason (``max_turns``,
+``error``, ``empty_response``, ``invalid_output``, ``interrupted``) is the Response's
+``drover_reason`` (null while it runs and once it completed); ``incomplete_details`` keeps the
+API's values: ``{"reason": "max_output_tokens"}`` for ``max_turns``, null for the others,
+which the API has no name for.
 """
 
 from __future__ import annotations
@@ -48,6 +54,16 @@ from drover.server.doors import TERMINAL, orphan_end
 #: ``sequence_number`` = drover event number × this + position among that event's events.
 SEQ_STRIDE = 1_000_000
 RESPONSE_PREFIX = "resp_"
+#: Output item ids: ``msg_TURN_STEP`` for a message, ``mcp_TURN_CALL`` for a tool call (a
+#: history sent back names its responses by them).
+MESSAGE_PREFIX = "msg_"
+MCP_PREFIX = "mcp_"
+#: The ``server_label`` of the calls drover ran.
+SERVER_LABEL = "drover"
+#: drover's reasons that have an equivalent among the API's ``incomplete_details.reason``s
+#: (``max_output_tokens``, ``content_filter``): a turn limit is a limit on the output.
+_API_REASONS = {"max_turns": "max_output_tokens"}
+_CALL_ENDS = frozenset({"output-available", "output-error", "denied", "interrupted"})
 
 _OUTPUT_DEFAULTS = {
     "denied": "The tool call was denied.",
@@ -69,7 +85,9 @@ class _Message:
 class _Call:
     index: int
     item: dict[str, Any]
+    #: Its arguments were sent (the call is under way).
     done: bool = False
+    #: Its output (or error) was sent (the item is done).
     answered: bool = False
 
 
@@ -83,6 +101,7 @@ class ResponseStream:
         self.status = "in_progress"
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
+        self._reason: str | None = None
         self._output: list[dict[str, Any]] = []
         self._messages: dict[tuple[str, int], _Message] = {}
         self._calls: dict[str, _Call] = {}
@@ -115,10 +134,11 @@ class ResponseStream:
                 **self._base,
                 "object": "response",
                 "status": self.status,
-                "background": True,
+                "background": True,  # (every turn runs in the background, whatever was asked)
                 "output": self._output,
                 "error": self._error,
                 "incomplete_details": self._incomplete,
+                "drover_reason": self._reason,
                 "usage": usage,
                 "parallel_tool_calls": True,
                 "tool_choice": "auto",
@@ -190,9 +210,12 @@ class ResponseStream:
         elif reason == "interrupted" or terminal.get("type") == "incomplete":
             cancelled = reason == "interrupted" and not orphan_end(terminal)
             self.status = "cancelled" if cancelled else "incomplete"
-            self._incomplete, kind = {"reason": reason}, "response.incomplete"
+            self._reason, kind = reason, "response.incomplete"
+            if reason in _API_REASONS:
+                self._incomplete = {"reason": _API_REASONS[reason]}
         else:
             self.status, kind = "failed", "response.failed"
+            self._reason = reason
             message = str(terminal.get("error") or reason)
             self._error = {"code": "server_error", "message": message}
         out.append(self._emit(kind, response=self.response()))
@@ -211,7 +234,7 @@ class ResponseStream:
         if message is not None:
             return [], message
         item = {
-            "id": f"msg_{key[0]}_{key[1]}",
+            "id": f"{MESSAGE_PREFIX}{key[0]}_{key[1]}",
             "type": "message",
             "role": "assistant",
             "status": "in_progress",
@@ -288,11 +311,13 @@ class ResponseStream:
         call = self._calls.get(call_id)
         if call is None:
             item = {
-                "id": f"fc_{call_id}",
-                "type": "function_call",
-                "call_id": call_id,
+                "id": f"{MCP_PREFIX}{event.get('turn_id')}_{call_id}",
+                "type": "mcp_call",
+                "server_label": SERVER_LABEL,
                 "name": str(event.get("name", "")),
                 "arguments": "",
+                "output": None,
+                "error": None,
                 "status": "in_progress",
             }
             index, added = self._add(item)
@@ -301,44 +326,43 @@ class ResponseStream:
         if state == "input-streaming":
             return out
         if not call.done:
-            out += self._call_done(call, event.get("input"), "completed")
-        if state in ("output-available", "output-error", "denied", "interrupted") and not (
-            call.answered
-        ):
-            call.answered = True
-            text = event.get("output") or _OUTPUT_DEFAULTS.get(state, "")
-            item = {
-                "id": f"fco_{call_id}",
-                "type": "function_call_output",
-                "call_id": call_id,
-                "output": "",
-                "status": "in_progress",
-            }
-            index, added = self._add(item)
-            status = "incomplete" if state == "interrupted" else "completed"
-            item.update(output=str(text), status=status)
-            done = copy.deepcopy(item)
-            out += [added, self._emit("response.output_item.done", output_index=index, item=done)]
+            out += self._arguments(call, event.get("input"))
+        if state in _CALL_ENDS and not call.answered:
+            text = str(event.get("output") or _OUTPUT_DEFAULTS.get(state, ""))
+            out += self._answer(call, state, text)
         return out
 
-    def _call_done(self, call: _Call, tool_input: Any, status: str) -> list[dict[str, Any]]:
+    def _arguments(self, call: _Call, tool_input: Any) -> list[dict[str, Any]]:
+        """The call's arguments, known now (in one delta), and the call under way."""
         call.done = True
         arguments = json.dumps(tool_input if isinstance(tool_input, dict) else {})
-        call.item.update(arguments=arguments, status=status)
+        call.item["arguments"] = arguments
         base = {"item_id": call.item["id"], "output_index": call.index}
         return [
-            self._emit("response.function_call_arguments.delta", **base, delta=arguments),
-            self._emit(
-                "response.function_call_arguments.done",
-                **base,
-                arguments=arguments,
-                name=call.item["name"],
-            ),
-            self._emit(
-                "response.output_item.done",
-                output_index=call.index,
-                item=copy.deepcopy(call.item),
-            ),
+            self._emit("response.mcp_call_arguments.delta", **base, delta=arguments),
+            self._emit("response.mcp_call_arguments.done", **base, arguments=arguments),
+            self._emit("response.mcp_call.in_progress", **base),
+        ]
+
+    def _answer(self, call: _Call, state: str, text: str) -> list[dict[str, Any]]:
+        """The call ended in ``state`` with ``text`` (what the model was sent): its output, or
+        for a call that failed, was refused or cut off, its error."""
+        call.answered = True
+        if state == "output-available":
+            call.item.update(output=text, status="completed")
+        else:
+            error = {
+                "type": "mcp_tool_execution_error",
+                "content": [{"type": "text", "text": text}],
+            }
+            status = "incomplete" if state == "interrupted" else "failed"
+            call.item.update(error=error, status=status)
+        kind = "completed" if state == "output-available" else "failed"
+        base = {"item_id": call.item["id"], "output_index": call.index}
+        item = copy.deepcopy(call.item)
+        return [
+            self._emit(f"response.mcp_call.{kind}", **base),
+            self._emit("response.output_item.done", output_index=call.index, item=item),
         ]
 
     def _close_all(self) -> list[dict[str, Any]]:
@@ -349,7 +373,9 @@ class ResponseStream:
                 out += self._finish(message, "incomplete")
         for call in self._calls.values():
             if not call.done:
-                out += self._call_done(call, None, "incomplete")
+                out += self._arguments(call, None)
+            if not call.answered:
+                out += self._answer(call, "interrupted", _OUTPUT_DEFAULTS["interrupted"])
         return out
 
     def _count(self, turn: str, usage: Any, totals: dict[str, Any] | None) -> None:

@@ -1,16 +1,18 @@
-"""The OpenAI Responses door, background mode: ``POST /v1/responses``, ``GET
-/v1/responses/{id}`` (poll, or ``?stream=true&starting_after=N`` to resume the stream) and
-``POST /v1/responses/{id}/cancel``, answered with :mod:`.responses_api`'s events and objects.
+"""The OpenAI Responses door: ``POST /v1/responses``, ``GET /v1/responses/{id}`` (poll, or
+``?stream=true&starting_after=N`` to resume the stream), ``GET /v1/responses/{id}/input_items``,
+``POST /v1/responses/{id}/cancel`` and ``DELETE /v1/responses/{id}``, answered with
+:mod:`.responses_api`'s events and objects. It is where a framework that speaks the Responses
+API (the OpenAI Agents SDK, pydantic-ai, ``@ai-sdk/openai``) gets drover's agent as its model.
 
-A response is a drover turn (:mod:`.responses_api` gives the mapping). ``POST`` takes only
-what maps to one: ``input`` — a string, or a list of one user message whose content is a
-string or ``input_text`` parts —, ``background: true`` (drover's turns run in the background
-whatever the client does), ``stream``, ``store`` (true: the journal keeps everything),
-``model`` (any: the server's agent runs the turn, and its model is reported), and where it
-runs: a new session, ``conversation`` (a session id) or ``previous_response_id`` (that
-response's session — the latest response of it: drover does not branch). Everything else —
-``instructions``, ``tools``, sampling settings, ``metadata``, other input items — is refused
-with a 422 naming it.
+A response is a drover turn (:mod:`.responses_api` gives the mapping). ``POST`` takes what
+maps to one (:mod:`.responses_input`: the fields, the input, its history) and runs it where
+it belongs: after ``previous_response_id`` (the latest response of its conversation: drover
+does not branch), on ``conversation`` (a session id), on the conversation the input's history
+names by its items' ids, or on a new session. Every turn runs in the background, whatever the
+client asks; the request answers with the response's events (``stream``), with the Response
+as it starts (``background``), or else with the Response once it ended — white space before
+the JSON for each heartbeat meanwhile, so a proxy sees the connection alive. A client that
+drops the request loses nothing: the response goes on and is retrieved by its id.
 
 Every stream, the answer to a ``POST`` as a resume, is the response's events from its start
 (:func:`drover.server.doors.follow_response`), numbered from drover's own numbers and served
@@ -18,6 +20,11 @@ after ``starting_after``. When ``starting_after`` names a point the journal cann
 from exactly — a number a crash lost, or one inside text the log holds redacted — the whole
 stream is served again from ``response.created``: the analogue of the SSE stream's ``reset``.
 A stream ends after the response's terminal event (then ``data: [DONE]``).
+
+A response's input items are its user message. Deleting a response rewinds it (its turns are
+kept in the journal, marked rewound; files stay as they are): only a conversation's latest
+response, once it ended, so the conversation goes on from before it; a deleted response is
+not found any more.
 """
 
 from __future__ import annotations
@@ -32,7 +39,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import SessionRecord, TurnRecord
-from drover.messages import blank
 from drover.server.auth import principal
 from drover.server.doors import (
     DONE,
@@ -42,91 +48,36 @@ from drover.server.doors import (
     Ended,
     Idle,
     follow_response,
-    group_of,
     invalid,
     log_position,
     replay_response,
     responses,
     service_of,
     start_seq,
+    user_text,
 )
 from drover.server.errors import ApiError
 from drover.server.replay import continuable
-from drover.server.responses_api import RESPONSE_PREFIX, SEQ_STRIDE, ResponseStream
-from drover.server.routes import MAX_CONTENT, json_body
+from drover.server.responses_api import (
+    MESSAGE_PREFIX,
+    RESPONSE_PREFIX,
+    SEQ_STRIDE,
+    ResponseStream,
+)
+from drover.server.responses_input import (
+    FIELDS,
+    Posted,
+    check_history,
+    mismatch,
+    named_turn,
+    read_request,
+)
+from drover.server.routes import empty_body, json_body
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 
-#: What a request may hold (each is checked below); the rest of the Responses API's fields are
-#: refused by name.
-_FIELDS: dict[str, type] = {
-    "model": str,
-    "input": object,
-    "background": bool,
-    "stream": bool,
-    "store": bool,
-    "previous_response_id": object,
-    "conversation": object,
-    "stream_options": dict,
-}
-_REFUSED = (
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "max_tool_calls",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_logprobs",
-    "reasoning",
-    "text",
-    "truncation",
-    "metadata",
-    "include",
-    "prompt",
-    "prompt_cache_key",
-    "safety_identifier",
-    "service_tier",
-    "user",
-)
-_TAKEN = "model, input, background, stream, store, conversation, previous_response_id"
-
-
-def _input_text(value: Any) -> str:
-    """The user's text: ``input`` as a string, or as a list of one user message."""
-    if isinstance(value, list):
-        if len(value) != 1 or not isinstance(value[0], dict):
-            raise invalid(
-                "input must be one user message: drover keeps the conversation (continue it "
-                "with previous_response_id or conversation)"
-            )
-        item = value[0]
-        if item.get("type", "message") != "message" or item.get("role") != "user":
-            raise invalid(
-                "input's item must be a user message (drover runs its own tools and keeps "
-                "its own history)"
-            )
-        unknown = sorted(set(item) - {"type", "role", "content"})
-        if unknown:
-            raise invalid(f"unsupported field in the input message: {unknown[0]}")
-        content = item.get("content")
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "input_text":
-                    kind = part.get("type") if isinstance(part, dict) else part
-                    raise invalid(f"only input_text content is taken, not {str(kind)[:40]!r}")
-                if not isinstance(part.get("text"), str) or set(part) != {"type", "text"}:
-                    raise invalid('an input_text part is {"type": "input_text", "text"}')
-                texts.append(part["text"])
-            value = "\n".join(texts)
-        else:
-            value = content
-    if not isinstance(value, str) or blank(value):
-        raise invalid("input must be a non-empty string or a user message")
-    if len(value) > MAX_CONTENT:
-        raise ApiError(413, "body_too_large", f"input is over {MAX_CONTENT} characters")
-    return value
+#: What a non-streamed answer sends for each heartbeat until the response ends (JSON allows
+#: white space before its value).
+_STILL_RUNNING = b" "
 
 
 def _turn_id(response_id: str) -> str:
@@ -134,6 +85,11 @@ def _turn_id(response_id: str) -> str:
     if not response_id.startswith(RESPONSE_PREFIX) or not DOOR_ID.fullmatch(ident):
         raise ApiError(404, "not_found", "no such response")
     return ident
+
+
+async def _groups(service: Service, session_id: str) -> list[list[TurnRecord]]:
+    """The session's responses, in order; a deleted (rewound) one is none any more."""
+    return responses([turn for turn in await service.store.turns(session_id) if not turn.rewound])
 
 
 async def _response(
@@ -149,22 +105,37 @@ async def _response(
         record = await service.session(turn.session_id, owner)
     except NotFoundError:
         raise missing from None
-    group = await group_of(service.store, record.id, turn_id)
-    if group is None or group[0].id != turn_id:
-        raise missing
+    for group in await _groups(service, record.id):
+        if group[0].id == turn_id:
+            return record, group
+    raise missing
+
+
+async def _latest(
+    service: Service, response_id: str, owner: str | None, *, instead: str
+) -> tuple[SessionRecord, list[TurnRecord]]:
+    """:func:`_response`, which must be the latest of its conversation (409 otherwise:
+    ``instead`` says what drover does)."""
+    record, group = await _response(service, response_id, owner)
+    if (await _groups(service, record.id))[-1][0].id != group[0].id:
+        raise ApiError(
+            409,
+            "not_latest",
+            f"{response_id[:160]} is not the latest response of its conversation: {instead}",
+        )
     return record, group
 
 
 async def _base(service: Service, record: SessionRecord, head: TurnRecord) -> dict[str, Any]:
     """The fixed fields of a response's object."""
     previous = None
-    for group in responses(await service.store.turns(record.id)):
+    for group in await _groups(service, record.id):
         if group[0].id == head.id:
             break
         previous = f"{RESPONSE_PREFIX}{group[0].id}"
     return {
         "id": f"{RESPONSE_PREFIX}{head.id}",
-        "created_at": head.created_at,
+        "created_at": int(head.created_at),  # (whole seconds: the API's type)
         "model": record.model,
         "conversation": {"id": record.id},
         "previous_response_id": previous,
@@ -223,25 +194,16 @@ def _streaming(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
 
-async def _where(service: Service, data: dict[str, Any], owner: str | None) -> SessionRecord:
+async def _where(
+    service: Service, data: dict[str, Any], history: list[Posted], owner: str | None
+) -> SessionRecord:
     """The session a new response runs on."""
     previous, conversation = data.get("previous_response_id"), data.get("conversation")
-    if previous is not None and not isinstance(previous, str):
-        raise invalid("previous_response_id must be a response id")
     if previous is not None and conversation is not None:
         raise invalid("give previous_response_id or conversation, not both")
     if previous is not None:
-        record, group = await _response(service, previous, owner)
-        last = await service.store.last_turn(record.id)
-        latest = await group_of(service.store, record.id, last.id) if last else None
-        if latest is None or latest[0].id != group[0].id:
-            raise ApiError(
-                409,
-                "not_latest",
-                f"{previous[:160]} is not the latest response of its conversation: drover "
-                "continues a conversation from its end",
-            )
-        return record
+        instead = "drover continues a conversation from its end"
+        return (await _latest(service, previous, owner, instead=instead))[0]
     if conversation is not None:
         ident = conversation.get("id") if isinstance(conversation, dict) else conversation
         extra = isinstance(conversation, dict) and set(conversation) != {"id"}
@@ -251,7 +213,49 @@ async def _where(service: Service, data: dict[str, Any], owner: str | None) -> S
             return await service.session(ident, owner)
         except NotFoundError:
             raise ApiError(404, "not_found", f"no conversation {ident}") from None
+    named = named_turn(history)
+    if named is not None:
+        turn = await service.store.get_turn(named)
+        with contextlib.suppress(NotFoundError):
+            if turn is not None:
+                return await service.session(turn.session_id, owner)
+        raise mismatch("the input's items name a response of no conversation of this token's")
+    if history:
+        raise mismatch(
+            "the input holds earlier items, but none names a response of drover's (by its "
+            "id): continue a conversation with previous_response_id or conversation"
+        )
     return await service.create_session(owner)
+
+
+async def _until_ended(
+    service: Service, record: SessionRecord, head: TurnRecord, start: int, *, heartbeat: float
+) -> AsyncIterator[bytes]:
+    """The Response once it ended, after white space for each heartbeat until then (or as it
+    stands when the server closes the stream)."""
+    base = await _base(service, record, head)
+    while True:
+        translator = ResponseStream(base)
+        steps = follow_response(service, record, head.id, start, patience=heartbeat)
+        async with contextlib.aclosing(steps):
+            async for step in steps:
+                if isinstance(step, Idle):
+                    yield _STILL_RUNNING
+                elif isinstance(step, Cut):
+                    break  # (fell behind: read it again, from the journal)
+                elif isinstance(step, Ended):
+                    translator.end(step.event)
+                    yield _json(translator.response())
+                    return
+                else:
+                    translator.event(step.event)
+            else:
+                yield _json(translator.response())
+                return
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 # -- handlers ------------------------------------------------------------------------------------
@@ -259,29 +263,15 @@ async def _where(service: Service, data: dict[str, Any], owner: str | None) -> S
 
 async def create(request: Request) -> Response:
     owner = principal(request)
-    data = await json_body(request, {**_FIELDS, **dict.fromkeys(_REFUSED, object)})
-    refused = sorted(set(data) & set(_REFUSED))
-    if refused:
-        raise invalid(
-            f"{refused[0]} is not supported: the server's agent decides it (drover takes {_TAKEN})"
-        )
-    if data.get("background") is not True:
-        raise invalid("background must be true: drover runs every response in the background")
-    if data.get("store") is False:
-        raise invalid("store must be true: drover's journal keeps every response")
-    if not isinstance(data.get("model"), str) or not data["model"]:
-        raise invalid("model is required (any name: the server's agent runs the turn)")
-    options = data.get("stream_options", {})
-    if set(options) - {"include_obfuscation"} or not all(
-        isinstance(v, bool) for v in options.values()
-    ):
-        raise invalid("stream_options takes only include_obfuscation, true or false")
-    text = _input_text(data.get("input"))
+    data = await json_body(request, FIELDS)
+    asked = read_request(data)
     service = service_of(request)
-    record = await _where(service, data, owner)
+    record = await _where(service, data, asked.history, owner)
+    if asked.history:
+        check_history(asked.history, await _groups(service, record.id))
     before = await log_position(service, record.id)
     try:
-        turn_id = await service.post_message(record, text)
+        turn_id = await service.post_message(record, asked.text)
         assert isinstance(turn_id, str)  # (if_busy reject: a turn, never a queued message)
     except SessionBusyError as exc:
         message = f"response {RESPONSE_PREFIX}{exc.turn_id} is in progress on this conversation"
@@ -290,11 +280,20 @@ async def create(request: Request) -> Response:
         raise ApiError(409, "turn_not_started", str(exc)) from None
     head = await service.store.get_turn(turn_id)
     assert head is not None, "a started turn is recorded"
-    if data.get("stream"):
-        heartbeat = request.app.state.settings.heartbeat
+    heartbeat = request.app.state.settings.heartbeat
+    if asked.stream:
         body = _stream(service, record, head, before + 1, after=None, heartbeat=heartbeat)
         return _streaming(body)
+    if asked.wait:
+        ended = _until_ended(service, record, head, before + 1, heartbeat=heartbeat)
+        return StreamingResponse(ended, media_type="application/json")
     return JSONResponse(await _snapshot(service, record, head, before + 1))
+
+
+async def response(request: Request) -> Response:
+    if request.method == "DELETE":
+        return await delete(request)
+    return await retrieve(request)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -331,7 +330,7 @@ async def retrieve(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     owner = principal(request)
-    await json_body(request, {})
+    await empty_body(request)
     service = service_of(request)
     response_id = request.path_params["response_id"]
     record, group = await _response(service, response_id, owner)
@@ -357,3 +356,65 @@ async def cancel(request: Request) -> Response:
             f"{response_id[:160]} is not in progress (it is {snapshot['status']})",
         )
     return JSONResponse(snapshot)
+
+
+async def delete(request: Request) -> Response:
+    owner = principal(request)
+    service = service_of(request)
+    response_id = request.path_params["response_id"]
+    instead = "delete a conversation's responses from its end"
+    record, group = await _latest(service, response_id, owner, instead=instead)
+    try:
+        await service.rewind(record, group[0].id, files=False, force=False, dry_run=False)
+    except SessionBusyError as exc:
+        message = f"response {response_id[:160]} is in progress: cancel it first"
+        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+    except DroverError as exc:
+        raise ApiError(409, "not_deleted", str(exc)) from None
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+async def input_items(request: Request) -> Response:
+    owner = principal(request)
+    service = service_of(request)
+    _, group = await _response(service, request.path_params["response_id"], owner)
+    head = group[0]
+    text = user_text(head)
+    items: list[dict[str, Any]] = []
+    if text is not None:
+        content = [{"type": "input_text", "text": text}]
+        items.append(
+            {
+                "id": f"{MESSAGE_PREFIX}{head.id}_input",
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": content,
+            }
+        )
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "invalid_request", "order must be asc or desc")
+    raw = query.get("limit", "20")
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise ApiError(400, "invalid_request", "limit must be a whole number from 1 to 100")
+    if order == "desc":
+        items.reverse()
+    at = 0
+    after = query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise ApiError(404, "not_found", f"no input item {after[:160]} in this response")
+        at = ids.index(after) + 1
+    page = items[at : at + int(raw)]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": at + len(page) < len(items),
+        }
+    )

@@ -102,6 +102,21 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
     return data
 
 
+async def empty_body(request: Request) -> None:
+    """The body of a route that takes none: ``{}`` as JSON (:func:`json_body`), or nothing
+    at all — no ``Content-Type``, no byte — as clients send a POST with no body (the ``openai``
+    npm SDK's ``responses.cancel``). A web page can send such a request anywhere, but not
+    with another origin's ``Origin`` or ``Sec-Fetch-Site`` left out: the guard refuses it."""
+    if "content-type" in request.headers:
+        await json_body(request, {})
+        return
+    declared = request.headers.get("content-length", "0")
+    if declared != "0" or "transfer-encoding" in request.headers:
+        raise ApiError(
+            415, "unsupported_media_type", "the body must be sent as Content-Type: application/json"
+        )
+
+
 async def _session(request: Request) -> Any:
     session_id = request.path_params["session_id"]
     owner = principal(request)
@@ -231,7 +246,7 @@ async def cancel_queued(request: Request) -> Response:
 
 async def interrupt(request: Request) -> Response:
     record = await _session(request)
-    await json_body(request, {})
+    await empty_body(request)
     try:
         turn_id = await _service(request).interrupt(record.id)
     except NoRunningTurnError as exc:

@@ -2,7 +2,7 @@
 package ``scripts/ci-deps`` installs into ``.cache/npm-ai``) driven over its stdin/stdout, a
 gate that holds a turn in a tool call until the test opens it, and the scripted turns.
 
-Where Node.js or the package is missing, :func:`require_ai_sdk` skips the test saying so
+Where Node.js or the package is missing, :func:`require_node_packages` skips the test saying so
 (``-ra`` prints it); under ``DROVER_REQUIRE_NODE=1`` (CI) it fails it instead.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from ..support import BOUND
@@ -29,17 +30,23 @@ SECRET = "sk-ant-api03-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2" * 2
 GATE_OUTPUT = "opened"
 
 
-def require_ai_sdk() -> None:
+def require_node_packages(modules: Path, probe: str, what: str) -> None:
+    """Skip the test (fail it under ``DROVER_REQUIRE_NODE=1``) unless Node.js and the npm
+    packages installed in ``modules`` (a ``node_modules``, where ``probe`` is a file) are."""
     why = None
     if shutil.which("node") is None:
         why = "Node.js is not installed"
-    elif not (MODULES / "ai" / "dist" / "index.js").is_file():
-        why = f"the AI SDK (npm ai) is not installed in {MODULES.parent}"
+    elif not (modules / probe).is_file():
+        why = f"{what} is not installed in {modules.parent}"
     if why is None:
         return
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{why} ({REQUIRE_ENV}=1)", pytrace=False)
-    pytest.skip(f"AI SDK TESTS SKIPPED: {why} — run scripts/ci-deps (it needs Node.js and npm)")
+    pytest.skip(f"NODE TESTS SKIPPED: {why} — run scripts/ci-deps (it needs Node.js and npm)")
+
+
+def require_ai_sdk() -> None:
+    require_node_packages(MODULES, "ai/dist/index.js", "the AI SDK (npm ai)")
 
 
 class ChatClient:
@@ -115,6 +122,13 @@ class ChatClient:
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def refused(reply: httpx2.Response, status: int, code: str, says: str = "") -> None:
+    """``reply`` is the error ``code`` with ``status``, its message saying ``says``."""
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == code and says in error["message"], error
 
 
 def chunk_types(chunks: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
