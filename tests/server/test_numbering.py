@@ -148,6 +148,22 @@ async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
     assert secret not in str(_parsed(expand(rows, 0)))
 
 
+async def test_deltas_a_redacted_row_holds_are_replayed_once(rig: Rig) -> None:
+    # The ring still holds every live delta (the turn runs), and the log a row redaction
+    # shortened, which holds several of them as one event: each is served once, from the log.
+    feed = SessionFeed()
+    secret = "sk-ant-" + "a1b2c3d4e5" * 4
+    await rig.deltas("key ", secret[:20], secret[20:], " ok ", "done ")
+    await rig.journal.aclose()
+    for seq, turn, payload in rig.published:
+        feed.publish(make_frame(seq, turn, payload, rig.prevs[seq]))
+    plan = backlog(0, await rig.rows(), feed)
+    served = [p for _, p in _parsed(plan.frames) if p["type"] == "text_delta"]
+    assert "".join(p["text"] for p in served) == "key [REDACTED] ok done "
+    ids = [f.seq for f in plan.frames]
+    assert ids == sorted(set(ids))
+
+
 async def test_superseded_deltas_are_written_before_what_supersedes_them(rig: Rig) -> None:
     await rig.deltas("first attempt")  # 13 bytes: not flushed
     unflushed = rig.delta_ids()
