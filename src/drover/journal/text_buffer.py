@@ -1,19 +1,19 @@
 """The streamed text a journal holds until a gate flushes it.
 
-:class:`TextBuffers` keeps, per (step, block), the text of the live deltas not written yet —
-through a :class:`~drover.journal.redact.StreamRedactor`, which keeps back a tail that could be
-the start of a secret — with the numbers those deltas were published under
-(:class:`~drover.journal.numbering.StreamMarks`). A delta is only appended, raw, to its block:
-the stream and the marks take a flush's deltas in one batch, when it takes them (a step streams
-a few hundred deltas and flushes a few times). A flush takes what is safe to write as
-:class:`~drover.journal.writes.AppendPartialText` writes, each with the numbers it covers and
-where each delta ends — whole deltas only: when the redactor keeps back the end of a delta, the
-whole delta waits for the next flush. So every number a row covers is a whole event, and a
-reader whose text is current to a row's last number (a snapshot) has all of that delta. It also remembers, per step, the first number of the text rows written
-(a finished step's rows are folded into its message from there, see :mod:`drover.journal.fold`).
-Nothing fed is ever dropped unwritten: a finished message or a discarding retry takes the
-rest of the text first, so every number a live client saw is in some row. The gates
-themselves are the journal's.
+:class:`TextBuffers` keeps, per (step, block), the text of the live deltas not written yet — through
+a :class:`~drover.journal.redact.StreamRedactor`, which keeps back a tail that could be the start of
+a secret — with the numbers those deltas were published under
+(:class:`~drover.journal.numbering.StreamMarks`). A delta is only appended, raw, to its block: the
+stream and the marks take a flush's deltas in one batch, when it takes them (a step streams a few
+hundred deltas and flushes a few times). A flush takes what is safe to write as
+:class:`~drover.journal.writes.AppendPartialText` writes, each with the numbers it covers and where
+each delta ends — whole deltas only: when the redactor keeps back the end of a delta, the whole
+delta waits for the next flush. So every number a row covers is a whole event, and a reader whose
+text is current to a row's last number (a snapshot) has all of that delta. It also remembers, per
+step, the first number of the text rows written (a finished step's rows are folded into its message
+from there, see :mod:`drover.journal.fold`). Nothing fed is ever dropped unwritten: a finished
+message or a discarding retry takes the rest of the text first, so every number a live client saw is
+in some row. The gates themselves are the journal's.
 """
 
 from __future__ import annotations

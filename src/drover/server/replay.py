@@ -10,11 +10,11 @@ text a logged event holds with others' (a row redaction changed) is served there
 Each frame's ``prev`` is the number of the event before it in what is served: the log's
 order, with the ring's frames (which carry the ``prev`` they were published with) among them.
 
-A client id is *continuable* when it is 0, still in the ring, or the number of a whole event
-the log holds — a row's own number, or a delta that ends in a text row (a mark). Anything
-else — a number lost with a crashed process (a hole below the numbers recovery used, or, in a
-log an older version wrote, the last delta of a flush that held only its start), one ahead of everything that survived, or one
-inside a row that redaction made uncuttable — gets a ``reset`` with the durable snapshot:
+A client id is *continuable* when it is 0, still in the ring, or the number of a whole event the log
+holds — a row's own number, or a delta that ends in a text row (a mark). Anything else — a number
+lost with a crashed process (a hole below the numbers recovery used, or, in a log an older version
+wrote, the last delta of a flush that held only its start), one ahead of everything that survived,
+or one inside a row that redaction made uncuttable — gets a ``reset`` with the durable snapshot:
 never a silent skip.
 """
 
