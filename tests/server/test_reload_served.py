@@ -24,7 +24,7 @@ from support.sse import sse_lines
 from drover.journal.redact import Redactor
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, TERMINAL, Served, Sse, new_session, parse_sse
+from .support import BOUND, TERMINAL, Served, Sse, model_texts, new_session, parse_sse
 
 #: The store tests' fixtures (a throwaway PostgreSQL, a schema per test), found by pytest here.
 FIXTURES = (pg_cluster, pg_database, pg_url)
@@ -200,17 +200,6 @@ def db_flags(request: pytest.FixtureRequest) -> tuple[str, ...]:
     return ("--db", str(request.getfixturevalue("pg_url")))
 
 
-def _frames(fake_llm: FakeLLMServer) -> Iterator[str]:
-    """The model's frames as the test lets them go: the text each one carries ("" if none),
-    until its last."""
-    while True:
-        frame = fake_llm.step(BOUND).decode()
-        data = json.loads(frame.split("data: ", 1)[1])
-        yield data.get("delta", {}).get("text", "") if data["type"] == "content_block_delta" else ""
-        if data["type"] == "message_stop":
-            return
-
-
 def test_a_reload_at_any_moment_of_an_answer_holds_it_once(
     fake_llm: FakeLLMServer,
     serve: Callable[..., Served],
@@ -231,7 +220,7 @@ def test_a_reload_at_any_moment_of_an_answer_holds_it_once(
     # (what each reader held at its moment, and the thread reading the rest to the end)
     readers: list[tuple[str, str, str, Thread]] = []
     fed, n = "", 0
-    for piece in _frames(fake_llm):
+    for piece in model_texts(fake_llm):
         fed += piece
         n += 1
         if not piece or n % STRIDES[len(readers) % len(STRIDES)]:
