@@ -22,7 +22,8 @@ raw tail back for the next flush. The tail starts at the earliest of:
 The written prefix is redacted with the matches found in the *whole* buffer, so a secret is
 always redacted in one piece. The final flush of a block (its message ended) writes the rest,
 redacting an unterminated key block to the end. The cost is that a reload in mid-stream shows
-the text up to the last key-like run of characters.
+the text up to the last key-like run of characters (the journal, which writes whole deltas,
+passes the places its deltas end: up to the delta that run begins in).
 """
 
 from __future__ import annotations
