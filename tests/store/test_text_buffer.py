@@ -175,7 +175,8 @@ def test_buffers_store_what_delta_by_delta_feeding_stores(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_texts, st.integers(1, 20), st.booleans()), max_size=20))
-@example([("word ", 3, False), ("abcdef", 4, True)])  # the row stops before "ab" + "cdef"
+# The word in progress ("abcdef") begins inside the delta "d a": the row is "wor".
+@example([("word ab", 3, False), ("cdef", 4, True)])
 def test_each_row_holds_whole_deltas(feeds: list[tuple[str, int, bool]]) -> None:
     """A flush writes no delta in part, even when the redactor keeps back the end of one:
     each number a row covers is a whole event (a reader current to the row's last number
