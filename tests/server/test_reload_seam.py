@@ -83,6 +83,17 @@ class Moment:
     reset_at: int
 
 
+@dataclass
+class Served:
+    """A service the test reads through, on the loop its examples run on."""
+
+    runner: asyncio.Runner
+    service: Service
+    workdir: Path
+    #: Where the journal is (a SQLite file, a PostgreSQL URL).
+    store_at: str
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     """A server's service on a SQLite or a PostgreSQL journal, open on an event loop of its own
@@ -97,15 +108,6 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
             yield Served(runner, Service(agent=agent, hub=Hub()), tmp_path, store_at)
         finally:
             runner.run(agent.aclose())
-
-
-@dataclass
-class Served:
-    runner: asyncio.Runner
-    service: Service
-    workdir: Path
-    #: Where the journal is (a SQLite file, a PostgreSQL URL).
-    store_at: str
 
 
 async def _never(_: float) -> None:
