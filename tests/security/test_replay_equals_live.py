@@ -9,8 +9,8 @@ so deltas inside a flush that redaction changed are replayed as that one row.
 
 After ``kill -9`` of the server mid-stream, the deltas published but not written are lost and
 recovery numbers its events after the dead process's reservation: a client holding a lost
-number — the last delta of a flush that held only its start included — is sent a ``reset``,
-never the events after the hole as if nothing were missing.
+number is sent a ``reset``, never the events after the hole as if nothing were missing. (A
+flush writes whole deltas only: the delta whose end it held back is lost whole, not cut.)
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ async def test_a_workers_text_is_published_as_the_log_holds_it(tmp_path: Path) -
 def test_after_sigkill_a_client_holding_a_lost_number_is_reset(
     fake_llm: FakeLLMServer, serve: Callable[..., Served], tmp_path: Path
 ) -> None:
-    # Every delta ends in a key-like run ("abc"), which a flush holds back: each flushed row
-    # ends inside its last delta, so the log keeps only the start of that delta.
+    # Every delta ends in a key-like run ("abc"), which a flush holds back — with the rest of
+    # its delta: each flushed row ends where the delta before that one ends.
     fake_llm.script({"text": "".join(f"{i:04d} abc" for i in range(4000)), "delay": 0.003})
     fake_llm.allow_unexpected = True
     server = serve()
@@ -247,19 +247,21 @@ def test_after_sigkill_a_client_holding_a_lost_number_is_reset(
     finally:
         db.close()
     deltas = [e.id for e in seen if e.event == "text_delta"]
-    assert cut in deltas, "the client saw the delta whose start the last flush wrote"
+    assert cut in deltas, "the client saw the last delta the last flush wrote"
+    assert cut + 1 in deltas, "and the one whose end the flush held back"
     with restarted.client() as client:
         everything = read_events(client, sid, after=0)
         served = [e.id for e in everything]
-        # The log jumps from the last whole delta to what recovery logged after the hole.
-        assert cut not in served and cut - 1 in served
-        resumed = everything[served.index(cut - 1) + 1]
+        # The log jumps from the last delta written (whole) to what recovery logged after the
+        # hole.
+        assert cut in served and cut + 1 not in served
+        resumed = everything[served.index(cut) + 1]
         assert resumed.event == "assistant_message"
         assert (resumed.id or 0) > deltas[-1]
         durable = everything[-1].id
 
-        # A client holding a lost number is told to reset — the partly written delta too.
-        for lost in sorted({cut, cut + 1, deltas[-1]} & set(deltas)):
+        # A client holding a lost number is told to reset.
+        for lost in sorted({cut + 1, deltas[-1]}):
             answer = read_events(
                 client,
                 sid,
@@ -269,13 +271,13 @@ def test_after_sigkill_a_client_holding_a_lost_number_is_reset(
             assert [e.event for e in answer] == ["reset"], f"after lost id {lost}: {answer}"
             assert answer[0].id == durable
             assert answer[0].data["turns"][0]["status"] == "interrupted"
-        # A client holding the last whole delta goes on from the log, and can see it missed
-        # nothing: the next event names its id.
-        rest = read_events(client, sid, last_event_id=cut - 1)
-        assert [e.id for e in rest] == served[served.index(cut - 1) + 1 :]
+        # A client holding the last delta written goes on from the log, and can see it
+        # missed nothing: the next event names its id.
+        rest = read_events(client, sid, last_event_id=cut)
+        assert [e.id for e in rest] == served[served.index(cut) + 1 :]
         # Every event names the one before it: the live ones as the dead process numbered
         # them, the log's across the hole — a client holding a lost number would see that
         # the event after the hole does not follow it.
         _check_prev_chain(seen, 0)
         _check_prev_chain(everything, 0)
-        assert rest[0].data["prev"] == resumed.data["prev"] == cut - 1
+        assert rest[0].data["prev"] == resumed.data["prev"] == cut

@@ -1,11 +1,12 @@
 """Fixtures of the server tests: ``serve`` starts a real ``drover serve`` on the fake LLM,
-``proxied`` one behind a real nginx."""
+``proxied`` one behind a real nginx, ``sdk`` an OpenAI client of a server's ``/v1``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from drover.testing.server import FakeLLMServer
@@ -63,3 +64,17 @@ def proxied(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., P
     yield start
     for proxy in started:
         proxy.close()
+
+
+@pytest.fixture
+def sdk() -> Iterator[Callable[[Served], openai.OpenAI]]:
+    """``sdk(server)``: an OpenAI client of the server's ``/v1`` (closed at teardown)."""
+    clients: list[openai.OpenAI] = []
+
+    def make(server: Served) -> openai.OpenAI:
+        clients.append(openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()

@@ -360,3 +360,15 @@ def check_text_has_no_hole(events: list[Sse]) -> None:
                 seen = "".join(texts.pop((d["turn_id"], current, i), []))
                 if block["type"] == "text" and seen:
                     assert block["text"].startswith(seen), f"a hole in the text of step {current}"
+
+
+def model_texts(fake_llm: FakeLLMServer) -> Iterator[str]:
+    """The frames of the fake model's gated Anthropic reply (``gate: true``), let go one at a
+    time as the caller asks for the next: the text each one carries ("" if none), until the
+    reply's last."""
+    while True:
+        frame = fake_llm.step(BOUND).decode()
+        data = json.loads(frame.split("data: ", 1)[1])
+        yield data.get("delta", {}).get("text", "") if data["type"] == "content_block_delta" else ""
+        if data["type"] == "message_stop":
+            return

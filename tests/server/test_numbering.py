@@ -99,7 +99,8 @@ async def test_every_event_is_numbered_and_published_in_order(rig: Rig) -> None:
 
 
 async def test_a_replay_can_start_after_any_flushed_delta(rig: Rig) -> None:
-    # Key-like runs are held back by the redactor, so rows end inside deltas.
+    # Key-like runs are held back by the redactor, and with them the rest of their delta: a
+    # row ends where a delta ends, never inside one.
     texts = ["hello abcdefgh", "ijkl", " more stuff ", "and", " x y z w v u ", "q", "end "]
     await rig.deltas(*texts)
     await rig.journal.send(StepStarted(step=2))  # flushed nothing more: ids past the last flush
@@ -107,7 +108,8 @@ async def test_a_replay_can_start_after_any_flushed_delta(rig: Rig) -> None:
     rows = await rig.rows()
     coalesced = [r for r in rows if r.type == "text_delta"]
     assert any(len(r.marks or ()) > 1 for r in coalesced)  # several deltas in one row
-    assert any(not r.marks for r in coalesced)  # a row that ends inside its first delta
+    for row in coalesced:
+        assert row.marks and row.marks[-1] == (row.end_seq, len(row.payload["text"]))
     flushed = [seq for r in coalesced for seq, _ in r.marks or ()]
     for k in [0, *flushed]:
         got = _parsed(expand(await rig.rows(k), k))
@@ -144,6 +146,22 @@ async def test_a_row_redaction_shortened_cannot_be_cut_inside(rig: Rig) -> None:
     assert not continuable(row.seq, rows, None)  # inside: reset
     assert continuable(row.end_seq, rows, None) == (row.marks is not None)
     assert secret not in str(_parsed(expand(rows, 0)))
+
+
+async def test_deltas_a_redacted_row_holds_are_replayed_once(rig: Rig) -> None:
+    # The ring still holds every live delta (the turn runs), and the log a row redaction
+    # shortened, which holds several of them as one event: each is served once, from the log.
+    feed = SessionFeed()
+    secret = "sk-ant-" + "a1b2c3d4e5" * 4
+    await rig.deltas("key ", secret[:20], secret[20:], " ok ", "done ")
+    await rig.journal.aclose()
+    for seq, turn, payload in rig.published:
+        feed.publish(make_frame(seq, turn, payload, rig.prevs[seq]))
+    plan = backlog(0, await rig.rows(), feed)
+    served = [p for _, p in _parsed(plan.frames) if p["type"] == "text_delta"]
+    assert "".join(p["text"] for p in served) == "key [REDACTED] ok done "
+    ids = [f.seq for f in plan.frames]
+    assert ids == sorted(set(ids))
 
 
 async def test_superseded_deltas_are_written_before_what_supersedes_them(rig: Rig) -> None:

@@ -169,14 +169,17 @@ _pieces = st.sampled_from(
         PEM,
     ]
 )
-
-
-@settings(max_examples=250, deadline=None)
-@given(
+#: A text made of those pieces, the sizes its deltas are cut to in turn, and after which
+#: deltas a flush comes (in turn).
+_STREAMED = (
     st.lists(_pieces, max_size=14).map("".join),
     st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=60),
     st.lists(st.booleans(), min_size=1, max_size=60),
 )
+
+
+@settings(max_examples=250, deadline=None)
+@given(*_STREAMED)
 def test_streamed_text_redacts_like_the_whole(
     text: str, sizes: list[int], flushes: list[bool]
 ) -> None:
@@ -193,6 +196,31 @@ def test_streamed_text_redacts_like_the_whole(
         i += 1
     written.append(stream.take(final=True))
     # Equal to redacting the whole text at once: no flush ever wrote part of a secret.
+    assert "".join(written) == redactor.redact(text)
+
+
+@settings(max_examples=250, deadline=None)
+@given(*_STREAMED)
+def test_streamed_text_written_in_whole_deltas_redacts_like_the_whole(
+    text: str, sizes: list[int], flushes: list[bool]
+) -> None:
+    """Told where the deltas end, a flush writes whole deltas only (the journal's rows), and
+    still never part of a secret."""
+    redactor = Redactor([r"CORP-[0-9]{6}"])
+    stream = StreamRedactor(redactor)
+    written: list[str] = []
+    ends: list[int] = []  # where each delta fed ends, in the whole text
+    done = pos = i = 0  # raw characters written, fed
+    while pos < len(text):
+        pos = min(pos + sizes[i % len(sizes)], len(text))
+        stream.feed(text[ends[-1] if ends else 0 : pos])
+        ends.append(pos)
+        if flushes[i % len(flushes)]:
+            written.append(stream.take(ends=[end - done for end in ends if end > done]))
+            done = pos - stream.held_chars
+            assert done == 0 or done in ends, "a flush ended inside a delta"
+        i += 1
+    written.append(stream.take(final=True))
     assert "".join(written) == redactor.redact(text)
 
 

@@ -308,6 +308,38 @@ async def test_turns_with_messages_reads_every_turn_at_once(store: Store) -> Non
     assert await store.turns_with_messages("missing") == []
 
 
+async def test_a_transcript_is_what_the_reads_it_stands_for_give(store: Store) -> None:
+    session_id, first = await _turn(store)
+    await append_message(store, first, assistant_message([TextBlock(text="one")]))
+    await end_turn(store, first, "completed")
+    second = await store.begin_turn(session_id, user_message("two"), OWNER, 30)
+    await upsert_tool_call(store, second.id, "a", call_index=0, name="bash", state="running")
+    await append_event(
+        store,
+        session_id,
+        second.id,
+        {"type": "usage", "usage": Usage(input_tokens=5, output_tokens=2).to_dict()}
+        | {"total_input": 5, "total_output": 2},
+    )
+    await append_partial_text(store, second.id, 2, 0, "half", seq=40, last_seq=41, marks=())
+    queued, _, _ = await store.enqueue_message(session_id, "later")
+    await _turn(store)  # another session's is not read
+
+    read = await store.transcript(session_id)
+    assert read is not None
+    assert read.session == await store.get_session(session_id)
+    # (a partial message rebuilt from text says when it was read)
+    assert [(t, [(m.seq, m.message, m.partial) for m in ms]) for t, ms in read.turns] == [
+        (t, [(m.seq, m.message, m.partial) for m in ms])
+        for t, ms in await store.turns_with_messages(session_id)
+    ]
+    assert read.tool_calls == await store.tool_calls(session_id=session_id)
+    assert read.queued == [queued] == await store.queued_messages(session_id)
+    assert read.last_seq == await store.last_event_seq(session_id) == 41
+    assert read.running_usage == {second.id: await store.running_usage(session_id, second.id)}
+    assert await store.transcript("missing") is None
+
+
 async def test_tool_calls_upsert_and_order(store: Store) -> None:
     session_id, turn_id = await _turn(store)
     await upsert_tool_call(

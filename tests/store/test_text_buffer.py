@@ -38,6 +38,9 @@ class _ReferenceMarks:
     def unwritten(self) -> int:
         return self._fed - self._written
 
+    def pending_ends(self) -> list[int]:
+        return [end - self._written for _, _, end in self._pending]
+
     def release(
         self, raw_len: int, stored_len: int
     ) -> tuple[int, int, tuple[tuple[int, int], ...] | None] | None:
@@ -69,6 +72,8 @@ class _Reference:
         self._texts: dict[tuple[int, int], StreamRedactor] = {}
         self._marks: dict[tuple[int, int], _ReferenceMarks] = {}
         self._fold_from: dict[int, int] = {}
+        #: The blocks fed a delta without a number (their rows may end anywhere).
+        self._unnumbered: set[tuple[int, int]] = set()
         self.unflushed = 0
 
     def feed(self, step: int, index: int, text: str, seq: int | None) -> None:
@@ -80,6 +85,8 @@ class _Reference:
         if marks is None and seq is not None:
             marks = self._marks[key] = _ReferenceMarks()
         stream.feed(text)
+        if seq is None:
+            self._unnumbered.add(key)
         if seq is not None and marks is not None:
             marks.feed(seq, len(text))
         self.unflushed += len(text.encode())
@@ -87,8 +94,9 @@ class _Reference:
     def take(self, turn_id: str | None, *, final: bool) -> list[AppendPartialText]:
         out: list[AppendPartialText] = []
         for key, stream in sorted(self._texts.items()):
-            text = stream.take(final=final)
             marks = self._marks.get(key)
+            whole = not final and marks is not None and key not in self._unnumbered
+            text = stream.take(final=final, ends=marks.pending_ends() if whole else None)
             span = None
             if marks is not None:
                 span = marks.release(marks.unwritten() - stream.held_chars, len(text))
@@ -101,6 +109,7 @@ class _Reference:
         if final:
             self._texts.clear()
             self._marks.clear()
+            self._unnumbered.clear()
         self.unflushed = 0
         return out
 
@@ -162,6 +171,26 @@ def test_buffers_store_what_delta_by_delta_feeding_stores(
                 assert buffers.fold_from(step) == reference.fold_from(step)
         assert buffers.unflushed == reference.unflushed
     assert buffers.take("t", final=True) == reference.take("t", final=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_texts, st.integers(1, 20), st.booleans()), max_size=20))
+# The word in progress ("abcdef") begins inside the delta "d a": the row is "wor".
+@example([("word ab", 3, False), ("cdef", 4, True)])
+def test_each_row_holds_whole_deltas(feeds: list[tuple[str, int, bool]]) -> None:
+    """A flush writes no delta in part, even when the redactor keeps back the end of one:
+    each number a row covers is a whole event (a reader current to the row's last number
+    holds all of that delta), and its last mark is where its text ends."""
+    buffers = TextBuffers(Redactor([r"CORP-[0-9]{6}"]))
+    seq = 100
+    for text, size, flush in feeds:
+        for at in range(0, len(text), size):
+            buffers.feed(0, 0, text[at : at + size], seq)
+            seq += 1
+        if flush:
+            for write in buffers.take("t", final=False):
+                assert write.marks, write
+                assert write.marks[-1] == (write.last_seq, len(write.text)), write
 
 
 def test_marks_are_cut_where_each_delta_ends() -> None:

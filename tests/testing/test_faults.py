@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterable
 from typing import Any
 
@@ -204,3 +205,43 @@ async def test_per_response_delay_still_streams_everything(
     fake_llm.script({"text": "slowly now", "delay": 0.001})
     out = await collect()
     assert out.text == "slowly now"
+
+
+async def test_a_gated_reply_writes_each_frame_when_the_test_lets_it(
+    fake_llm: FakeLLMServer,
+) -> None:
+    fake_llm.script({"text": "one frame at a time", "gate": True})
+    async with httpx2.AsyncClient(timeout=30) as client:
+        body = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
+        async with client.stream("POST", f"{fake_llm.base_url}/v1/messages", json=body) as response:
+            lines = asse_lines(response)
+            texts = []
+            while True:
+                frame = (await asyncio.to_thread(fake_llm.step)).decode()
+                got = []  # what the client reads now is that frame, and only it
+                while not got or got[-1] != "":
+                    got.append(await anext(lines))
+                assert "\n".join(got) + "\n" == frame
+                data = json.loads(frame.split("data: ", 1)[1])
+                texts.append(data.get("delta", {}).get("text", ""))
+                if data["type"] == "message_stop":
+                    break
+    assert "".join(texts) == "one frame at a time"
+    with pytest.raises(TimeoutError):  # nothing is gated any more
+        await asyncio.to_thread(fake_llm.step, 0.05)
+
+
+async def test_stop_ends_a_gated_reply_promptly() -> None:
+    server = FakeLLMServer()
+    server.start()
+    server.script({"text": LONG, "gate": True})
+    async with httpx2.AsyncClient(timeout=30) as client:
+        body = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
+        async with client.stream("POST", f"{server.base_url}/v1/messages", json=body) as response:
+            lines = asse_lines(response)
+            assert (await asyncio.to_thread(server.step)).startswith(b"event: message_start")
+            assert (await anext(lines)).startswith("event: message_start")
+            await asyncio.wait_for(asyncio.to_thread(server.stop), timeout=5)
+            with pytest.raises(httpx2.RemoteProtocolError):
+                async for _line in lines:
+                    pass

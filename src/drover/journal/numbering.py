@@ -219,6 +219,12 @@ class StreamMarks:
         """Raw characters fed but not yet written."""
         return self._fed - self._written
 
+    def pending_ends(self) -> list[int]:
+        """Where each delta not yet written whole ends, in raw characters from the first not
+        written: the places the next row may end so that it holds only whole deltas."""
+        written = self._written
+        return [end - written for end in self._ends] if written else self._ends[:]
+
     def release(
         self, raw_len: int, stored_len: int
     ) -> tuple[int, int, tuple[tuple[int, int], ...] | None] | None:

@@ -32,6 +32,7 @@ from drover.journal.records import (
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
+    Transcript,
     TurnRecord,
 )
 from drover.journal.writes import JournalWrite
@@ -110,6 +111,12 @@ class SessionStore(Protocol):
         self, turn_id: str | None = None, *, session_id: str | None = None
     ) -> list[ToolCallRecord]:
         """The calls of one turn, or of a whole session, in turn, step and call order."""
+        ...
+
+    async def transcript(self, session_id: str) -> Transcript | None:
+        """The session, its turns with their messages, its tool calls, its queued messages
+        and its log's last number, read together: current to exactly that number (None: no
+        such session)."""
         ...
 
 

@@ -194,3 +194,20 @@ class QueuedMessage:
     status: str
     turn_id: str | None
     created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transcript:
+    """A session as one read of the journal saw it (what a client loads before it follows the
+    session's events): its turns with their messages — a step still streaming as its partial
+    message — its tool calls, its queued messages, and ``last_seq``, the highest number its log
+    held then. Everything the events up to ``last_seq`` did is in it and nothing of a later
+    one, so a client that replays the events after ``last_seq`` has everything."""
+
+    session: SessionRecord
+    turns: list[tuple[TurnRecord, list[StoredMessage]]]
+    tool_calls: list[ToolCallRecord]
+    queued: list[QueuedMessage]
+    last_seq: int
+    #: What each running turn used so far, as its last ``usage`` event says.
+    running_usage: dict[str, Usage]

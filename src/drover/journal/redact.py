@@ -22,13 +22,15 @@ raw tail back for the next flush. The tail starts at the earliest of:
 The written prefix is redacted with the matches found in the *whole* buffer, so a secret is
 always redacted in one piece. The final flush of a block (its message ended) writes the rest,
 redacting an unterminated key block to the end. The cost is that a reload in mid-stream shows
-the text up to the last key-like run of characters.
+the text up to the last key-like run of characters (the journal, which writes whole deltas,
+passes the places its deltas end: up to the delta that run begins in).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
@@ -172,11 +174,12 @@ class Redactor:
         spans = [(rs, re_) for _, _, rs, re_ in self._matches(text) if re_ > rs]
         return self._apply(text, spans)
 
-    def redact_prefix(self, text: str) -> tuple[str, int]:
+    def redact_prefix(self, text: str, ends: Sequence[int] | None = None) -> tuple[str, int]:
         """Redact the longest prefix of a growing text that no later text can change.
 
         Returns the redacted prefix and the length of raw text it covers; the caller keeps
-        ``text[cut:]`` and prepends it to what arrives next.
+        ``text[cut:]`` and prepends it to what arrives next. ``ends`` (increasing offsets):
+        the only places the prefix may end, besides 0 (a journal writes whole deltas).
         """
         n = len(text)
         run = n
@@ -195,13 +198,15 @@ class Redactor:
             m = opening.search(text)
             if m is not None:
                 cut = min(cut, m.start())
+        if ends is not None:
+            cut = _at_or_before(ends, cut)
         matches = self._matches(text)
         moved = True
         while moved:
             moved = False
             for start, end, _, _ in matches:
                 if start < cut and (end > cut or end == n):
-                    cut, moved = start, True
+                    cut, moved = start if ends is None else _at_or_before(ends, start), True
         spans = [(rs, re_) for _, end, rs, re_ in matches if end <= cut and re_ > rs]
         return self._apply(text[:cut], spans), cut
 
@@ -267,6 +272,12 @@ class Redactor:
                 assert_never(block)
 
 
+def _at_or_before(ends: Sequence[int], cut: int) -> int:
+    """The greatest of ``ends`` (increasing) not past ``cut``; 0 when none is."""
+    i = bisect_right(ends, cut)
+    return ends[i - 1] if i else 0
+
+
 class StreamRedactor:
     """Buffers one text stream and hands out redacted text that is safe to write."""
 
@@ -288,13 +299,15 @@ class StreamRedactor:
         """Raw characters kept back by the last :meth:`take`."""
         return len(self._held)
 
-    def take(self, *, final: bool = False) -> str:
-        """Redacted text ready to write; ``final`` releases the held tail too."""
+    def take(self, *, final: bool = False, ends: Sequence[int] | None = None) -> str:
+        """Redacted text ready to write; ``final`` releases the held tail too. ``ends``: where
+        what is written may end, in offsets of the raw text held and fed since (see
+        :meth:`Redactor.redact_prefix`)."""
         buffered = self._held + "".join(self._chunks)
         self._chunks.clear()
         if final:
             self._held = ""
             return self._redactor.redact(buffered)
-        out, cut = self._redactor.redact_prefix(buffered)
+        out, cut = self._redactor.redact_prefix(buffered, ends)
         self._held = buffered[cut:]
         return out

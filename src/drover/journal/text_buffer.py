@@ -1,17 +1,19 @@
 """The streamed text a journal holds until a gate flushes it.
 
-:class:`TextBuffers` keeps, per (step, block), the text of the live deltas not written yet —
-through a :class:`~drover.journal.redact.StreamRedactor`, which keeps back a tail that could be
-the start of a secret — with the numbers those deltas were published under
-(:class:`~drover.journal.numbering.StreamMarks`). A delta is only appended, raw, to its block:
-the stream and the marks take a flush's deltas in one batch, when it takes them (a step streams
-a few hundred deltas and flushes a few times). A flush takes what is safe to write as
-:class:`~drover.journal.writes.AppendPartialText` writes, each with the numbers it covers and
-where each delta ends. It also remembers, per step, the first number of the text rows written
-(a finished step's rows are folded into its message from there, see :mod:`drover.journal.fold`).
-Nothing fed is ever dropped unwritten: a finished message or a discarding retry takes the
-rest of the text first, so every number a live client saw is in some row. The gates
-themselves are the journal's.
+:class:`TextBuffers` keeps, per (step, block), the text of the live deltas not written yet — through
+a :class:`~drover.journal.redact.StreamRedactor`, which keeps back a tail that could be the start of
+a secret — with the numbers those deltas were published under
+(:class:`~drover.journal.numbering.StreamMarks`). A delta is only appended, raw, to its block: the
+stream and the marks take a flush's deltas in one batch, when it takes them (a step streams a few
+hundred deltas and flushes a few times). A flush takes what is safe to write as
+:class:`~drover.journal.writes.AppendPartialText` writes, each with the numbers it covers and where
+each delta ends — whole deltas only: when the redactor keeps back the end of a delta, the whole
+delta waits for the next flush. So every number a row covers is a whole event, and a reader whose
+text is current to a row's last number (a snapshot) has all of that delta. It also remembers, per
+step, the first number of the text rows written (a finished step's rows are folded into its message
+from there, see :mod:`drover.journal.fold`). Nothing fed is ever dropped unwritten: a finished
+message or a discarding retry takes the rest of the text first, so every number a live client saw is
+in some row. The gates themselves are the journal's.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ class _Block:
     """One block's buffered text: the deltas fed since the last take, raw, then — once a take
     needs them — its stream redactor and its marks."""
 
-    __slots__ = ("marks", "raw", "stream")
+    __slots__ = ("marks", "numbered", "raw", "stream")
 
     def __init__(self, redactor: Redactor) -> None:
         self.raw: list[tuple[int | None, str]] = []
         self.stream = StreamRedactor(redactor)
         self.marks: StreamMarks | None = None
+        #: Whether every delta fed had a number (the marks then count all of the text).
+        self.numbered = True
 
     def settle(self) -> None:
         """Hand the raw deltas to the stream and the marks, as one batch.
@@ -44,6 +48,7 @@ class _Block:
         raw.clear()
         self.stream.feed("".join(texts))
         if None in seqs:  # (only when numbering failed: the store numbers the rows then)
+            self.numbered = False
             numbered = [
                 (seq, text) for seq, text in zip(seqs, texts, strict=True) if seq is not None
             ]
@@ -92,7 +97,12 @@ class TextBuffers:
         for key, block in sorted(self._blocks.items()):
             block.settle()
             stream, marks = block.stream, block.marks
-            text = stream.take(final=final)
+            # A row holds whole deltas only, so that each number it covers is a whole event:
+            # a snapshot current to a row's last number holds all of that delta's text.
+            ends = None
+            if not final and marks is not None and block.numbered:
+                ends = marks.pending_ends()
+            text = stream.take(final=final, ends=ends)
             span = None
             if marks is not None:
                 span = marks.release(marks.unwritten() - stream.held_chars, len(text))

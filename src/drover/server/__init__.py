@@ -156,10 +156,13 @@ With traces on (``--otel`` or the ``OTEL_*`` variables, :mod:`drover.telemetry`)
 [PermissionRequest data], "queued": [{"message_id", "content", "created_at"}]}``
 (``forked_from``/``forked_turn``: for a fork, the source session and the last turn copied from
 it, else null; ``queued``: the messages waiting, in run order) where
-``last_event_id`` is the sequence number the snapshot is current to (stream from there with
-``?after=``) and ``Turn`` is ``{"id", "seq", "status", "reason", "error", "discarded",
-"rewound", "created_at", "ended_at", "usage": Usage|null, "user_message": Message|null, "messages":
-[{"seq", "partial", "message": Message}], "tool_calls": [ToolCall]}`` (``Usage`` as in the
+``last_event_id`` is the sequence number the snapshot is current to, exactly: it holds what
+every event up to that number did (a step still streaming shows its text up to the end of a
+delta, never part of one) and nothing of a later one, so streaming from there with ``?after=``
+gives everything else once; and ``Turn`` is ``{"id", "seq", "status", "reason", "error",
+"discarded", "rewound", "created_at", "ended_at", "usage": Usage|null, "user_message":
+Message|null, "messages": [{"seq", "partial", "message": Message}], "tool_calls":
+[ToolCall]}`` (``Usage`` as in the
 terminal events; while the turn runs, what it used so far with ``"partial": true``, or null
 before its first model call reported; ``discarded``: the user dropped the turn's unfinished
 work; ``rewound``: a rewind undid the turn — it stays, and is discarded too);

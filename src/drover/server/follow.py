@@ -87,8 +87,7 @@ class Follower:
         out: Batch = []
         for reset in (False, True):
             rows = await store.events_after(self.record.id, max(after - 1, 0))
-            # After a reset the reader holds the snapshot: everything up to its number, the
-            # start of a delta still being written included.
+            # After a reset the reader holds the snapshot: everything up to its number.
             plan = backlog(after, rows, self.feed, snapshot=reset or not exact)
             if not plan.reset:
                 for frame in plan.frames:

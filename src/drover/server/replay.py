@@ -2,17 +2,19 @@
 
 The log's rows cover ranges of numbers (:class:`~drover.journal.records.EventRecord`): a coalesced
 ``text_delta`` row holds the text of several live deltas and marks where each ends, so it is
-cut back into one event per delta here, and a replay can start after any of them. Text after a
-row's last mark belongs to a delta that ends in a later row of the same block; it is carried
-into that row's first piece. Deltas the journal has not flushed yet come from the feed's ring.
+cut back into one event per delta here, and a replay can start after any of them. (A row holds
+whole deltas; one an older version wrote may end inside a delta: the text after its last mark
+belongs to a delta that ends in a later row of the same block, and is carried into that row's
+first piece.) Deltas the journal has not flushed yet come from the feed's ring; a delta whose
+text a logged event holds with others' (a row redaction changed) is served there, once.
 Each frame's ``prev`` is the number of the event before it in what is served: the log's
 order, with the ring's frames (which carry the ``prev`` they were published with) among them.
 
-A client id is *continuable* when it is 0, still in the ring, or the number of a whole event
-the log holds — a row's own number, or a delta that ends in a text row (a mark). Anything
-else — a number lost with a crashed process (a hole below the numbers recovery used, or the
-last delta of a flush that held only its start), one ahead of everything that survived, or one
-inside a row that redaction made uncuttable — gets a ``reset`` with the durable snapshot:
+A client id is *continuable* when it is 0, still in the ring, or the number of a whole event the log
+holds — a row's own number, or a delta that ends in a text row (a mark). Anything else — a number
+lost with a crashed process (a hole below the numbers recovery used, or, in a log an older version
+wrote, the last delta of a flush that held only its start), one ahead of everything that survived,
+or one inside a row that redaction made uncuttable — gets a ``reset`` with the durable snapshot:
 never a silent skip.
 """
 
@@ -58,14 +60,17 @@ def continuable(after: int, rows: Sequence[EventRecord], feed: SessionFeed | Non
     return any(_cuttable_at(row, after) for row in rows)
 
 
-def _entries(rows: Sequence[EventRecord]) -> list[_Entry]:
+def _entries(rows: Sequence[EventRecord]) -> tuple[list[_Entry], list[tuple[int, int]]]:
     """Every event the rows hold, coalesced text rows cut back into their deltas, in number
-    order. A text row without marks (redaction changed its length) is one event under its
-    last number — with the start of its last delta, which a next row of its block may go
-    on with: then the two are that delta's one event."""
+    order; and the spans ``(first, last)`` of numbers one such event holds the text of (a
+    text row without marks, or redacted to another length and marked at its end only). A text
+    row without marks (redaction changed its length) is one event under its last number — with
+    the start of its last delta, which a next row of its block may go on with: then the two
+    are that delta's one event."""
     out: list[_Entry] = []
+    spans: list[tuple[int, int]] = []
     carry: dict[tuple[str | None, Any, Any], str] = {}
-    opaque: dict[tuple[str | None, Any, Any], tuple[int, str]] = {}
+    opaque: dict[tuple[str | None, Any, Any], tuple[int, str, int]] = {}
     for row in rows:
         payload = row.payload
         if row.type != "text_delta":
@@ -78,21 +83,30 @@ def _entries(rows: Sequence[EventRecord]) -> list[_Entry]:
         held = opaque.pop(key, None)
         if held is not None and held[0] != row.seq:  # (its last delta ended in it)
             out.append((held[0], held[1], template, None))
+            spans.append((held[2], held[0]))
             held = None
-        pending, start = carry.pop(key, "") if held is None else held[1], 0
+        if held is None:
+            pending, low = carry.pop(key, ""), row.seq
+        else:
+            _, pending, low = held
         if row.marks is None:
-            opaque[key] = (row.end_seq, pending + text)
+            opaque[key] = (row.end_seq, pending + text, low)
             continue
+        start = 0
         for seq, end in row.marks:
             piece, pending, start = pending + text[start:end], "", end
             if piece:
                 out.append((seq, piece, template, None))
+                if low < seq:
+                    spans.append((low, seq))
+            low = seq + 1
         if start < len(text):
             carry[key] = pending + text[start:]
-    for (turn_id, step, index), (seq, text) in opaque.items():
+    for (turn_id, step, index), (seq, text, low) in opaque.items():
         out.append((seq, text, text_template(index, step, turn_id), None))
+        spans.append((low, seq))
     out.sort(key=_first)
-    return out
+    return out, spans
 
 
 def _first(entry: _Entry) -> int:
@@ -110,7 +124,7 @@ def expand(rows: Sequence[EventRecord], after: int) -> list[Frame]:
     """The log's events numbered above ``after`` as frames, coalesced text rows cut back into
     their deltas, in number order; ``prev`` from the order of the rows (``after`` for the
     first when no row holds an event at or below it)."""
-    return _merged(_entries(rows), [], after)
+    return _merged(_entries(rows)[0], [], after)
 
 
 def backlog(
@@ -121,10 +135,16 @@ def backlog(
     everything up to it — served from there whatever the row it falls in."""
     if not snapshot and not continuable(after, rows, feed):
         return Backlog(frames=[], reset=True)
-    entries = _entries(rows)
+    entries, spans = _entries(rows)
     live = [] if feed is None else feed.after(after)
     if live:
         logged = {entry[0] for entry in entries}
+        # (a delta whose text a logged event holds with others': served there, not twice)
+        logged.update(
+            frame.seq
+            for frame in live
+            if frame.type == "text_delta" and any(low <= frame.seq <= high for low, high in spans)
+        )
         live = [frame for frame in live if frame.seq not in logged]
     return Backlog(frames=_merged(entries, live, after), reset=False)
 

@@ -2,9 +2,12 @@
 
 It is read from the store, so it shows what survives a crash: turns with their status, their
 messages (partial text included), each tool call in its latest state, and a running turn's
-usage so far (``partial``), from its last ``usage`` event. ``last_event_id`` is
-the number the snapshot is current to; it is read before and after the transcript and the read
-repeated when a write slipped in between, so the two agree.
+usage so far (``partial``), from its last ``usage`` event. ``last_event_id`` is the number
+the snapshot is current to, exactly: everything is read in one snapshot of the journal
+(:meth:`~drover.journal.protocol.SessionStore.transcript`), and the journal writes streamed
+text in whole deltas, so the partial text runs to the end of the delta numbered
+``last_event_id`` when that is a delta (or to an earlier one's), never into the middle of one.
+A client that replays the events after it (``GET …/events?after=``) has everything, once.
 """
 
 from __future__ import annotations
@@ -12,11 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from drover.journal.protocol import Store
-from drover.journal.records import QueuedMessage, SessionRecord, ToolCallRecord
+from drover.journal.records import QueuedMessage, SessionRecord, ToolCallRecord, Transcript
 from drover.messages import message_to_dict
-
-#: Reads of a session being written before the snapshot is taken as it is.
-_ATTEMPTS = 5
 
 
 def session_summary(record: SessionRecord, running_turn_id: str | None) -> dict[str, Any]:
@@ -44,20 +44,24 @@ def _call(call: ToolCallRecord) -> dict[str, Any]:
     }
 
 
-async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
+def _turns(read: Transcript) -> list[dict[str, Any]]:
     calls: dict[str, list[dict[str, Any]]] = {}
-    for call in await store.tool_calls(session_id=session_id):
+    for call in read.tool_calls:
         calls.setdefault(call.turn_id, []).append(_call(call))
     turns = []
-    for turn in await store.turns(session_id):
+    for turn, stored in read.turns:
         messages = [
             {
                 "seq": m.seq,
                 "partial": m.partial,
                 "message": message_to_dict(m.message, image_data=False),
             }
-            for m in await store.turn_messages(turn.id)
+            for m in stored
         ]
+        usage = turn.usage
+        if usage is None:
+            # What it used so far (a page reloaded mid-turn keeps showing it).
+            usage = read.running_usage.get(turn.id)
         turns.append(
             {
                 "id": turn.id,
@@ -69,7 +73,7 @@ async def _transcript(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "rewound": turn.rewound,
                 "created_at": turn.created_at,
                 "ended_at": turn.ended_at,
-                "usage": None if turn.usage is None else turn.usage.to_dict(),
+                "usage": None if usage is None else usage.to_dict(),
                 "user_message": (
                     None
                     if turn.user_message is None
@@ -89,28 +93,26 @@ async def snapshot(
     running_turn_id: str | None,
     pending_permissions: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    last = await store.last_event_seq(record.id)
-    for _ in range(_ATTEMPTS):
-        turns = await _transcript(store, record.id)
-        queued = [_queued(m) for m in await store.queued_messages(record.id)]
-        now = await store.last_event_seq(record.id)
-        if now == last:
-            break
-        last = now
-    for turn in turns:
-        if turn["status"] == "running" and turn["usage"] is None:
-            # What it used so far (a page reloaded mid-turn keeps showing it).
-            so_far = await store.running_usage(record.id, turn["id"])
-            turn["usage"] = None if so_far is None else so_far.to_dict()
-    fresh = await store.get_session(record.id) or record
+    read = await store.transcript(record.id)
+    if read is None:  # (deleted meanwhile: what the caller found, empty)
+        return {
+            **session_summary(record, running_turn_id),
+            "forked_from": record.forked_from,
+            "forked_turn": record.forked_turn,
+            "last_event_id": 0,
+            "turns": [],
+            "pending_permissions": pending_permissions,
+            "queued": [],
+        }
+    fresh = read.session
     return {
         **session_summary(fresh, running_turn_id),
         "forked_from": fresh.forked_from,
         "forked_turn": fresh.forked_turn,
-        "last_event_id": last,
-        "turns": turns,
+        "last_event_id": read.last_seq,
+        "turns": _turns(read),
         "pending_permissions": pending_permissions,
-        "queued": queued,
+        "queued": [_queued(m) for m in read.queued],
     }
 
 

@@ -31,6 +31,7 @@ from drover.journal.records import (
     SessionRecord,
     StoredMessage,
     ToolCallRecord,
+    Transcript,
     TurnRecord,
 )
 from drover.journal.writes import JournalWrite
@@ -42,6 +43,7 @@ from drover.store import (
     sql_outbox,
     sql_queue,
     sql_sessions,
+    sql_transcript,
     sql_turns,
     sql_work,
     turn_traces,
@@ -195,6 +197,10 @@ class SqlStore:
         self, session_id: str
     ) -> list[tuple[TurnRecord, list[StoredMessage]]]:
         plan = sql_turns.turns_with_messages(session_id, self._clock())
+        return await self.connection.perform(plan, "snapshot")
+
+    async def transcript(self, session_id: str) -> Transcript | None:
+        plan = sql_transcript.transcript(self.dialect, session_id, self._clock())
         return await self.connection.perform(plan, "snapshot")
 
     async def tool_calls(

@@ -9,10 +9,11 @@ frames written one by one with the scripted delay and fault: an error frame (``e
 an abrupt close (``drop_after``) or silence until the client leaves or the server stops
 (``stall_after``, or ``hang`` before even the status line). A ``raw`` response is recorded
 bytes, cut into SSE frames and written the same way with its own status and content type,
-whatever the request asked for.
+whatever the request asked for. A gated reply (``gate: true``) writes each frame only once the
+test's thread lets it (:class:`FrameGate`).
 
-The :class:`Ledger` is the only state shared with the thread that owns the server, so it alone
-takes a lock. Rendering runs on the server's event loop.
+The :class:`Ledger` and the :class:`FrameGate` are the only state shared with the thread that
+owns the server, so they alone take a lock. Rendering runs on the server's event loop.
 """
 
 from __future__ import annotations
@@ -193,20 +194,87 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-class _Pacing:
-    """The scripted per-event delay, and the server's stop, which cuts any reply short."""
+class FrameGate:
+    """What lets the frames of a gated reply (``gate: true``) go, one at a time: the permits the
+    test gave (:meth:`step`, from its own thread) and the frames sent since."""
 
-    def __init__(self, delay: float, stopping: asyncio.Event) -> None:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._permits = 0
+        self._sent: list[bytes] = []
+        # The reply waiting for a permit: its loop and the event that wakes it.
+        self._waiting: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    async def take(self, stopping: asyncio.Event) -> None:
+        """Until the test lets one more frame go (raise :class:`DroppedConnection` if the
+        server stops meanwhile)."""
+        while not stopping.is_set():
+            with self._cond:
+                if self._permits:
+                    self._permits -= 1
+                    return
+                ready = asyncio.Event()
+                self._waiting = (asyncio.get_running_loop(), ready)
+            await _first(ready, stopping)
+        raise DroppedConnection("server stopping")
+
+    def sent(self, frame: bytes) -> None:
+        with self._cond:
+            self._sent.append(frame)
+            self._cond.notify_all()
+
+    def step(self, timeout: float) -> bytes:
+        """Let the next frame go; it, once written. ``TimeoutError`` when none was within
+        ``timeout`` seconds (no gated reply is under way)."""
+        with self._cond:
+            count = len(self._sent)
+            self._permits += 1
+            waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            loop, ready = waiting
+            with contextlib.suppress(RuntimeError):  # (the loop closed: the server stopped)
+                loop.call_soon_threadsafe(ready.set)
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._sent) > count, timeout):
+                self._permits = max(self._permits - 1, 0)
+                raise TimeoutError(f"no gated frame was written in {timeout:g} s")
+            return self._sent[count]
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+class _Pacing:
+    """The scripted per-event delay, the gate of a gated reply, and the server's stop, which
+    cuts any reply short."""
+
+    def __init__(self, delay: float, stopping: asyncio.Event, gate: FrameGate | None) -> None:
         self._delay = delay
         self._stopping = stopping
+        self._gate = gate
 
     async def pause(self) -> None:
-        """Wait the delay; raise :class:`DroppedConnection` if the server stops meanwhile."""
+        """Wait the delay, and the gate's permit; raise :class:`DroppedConnection` if the
+        server stops meanwhile."""
         if self._delay > 0 and not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self._delay)
+        if self._gate is not None:
+            await self._gate.take(self._stopping)
         if self._stopping.is_set():
             raise DroppedConnection("server stopping")
+
+    def sent(self, frame: bytes) -> None:
+        """``frame`` was written (the gate tells the test)."""
+        if self._gate is not None:
+            self._gate.sent(frame)
 
     async def stall(self, receive: Receive) -> None:
         """Say nothing until the client leaves (return) or the server stops (raise)."""
@@ -255,6 +323,7 @@ class _StreamReply:
         for frame in frames[:sent]:
             await self._pacing.pause()
             await send({"type": "http.response.body", "body": frame, "more_body": True})
+            self._pacing.sent(frame)
         if script.stall_after is not None:
             await self._pacing.stall(receive)
             return
@@ -265,6 +334,8 @@ class _StreamReply:
             await self._pacing.pause()
             tail = self._rendered.error_frame(sent)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        if tail:
+            self._pacing.sent(tail)
         if cut is None:
             self._rendered.on_complete()
 
@@ -291,6 +362,7 @@ class _ObjectReply:
             await send({"type": "http.response.body", "body": half, "more_body": True})
             raise DroppedConnection(f"drop_after {self._script.drop_after}")
         await send({"type": "http.response.body", "body": body, "more_body": False})
+        self._pacing.sent(body)
         self._rendered.on_complete()
 
 
@@ -307,9 +379,12 @@ class _Hang:
 class FakeLLMApp:
     """The ASGI app; ``stopping`` is set when the server shuts down (it ends stalled replies)."""
 
-    def __init__(self, ledger: Ledger, stopping: asyncio.Event) -> None:
+    def __init__(
+        self, ledger: Ledger, stopping: asyncio.Event, gate: FrameGate | None = None
+    ) -> None:
         self._ledger = ledger
         self._stopping = stopping
+        self._gate = gate or FrameGate()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -368,7 +443,7 @@ class FakeLLMApp:
         if script.http_error is not None:
             return _JsonReply(wire.http_error(script.http_error, ctx))
         delay = script.delay if script.delay is not None else ctx.options.delay
-        pacing = _Pacing(delay, self._stopping)
+        pacing = _Pacing(delay, self._stopping, self._gate if script.gate else None)
         if script.hang:
             return _Hang(pacing)
         overflow = script.context_overflow

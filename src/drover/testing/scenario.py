@@ -15,6 +15,7 @@ A scenario is a JSON or YAML file, or the equivalent Python data::
       - {text: "cut short", error_after: 5, error: {type: overloaded_error}}
       - {raw: recordings/tool-use.sse, delay: 0.01}
       - {hang: true}                       # no status line at all: a server that never answers
+      - {text: "one frame at a time", gate: true}   # each frame waits for server.step()
       - {raw_text: "data: [DONE]\\n\\n", content_type: text/event-stream, status: 200}
 
 ``raw`` replays a recorded reply: the bytes of the file (a path relative to the scenario file's
@@ -27,6 +28,11 @@ and ``error_after: N`` (the protocol's error event after N frames), ``drop_after
 ``stall_after: N`` count frames. The request is still recorded and validated first; a raw reply
 is never stored for a Responses ``previous_response_id``. ``raw``/``raw_text`` cannot be combined
 with the keys that describe a rendered reply (``text``, ``tool_calls``, ``usage``, …).
+
+``gate: true`` holds each frame of the reply (a reply that is not a stream: its body) until the
+test lets it go with :meth:`FakeLLMServer.step <drover.testing.server.FakeLLMServer.step>`,
+which returns the frame once it is written: the test knows, at every moment, exactly what the
+client was sent (one gated reply at a time).
 
 ``context_overflow`` answers as each API does when the prompt does not fit the context window:
 Anthropic's 400 "prompt is too long: N tokens > M maximum", Chat Completions' 400 with code
@@ -173,6 +179,8 @@ class ScriptedResponse:
     #: Send nothing, not even the status line, until the client leaves or the server stops.
     hang: bool = False
     delay: float | None = None
+    #: Each frame waits until the test lets it go (:meth:`FakeLLMServer.step`).
+    gate: bool = False
     quirks: frozenset[str] = frozenset()
     raw: RawReply | None = None
 
@@ -484,6 +492,7 @@ def _parse_response(data: object, where: str, base_dir: Path | None = None) -> S
         stall_after=_opt_int(raw.get("stall_after"), f"{where}.stall_after"),
         hang=_bool(raw.get("hang", False), f"{where}.hang"),
         delay=None if raw.get("delay") is None else _seconds(raw["delay"], f"{where}.delay"),
+        gate=_bool(raw.get("gate", False), f"{where}.gate"),
         quirks=_parse_quirks(raw.get("quirks", []), f"{where}.quirks"),
         raw=raw_reply,
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from drover.testing.app import DroppedConnection, FakeLLMApp, Ledger, RecordedRequest
+from drover.testing.app import DroppedConnection, FakeLLMApp, FrameGate, Ledger, RecordedRequest
 from drover.testing.scenario import Scenario, ScriptedResponse, load_scenario
 
 _START_TIMEOUT = 10.0
@@ -121,6 +121,7 @@ class FakeLLMServer:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._log_filter = _HideDroppedConnections()
+        self._gate = FrameGate()
 
     # --- addresses -----------------------------------------------------------------------------
 
@@ -162,6 +163,12 @@ class FakeLLMServer:
     @property
     def unexpected(self) -> list[str]:
         return self._ledger.snapshot()[2]
+
+    def step(self, timeout: float = 10.0) -> bytes:
+        """Let the next frame of the gated reply under way (``gate: true``) go; its bytes, once
+        written to the client. Raises ``TimeoutError`` when none was written in ``timeout``
+        seconds."""
+        return self._gate.step(timeout)
 
     @property
     def remaining(self) -> int:
@@ -246,7 +253,7 @@ class FakeLLMServer:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         config = uvicorn.Config(
-            FakeLLMApp(self._ledger, self._stopping),
+            FakeLLMApp(self._ledger, self._stopping, self._gate),
             lifespan="off",
             http="h11",
             log_config=None,

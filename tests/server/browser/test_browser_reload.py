@@ -1,18 +1,23 @@
 """Reloading the page in the middle of a turn shows the true state and goes on live: while
-text streams (the gate proxy holds the model's reply mid-text), while a tool runs (a bash
-call that waits for a file the test creates), and while a permission prompt waits. Each ends
-with the page showing exactly the transcript the server stores."""
+text streams (the gate proxy holds the model's reply mid-text; the model, gated, stops
+between any two chunks of a word), while a tool runs (a bash call that waits for a file the
+test creates), and while a permission prompt waits. Each ends with the page showing exactly
+the transcript the server stores."""
 
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx2
 from playwright.sync_api import Page, expect
 
 from drover.testing.server import FakeLLMServer
 
+from ..support import BOUND, TERMINAL, Sse, model_texts, read_events
 from .harness import (
     DroverServe,
     GateProxy,
@@ -66,6 +71,91 @@ def test_reload_while_text_streams(
     expect_status(page, "completed")
     expect(last_text(page)).to_have_text(ANSWER)
     expect(last_text(page)).to_have_attribute("data-partial", "false")
+    assert_page_shows_stored_transcript(page, server, session_id)
+    assert not page.script_errors  # type: ignore[attr-defined]
+
+
+#: Words the fake model's 8-character chunks cut anywhere (the issue's "sentence sentence").
+WORDS = (
+    "seven eight nine ten, a sentence sentence sentence about the keeper, then eleven "
+    "twelve thirteen words more and the sentence sentence ends here"
+)
+#: After how many of its text chunks the page is reloaded.
+RELOADS = (3, 5, 8, 12, 17)
+
+
+class Published:
+    """The numbers of the session's text deltas as the server publishes them (a client that
+    follows the session's events, in a thread of its own)."""
+
+    def __init__(self, server: DroverServe, session_id: str) -> None:
+        self.ids: list[int] = []
+        self._seen = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._follow, args=(server.url, session_id), daemon=True
+        )
+        self._thread.start()
+
+    def _follow(self, url: str, session_id: str) -> None:
+        with httpx2.Client(base_url=url, timeout=BOUND) as client:
+            read_events(client, session_id, after=0, until=self._see)
+
+    def _see(self, ev: Sse, got: list[Sse]) -> bool:
+        if ev.event == "text_delta":
+            with self._seen:
+                self.ids.append(ev.id or 0)
+                self._seen.notify_all()
+        return ev.event in TERMINAL
+
+    def wait(self, count: int) -> list[int]:
+        with self._seen:
+            assert self._seen.wait_for(lambda: len(self.ids) >= count, BOUND)
+            return list(self.ids)
+
+    def close(self) -> None:
+        self._thread.join(BOUND)
+
+
+def flushed_to(server: DroverServe, session_id: str, seq: int) -> None:
+    """Wait until the journal has written the running answer's text to event ``seq``."""
+    deadline = time.monotonic() + BOUND
+    while int(server.snapshot(session_id)["last_event_id"]) < seq:
+        assert time.monotonic() < deadline, f"the journal never wrote event {seq}"
+        time.sleep(0.05)  # the journal flushes on its 250 ms timer: look again
+
+
+def test_reloads_mid_answer_show_every_word_whole(
+    page: Page, fake_llm: FakeLLMServer, serve: Callable[..., DroverServe]
+) -> None:
+    """The page reloaded at chosen moments of an answer (the model gated, the journal's text
+    written up to the word in progress) shows the text the model sent so far, each word whole,
+    and goes on live to the answer."""
+    fake_llm.script({"text": WORDS, "gate": True})
+    server = serve(fake_llm.base_url)
+    session_id = new_session(page, server)
+    send(page, "tell me about the keeper")
+    published = Published(server, session_id)
+    texts = model_texts(fake_llm)
+    fed, chunks = "", 0
+    for reload_at in RELOADS:
+        while chunks < reload_at:
+            piece = next(texts)
+            fed += piece
+            chunks += bool(piece)
+        expect(last_text(page)).to_have_text(fed)
+        # The word in progress spans at most the last two chunks: the journal has written
+        # the text before it (its timer) — a row may end anywhere near the word it holds back.
+        flushed_to(server, session_id, published.wait(chunks)[-3])
+        page.reload()
+        expect(last_text(page)).to_have_text(fed)
+        expect(page.locator("#transcript .block.text")).to_have_count(1)
+        expect_status(page, "running")
+    for piece in texts:
+        fed += piece
+    assert fed == WORDS
+    expect_status(page, "completed")
+    expect(last_text(page)).to_have_text(WORDS)
+    published.close()
     assert_page_shows_stored_transcript(page, server, session_id)
     assert not page.script_errors  # type: ignore[attr-defined]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +22,6 @@ from ..support import Served
 from .support import GATE_OUTPUT, GATED, Gate, gated_turn, long_text
 
 WRITE = {"name": "write_file", "input": {"path": "out.txt", "content": "hello"}}
-
-
-@pytest.fixture
-def sdk() -> Iterator[Callable[[Served], openai.OpenAI]]:
-    """``sdk(server)``: an OpenAI client of the server's ``/v1`` (closed at teardown)."""
-    clients: list[openai.OpenAI] = []
-
-    def make(server: Served) -> openai.OpenAI:
-        clients.append(openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0))
-        return clients[-1]
-
-    yield make
-    for client in clients:
-        client.close()
 
 
 def _dump(events: Iterable[Any]) -> list[dict[str, Any]]:
