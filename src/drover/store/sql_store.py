@@ -16,7 +16,7 @@ stores (:mod:`drover.store.sqlite`, :mod:`drover.store.postgres`) only build one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -351,10 +351,12 @@ class SqlStore:
         await self.connection.perform(sql_gc.vacuum(self.dialect), "read")
 
     async def claim_deliveries(
-        self, claimer: str, hold_seconds: float, limit: int = 16
+        self, claimer: str, hold_seconds: float, limit: int = 16, *, busy: Collection[str] = ()
     ) -> list[Delivery]:
         now = self._clock()
-        plan = sql_outbox.claim_due(self.dialect, claimer, now, hold_seconds, limit, owner_alive)
+        plan = sql_outbox.claim_due(
+            self.dialect, claimer, now, hold_seconds, limit, owner_alive, busy
+        )
         return await self.connection.perform(plan, "write")
 
     async def settle_delivery(
