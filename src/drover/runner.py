@@ -191,20 +191,25 @@ class Runner:
         session_id: str | None = None,
         continue_latest: bool = False,
         owner: str | None = None,
-    ) -> SessionRecord:
+    ) -> tuple[SessionRecord, bool]:
+        """The session to run turns on, and whether opening it created it: ``session_id``'s
+        (created for ``owner`` when new, atomically: two openers of one new id get the one
+        session, whose owner is its creator's — see its ``owner``), the latest of ``workdir``
+        (``continue_latest``), or a new one."""
         if session_id is not None:
             record = await self.store.get_session(session_id)
             if record is not None:
-                return record
-            return await self.store.create_session(
-                session_id=session_id, workdir=str(workdir), model=model, owner=owner
+                return record, False
+            return await self.store.open_session(
+                session_id, workdir=str(workdir), model=model, owner=owner
             )
         if continue_latest:
             record = await self.store.latest_session(str(workdir))
             if record is None:
                 raise DroverError(f"no session to continue in {workdir}")
-            return record
-        return await self.store.create_session(workdir=str(workdir), model=model, owner=owner)
+            return record, False
+        record = await self.store.create_session(workdir=str(workdir), model=model, owner=owner)
+        return record, True
 
     async def agent_session(
         self,

@@ -1,5 +1,6 @@
 """Fixtures of the server tests: ``serve`` starts a real ``drover serve`` on the fake LLM,
-``proxied`` one behind a real nginx."""
+``proxied`` one behind a real nginx; ``pg_url`` is a PostgreSQL journal of the test's own
+(one throwaway cluster for the run, started by the first test that asks)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.pg import pg_cluster, pg_database, pg_url
 
 from drover.testing.server import FakeLLMServer
 
 from .nginx import PUBLIC_NAME, Proxied, certificates, nginx_binary, start_nginx
 from .support import Served, clean_env, start_server
+
+__all__ = ["pg_cluster", "pg_database", "pg_url"]  # (fixtures, shared with the store suite)
 
 
 @pytest.fixture

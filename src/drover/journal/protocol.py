@@ -50,6 +50,14 @@ class SessionStore(Protocol):
         owner: str | None = None,
     ) -> SessionRecord: ...
 
+    async def open_session(
+        self, session_id: str, *, workdir: str, model: str, owner: str | None = None
+    ) -> tuple[SessionRecord, bool]:
+        """The session ``session_id`` (an id a client chose), made with these fields when
+        none is stored — in one transaction, the owner with it — and whether it was made now:
+        callers racing to make one id all get the one session, and see its real owner."""
+        ...
+
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
     async def list_sessions(

@@ -286,7 +286,9 @@ another token's chats and responses are not found), the body limit and JSON rule
 
 *The AI SDK* (``useChat`` with ``DefaultChatTransport``, protocol v1, header
 ``x-vercel-ai-ui-message-stream: v1``; :mod:`.ai_sdk` lists the chunks). The chat id is the
-session id (created for the token on its first message). Only the last posted message is new:
+session id (created for the token on its first message, in one step with its owner: of two
+first messages at once only one starts the chat; the other is answered as if it came a moment
+later — 409 from the same token, 404 from another). Only the last posted message is new:
 a user message's text parts start a turn; an assistant message carrying ``approval-responded``
 tool parts answers those permission questions of the chat's latest answer (``approvalId`` is
 the request id) and continues it. The earlier messages must be the chat's own: its user

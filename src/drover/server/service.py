@@ -130,6 +130,16 @@ class Service:
     async def create_session(self, owner: str | None) -> SessionRecord:
         return (await self.agent.session(owner=owner)).record
 
+    async def open_session(self, session_id: str, owner: str | None) -> SessionRecord:
+        """The session under an id the client chose: created for ``owner`` when new — its
+        row carries its owner from its insert, so a request racing this one for the same id
+        gets the one session and its real owner — or the stored one when it is ``owner``'s;
+        :class:`NotFoundError` when it is another's (as for any foreign session)."""
+        record = (await self.agent.session(session_id, owner=owner)).record
+        if owner is not None and record.owner != owner:
+            raise NotFoundError(f"no session {session_id}")
+        return record
+
     async def session(self, session_id: str, owner: str | None) -> SessionRecord:
         """The session, when it exists and belongs to ``owner`` (None: no tokens in use)."""
         record = await self.store.get_session(session_id)

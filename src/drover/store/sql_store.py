@@ -92,11 +92,23 @@ class SqlStore:
         model: str,
         owner: str | None = None,
     ) -> SessionRecord:
-        now = self._clock()
         import uuid  # here: the journal's readers (drover sessions, drover show) never need it
 
-        record = SessionRecord(
-            id=session_id or uuid.uuid4().hex,
+        record = self._new_session(session_id or uuid.uuid4().hex, workdir, model, owner)
+        return await self.connection.perform(sql_sessions.create_session(record), "write")
+
+    async def open_session(
+        self, session_id: str, *, workdir: str, model: str, owner: str | None = None
+    ) -> tuple[SessionRecord, bool]:
+        record = self._new_session(session_id, workdir, model, owner)
+        return await self.connection.perform(sql_sessions.open_session(record), "write")
+
+    def _new_session(
+        self, session_id: str, workdir: str, model: str, owner: str | None
+    ) -> SessionRecord:
+        now = self._clock()
+        return SessionRecord(
+            id=session_id,
             created_at=now,
             updated_at=now,
             workdir=workdir,
@@ -104,7 +116,6 @@ class SqlStore:
             title=None,
             owner=owner,
         )
-        return await self.connection.perform(sql_sessions.create_session(record), "write")
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self.connection.perform(sql_sessions.get_session(session_id), "read")
