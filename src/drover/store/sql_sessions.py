@@ -120,7 +120,7 @@ def delete_session(d: Dialect, session_id: str, space: FreedSpace) -> Plan[bool]
     # Everything else goes with the row: every table that holds a session's content
     # references it, or one of its turns, ON DELETE CASCADE.
     yield from execute("DELETE FROM sessions WHERE id = ?", session_id)
-    yield from drop_unused_blobs()  # (a file's content is kept once, for every session)
+    yield from drop_unused_blobs(d)  # (a file's content is kept once, for every session)
     space.freed = max(space.freed, RECLAIM_CHECK_BYTES)
     yield from reclaim(d, space)
     return True
