@@ -284,8 +284,10 @@ class Agent(Generic[OutputT]):
     ) -> Session[OutputT]:
         """The session with id ``session`` (created when new, unless ``must_exist``), the
         latest one of the working directory (``continue_latest``), or a new one. ``owner``
-        marks a new session as someone's (the server's token hash); ``on_permission``
-        answers its permission questions instead of the agent's handler."""
+        marks a new session as someone's (the server's token hash) — made with it in one
+        step, so one made under the same id by someone else at the same moment is returned
+        with its own ``record.owner``, never taken over; ``on_permission`` answers its
+        permission questions instead of the agent's handler."""
         opened = await self._resources()
         if session is not None:
             kept = kept_handle(opened, session, on_permission)
@@ -294,13 +296,10 @@ class Agent(Generic[OutputT]):
         if session is None:
             if must_exist and not continue_latest:
                 raise DroverError("no session given (use --session ID or --continue)")
-            created = not continue_latest
-        else:
-            created = await opened.store.get_session(session) is None
-            if created and must_exist:
-                raise DroverError(f"no session {session} in this journal")
+        elif must_exist and await opened.store.get_session(session) is None:
+            raise DroverError(f"no session {session} in this journal")
         workdir = opened.workdir
-        record = await opened.runner.open_session(
+        record, created = await opened.runner.open_session(
             workdir=workdir,
             model=opened.model,
             session_id=session,

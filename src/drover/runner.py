@@ -122,6 +122,7 @@ class Runner:
         lease_seconds: float = LEASE_SECONDS,
         on_event: SessionPublish | None = None,
         on_recovered: Callable[[str], None] | None = None,
+        on_idle: Callable[[str], None] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         """``on_event(session_id, seq, turn_id, payload, prev)`` sees every event of every
@@ -129,11 +130,16 @@ class Runner:
         the number of the event before it in the log (the server's hub).
         ``on_recovered(session_id)`` hears of a dead process's turn this runner ended: its
         events reached the log without being published, so followers go back to the log.
+        ``on_idle(session_id)`` hears that no turn of the session runs here after having
+        published its events: each turn's end, however the turn was started (a front door,
+        the queue, a takeover), and events logged while none ran (a rewind, a queue's change)
+        — the server's hub lets the session's live feed go then.
         ``telemetry``: what turns and recoveries are observed with (None: nothing)."""
         self.store = store
         self.telemetry = telemetry
         self.on_event = on_event
         self.on_recovered = on_recovered
+        self.on_idle = on_idle
         self.redactor = redactor or Redactor()
         self.lease_seconds = lease_seconds
         #: The URL whose webhook every turn started here announces its end to, unless the turn
@@ -185,20 +191,25 @@ class Runner:
         session_id: str | None = None,
         continue_latest: bool = False,
         owner: str | None = None,
-    ) -> SessionRecord:
+    ) -> tuple[SessionRecord, bool]:
+        """The session to run turns on, and whether opening it created it: ``session_id``'s
+        (created for ``owner`` when new, atomically: two openers of one new id get the one
+        session, whose owner is its creator's — see its ``owner``), the latest of ``workdir``
+        (``continue_latest``), or a new one."""
         if session_id is not None:
             record = await self.store.get_session(session_id)
             if record is not None:
-                return record
-            return await self.store.create_session(
-                session_id=session_id, workdir=str(workdir), model=model, owner=owner
+                return record, False
+            return await self.store.open_session(
+                session_id, workdir=str(workdir), model=model, owner=owner
             )
         if continue_latest:
             record = await self.store.latest_session(str(workdir))
             if record is None:
                 raise DroverError(f"no session to continue in {workdir}")
-            return record
-        return await self.store.create_session(workdir=str(workdir), model=model, owner=owner)
+            return record, False
+        record = await self.store.create_session(workdir=str(workdir), model=model, owner=owner)
+        return record, True
 
     async def agent_session(
         self,
@@ -307,6 +318,7 @@ class Runner:
     def _forget(self, running: RunningTurn, task: asyncio.Task[TurnOutcome]) -> None:
         if self._running.get(running.session_id) is running:
             del self._running[running.session_id]
+            self._idle(running.session_id)
         running.cancel_helpers()
         if not running.started.done():
             if task.cancelled():
@@ -538,6 +550,16 @@ class Runner:
                 publish(session_id, record.end_seq, record.turn_id, dict(record.payload), prev)
             except Exception:
                 log.exception("runner: the event observer failed")
+        if session_id not in self._running:
+            self._idle(session_id)
+
+    def _idle(self, session_id: str) -> None:
+        """Tell ``on_idle`` that no turn of the session runs here."""
+        if self.on_idle is not None:
+            try:
+                self.on_idle(session_id)
+            except Exception:
+                log.exception("runner: the idle observer failed")
 
     async def _renew(self, turn_id: str, control: TurnControl) -> None:
         """Keep the lease; stop the turn when it is lost or cannot be renewed before expiry."""

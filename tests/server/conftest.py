@@ -1,5 +1,7 @@
 """Fixtures of the server tests: ``serve`` starts a real ``drover serve`` on the fake LLM,
-``proxied`` one behind a real nginx, ``sdk`` an OpenAI client of a server's ``/v1``."""
+``proxied`` one behind a real nginx, ``sdk`` an OpenAI client of a server's ``/v1``; ``pg_url`` is
+a PostgreSQL journal of the test's own (one throwaway cluster for the run, started by the first
+test that asks)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ from pathlib import Path
 
 import openai
 import pytest
+from support.pg import pg_cluster, pg_database, pg_url
 
 from drover.testing.server import FakeLLMServer
 
 from .nginx import PUBLIC_NAME, Proxied, certificates, nginx_binary, start_nginx
 from .support import Served, clean_env, start_server
+
+__all__ = ["pg_cluster", "pg_database", "pg_url"]  # (fixtures, shared with the store suite)
 
 
 @pytest.fixture

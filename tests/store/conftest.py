@@ -8,17 +8,19 @@ test gets a schema of its own, empty, so every test also runs the migrations.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from support import pg
+from support.pg import pg_cluster, pg_database, pg_url
 
 from drover.journal.protocol import Store
 from drover.store.postgres import PostgresStore
 from drover.store.sqlite import SqliteStore
 
 StoreFactory = Callable[..., Store]
+
+__all__ = ["pg_cluster", "pg_database", "pg_url"]  # (fixtures, shared with the server suite)
 
 
 def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
@@ -34,25 +36,6 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], StoreFactory]] = {
     "sqlite": _sqlite,
     "postgres": _postgres,
 }
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[pg.PgCluster]:
-    """A throwaway PostgreSQL cluster for the whole run (fails, or skips, when not installed)."""
-    with pg.cluster() as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
-def pg_database(pg_cluster: pg.PgCluster) -> str:
-    """The database the tests' schemas live in."""
-    return pg_cluster.new_database()
-
-
-@pytest.fixture
-def pg_url(pg_cluster: pg.PgCluster, pg_database: str) -> str:
-    """A URL of the test's own: an empty schema, which the first store to open migrates."""
-    return pg_cluster.new_schema(pg_database)
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -111,3 +111,25 @@ async def test_a_claim_of_a_dead_process_is_free_at_once(store: Store) -> None:
     (second,) = await store.claim_deliveries(dead_process(), 30)
     (again,) = await store.claim_deliveries("another", 30)
     assert again.id == second.id != first.id
+
+
+async def test_a_claim_takes_one_delivery_per_receiver(store: Store) -> None:
+    """The oldest due delivery of each receiver, the longest due receiver first, leaving out
+    the receivers the claimer sends to now (one attempt at a time to each)."""
+    sid = await _session(store)
+    slow, fast = "http://127.0.0.1:9/slow", "http://127.0.0.1:9/fast"
+    ids = []
+    for url in (slow, slow, fast, slow):
+        turn = await store.begin_turn(sid, user_message("x"), OWNER, 30, webhook=url)
+        await writes.end_turn(store, turn.id, "completed")
+        (row,) = await store.deliveries(turn.id)
+        ids.append(row["id"])
+    first, fast_id = ids[0], ids[2]
+    assert [(d.id, d.url) for d in await store.claim_deliveries("a", 30, 1)] == [(first, slow)]
+    # The slow receiver's next delivery waits for the first: only the fast one is taken.
+    taken = await store.claim_deliveries("a", 30, 4, busy=[slow])
+    assert [d.id for d in taken] == [fast_id]
+    assert await store.settle_delivery(first, "a", error=None, retry_at=None)
+    (second,) = await store.claim_deliveries("a", 30, 4, busy=[fast])
+    assert second.id == ids[1]
+    assert await store.claim_deliveries("a", 30, 4, busy=[fast, slow]) == []

@@ -3,6 +3,8 @@ deleting it with everything it holds, and the usage a running turn has reported 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import support.writes as writes
 
@@ -21,6 +23,8 @@ from drover.messages import (
 from drover.store import sql_sessions
 from drover.store.plan import Plan, execute, rows
 from drover.store.sql_store import SqlStore
+
+from .conftest import StoreFactory
 
 OWNER = "elsewhere:42:7"
 #: Every table that holds a session's content, and how its rows name the session.
@@ -180,3 +184,26 @@ async def test_find_sessions_reads_an_index(store: Store, monkeypatch: pytest.Mo
 
         lines = await store.connection.perform(explain(), "snapshot")
         assert any("sessions_by_id_bytes" in line for line in lines), lines
+
+
+async def test_two_stores_opening_one_new_id_at_once_get_one_session(
+    make_store: StoreFactory,
+) -> None:
+    """A session under an id a client chose, opened by two stores (two server processes) at
+    the same moment: one makes it, with its owner; the other gets that session and sees its
+    owner — neither fails, and no one sees it without its owner."""
+    async with make_store() as one, make_store() as two:
+        for n in range(20):
+            sid = f"client-chosen-{n}"
+            a, b = await asyncio.gather(
+                one.open_session(sid, workdir="/w", model="m", owner="alpha"),
+                two.open_session(sid, workdir="/w", model="m", owner="beta"),
+            )
+            assert [a[1], b[1]].count(True) == 1, (a, b)
+            winner = "alpha" if a[1] else "beta"
+            assert a[0].owner == b[0].owner == winner
+            stored = await one.get_session(sid)
+            assert stored is not None and stored.owner == winner
+        # An id already taken: the stored session, untouched.
+        again, made = await two.open_session("client-chosen-0", workdir="/x", model="n")
+        assert not made and again.workdir == "/w" and again.owner is not None

@@ -172,3 +172,25 @@ def _start(pg: PgCluster) -> PgCluster:
         if attempt == 2 or "Address already in use" not in pg.log():
             _check(result, "pg_ctl start", pg)
     raise AssertionError("unreachable")
+
+
+# -- fixtures (a conftest imports them: one cluster per suite directory that asks) -------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for the whole run (fails, or skips, when not installed)."""
+    with cluster() as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_cluster: PgCluster) -> str:
+    """The database the tests' schemas live in."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster, pg_database: str) -> str:
+    """A URL of the test's own: an empty schema, which the first store to open migrates."""
+    return pg_cluster.new_schema(pg_database)

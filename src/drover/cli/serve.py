@@ -312,12 +312,6 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
         )
         if redis_url and shared is None:
             raise ConfigError("--redis needs a shared journal: --db postgresql://…")
-        if shared is None:
-            runner.on_event = hub.publish
-            runner.on_recovered = lambda session_id: hub.feed(session_id).resync(drop_ring=True)
-        else:
-            runner.on_event = shared.relay.publish
-            runner.on_recovered = shared.relay.nudge
         service = Service(
             agent=agent,
             hub=hub,

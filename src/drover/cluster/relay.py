@@ -166,7 +166,7 @@ class Relay:
     def nudge(self, session_id: str) -> None:
         """Events of the session were written to the log without being published (a dead
         process's turn recovered): every follower goes back to the log, here and elsewhere."""
-        self._hub.feed(session_id).resync(drop_ring=True)
+        self._hub.resync(session_id, drop_ring=True)
         if self._redis is not None:
             self._outbox.append((events_key(session_id), {"resync": 1}))
             self._outbox_ready.set()

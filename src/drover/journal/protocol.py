@@ -18,7 +18,7 @@ runner redact before they write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -50,6 +50,14 @@ class SessionStore(Protocol):
         model: str,
         owner: str | None = None,
     ) -> SessionRecord: ...
+
+    async def open_session(
+        self, session_id: str, *, workdir: str, model: str, owner: str | None = None
+    ) -> tuple[SessionRecord, bool]:
+        """The session ``session_id`` (an id a client chose), made with these fields when
+        none is stored — in one transaction, the owner with it — and whether it was made now:
+        callers racing to make one id all get the one session, and see its real owner."""
+        ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
@@ -313,11 +321,13 @@ class WebhookOutbox(Protocol):
     that began with a webhook, in the same transaction)."""
 
     async def claim_deliveries(
-        self, claimer: str, hold_seconds: float, limit: int = 16
+        self, claimer: str, hold_seconds: float, limit: int = 16, *, busy: Collection[str] = ()
     ) -> list[Delivery]:
-        """Claim due deliveries for ``hold_seconds`` (oldest first): no other claimer gets
-        them until the claim is settled or runs out — at once when ``claimer`` (a process id,
-        :func:`~drover.journal.owners.owner_id`) is a process of this machine that is gone."""
+        """Claim due deliveries for ``hold_seconds``: the oldest of each of up to ``limit``
+        receivers (URLs), leaving out those in ``busy`` (the claimer sends to them now). No
+        other claimer gets them until the claim is settled or runs out — at once when
+        ``claimer`` (a process id, :func:`~drover.journal.owners.owner_id`) is a process of
+        this machine that is gone."""
         ...
 
     async def settle_delivery(

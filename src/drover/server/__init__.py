@@ -183,10 +183,12 @@ for that turn, but only under an origin the operator allowed (``--webhook-origin
 Usage|null, "ended_at"}``; ``X-Drover-Signature: sha256=<hex>`` is HMAC-SHA256 of the exact
 body bytes with the server's secret (``--webhook-secret`` or ``DROVER_WEBHOOK_SECRET``,
 required), ``X-Drover-Delivery`` the ``id``. A 2xx answer delivers it; anything else is
-retried with exponential backoff (2 s doubling, at most 10 min; given up after 16 attempts).
-The announcement is written to the journal's outbox in the transaction that ends the turn
-(whatever ends it: the turn, shutdown, or another server's takeover), so a crash or restart
-does not lose it: delivery is at least once, and a receiver drops a repeat by its ``id``.
+retried with exponential backoff (2 s doubling, at most 10 min; given up after 16 attempts);
+an attempt is bounded as a whole (10 s). Different receivers are sent to side by side, one
+receiver one delivery at a time: a slow one never delays another's. The announcement is
+written to the journal's outbox in the transaction that ends the turn (whatever ends it: the
+turn, shutdown, or another server's takeover), so a crash or restart does not lose it:
+delivery is at least once, and a receiver drops a repeat by its ``id``.
 See :mod:`drover.server.webhooks`.
 
 Fork and rewind
@@ -299,7 +301,9 @@ another token's chats and responses are not found), the body limit and JSON rule
 
 *The AI SDK* (``useChat`` with ``DefaultChatTransport``, protocol v1, header
 ``x-vercel-ai-ui-message-stream: v1``; :mod:`.ai_sdk` lists the chunks). The chat id is the
-session id (created for the token on its first message). Only the last posted message is new:
+session id (created for the token on its first message, in one step with its owner: of two
+first messages at once only one starts the chat; the other is answered as if it came a moment
+later — 409 from the same token, 404 from another). Only the last posted message is new:
 a user message's text parts start a turn; an assistant message carrying ``approval-responded``
 tool parts answers those permission questions of the chat's latest answer (``approvalId`` is
 the request id) and continues it. The earlier messages must be the chat's own: its user

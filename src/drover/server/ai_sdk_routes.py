@@ -55,7 +55,7 @@ from drover.server.doors import (
 )
 from drover.server.errors import ApiError
 from drover.server.routes import MAX_CONTENT, json_body
-from drover.server.service import Service
+from drover.server.service import NotFoundError, Service
 
 #: The headers of a UI message stream (the ``ai`` package's own, but ``connection``).
 HEADERS = {
@@ -264,9 +264,13 @@ async def post_chat(request: Request) -> Response:
     if record is None:
         if len(messages) > 1:
             raise ApiError(409, "history_mismatch", "a new chat cannot start with earlier messages")
-        record = (await service.agent.session(chat_id, owner=owner)).record
-    else:
-        _check_history(messages[:-1], _stored(await service.store.turns(record.id)))
+        try:
+            record = await service.open_session(chat_id, owner)
+        except NotFoundError:  # another token's, made since it was read
+            raise ApiError(404, "not_found", f"no chat {chat_id}") from None
+    # (Also for a chat made just now: another request of the same token may have made it, and
+    # even started its turn, since it was read.)
+    _check_history(messages[:-1], _stored(await service.store.turns(record.id)))
     before = await log_position(service, record.id)
     try:
         turn_id = await service.post_message(record, content)

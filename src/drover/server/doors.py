@@ -114,8 +114,8 @@ async def group_of(store: Store, session_id: str, turn_id: str) -> list[TurnReco
 
 async def log_position(service: Service, session_id: str) -> int:
     """A number every event logged from now on is above: where a new turn's stream starts."""
-    feed = service.hub.feed(session_id)
-    return max(feed.last_seq, await service.store.last_event_seq(session_id))
+    last = service.hub.last_seq(session_id)
+    return max(last, await service.store.last_event_seq(session_id))
 
 
 async def start_seq(store: Store, session_id: str, turn_id: str) -> int | None:

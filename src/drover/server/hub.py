@@ -253,7 +253,13 @@ class SessionFeed:
 
 
 class Hub:
-    """The feeds of the sessions this process serves; :meth:`publish` is the runner's hook."""
+    """The feeds of the sessions this process serves; :meth:`publish` is the runner's hook.
+
+    A feed is kept while a turn of its session runs here (its ring holds the deltas the log
+    has not flushed yet) or a reader follows it, and let go when neither holds any more:
+    :meth:`forget_idle`, which the runner calls when a session has no turn running here
+    (``on_idle``) and a reader when it leaves. Whatever only looks (:meth:`resync`,
+    :meth:`last_seq`) makes none."""
 
     def __init__(self, ring_size: int = RING_SIZE) -> None:
         self._ring_size = ring_size
@@ -275,6 +281,17 @@ class Hub:
         feed = self.feed(session_id)
         feed.publish(feed.frame(seq, turn_id, payload, prev))
 
+    def resync(self, session_id: str, *, drop_ring: bool = False) -> None:
+        """Send the session's readers here back to the log (none: nothing to do)."""
+        feed = self._feeds.get(session_id)
+        if feed is not None:
+            feed.resync(drop_ring=drop_ring)
+
+    def last_seq(self, session_id: str) -> int:
+        """The number of the latest frame the session's feed holds (0: none, or no feed)."""
+        feed = self._feeds.get(session_id)
+        return 0 if feed is None else feed.last_seq
+
     def publish_transient(
         self, session_id: str, turn_id: str | None, payload: dict[str, Any]
     ) -> None:
@@ -295,7 +312,8 @@ class Hub:
             feed.close()
 
     def forget_idle(self, session_id: str) -> None:
-        """Drop a feed nobody listens to (its turn ended: the log has everything)."""
+        """Drop the feed of a session with no turn running here when nobody listens to it
+        (the log has everything it held)."""
         feed = self._feeds.get(session_id)
         if feed is not None and feed.subscribers == 0:
             del self._feeds[session_id]

@@ -88,7 +88,8 @@ class Service:
         """``running_elsewhere`` and ``send_control`` (several processes on one journal) reach
         the process running a session's turn when it is not this one. ``metrics``: what
         ``GET /metrics`` serves (None: the route answers 404). ``webhooks`` says which URLs a
-        posted message may name as its turn's webhook (None: none)."""
+        posted message may name as its turn's webhook (None: none). The agent's runner is
+        wired to ``hub`` (and ``relay``) here: its events, recoveries and idle sessions."""
         self.agent = agent
         self.hub = hub
         self.permission_timeout = permission_timeout
@@ -99,6 +100,16 @@ class Service:
         self.relay = relay
         self.metrics = metrics
         self.webhooks = webhooks
+        # The runner's events go to this process's clients (and, with a relay, to the other
+        # processes'); a session's feed goes once no turn of it runs here and nobody reads.
+        runner = self.runner
+        if relay is None:
+            runner.on_event = hub.publish
+            runner.on_recovered = functools.partial(hub.resync, drop_ring=True)
+        else:
+            runner.on_event = relay.publish
+            runner.on_recovered = relay.nudge
+        runner.on_idle = hub.forget_idle
         #: Stops turns other processes run, for messages that interrupt or roll them back.
         self._stops: RemoteStops | None = None
         if send_control is not None:
@@ -118,6 +129,16 @@ class Service:
 
     async def create_session(self, owner: str | None) -> SessionRecord:
         return (await self.agent.session(owner=owner)).record
+
+    async def open_session(self, session_id: str, owner: str | None) -> SessionRecord:
+        """The session under an id the client chose: created for ``owner`` when new — its
+        row carries its owner from its insert, so a request racing this one for the same id
+        gets the one session and its real owner — or the stored one when it is ``owner``'s;
+        :class:`NotFoundError` when it is another's (as for any foreign session)."""
+        record = (await self.agent.session(session_id, owner=owner)).record
+        if owner is not None and record.owner != owner:
+            raise NotFoundError(f"no session {session_id}")
+        return record
 
     async def session(self, session_id: str, owner: str | None) -> SessionRecord:
         """The session, when it exists and belongs to ``owner`` (None: no tokens in use)."""
@@ -252,8 +273,7 @@ class Service:
                 if isinstance(sent, QueuedMessage):
                     return sent
                 running = sent
-        assert running.task is not None and running.turn_id is not None
-        running.task.add_done_callback(lambda _: self.hub.forget_idle(record.id))
+        assert running.turn_id is not None
         return running.turn_id
 
     async def _submit(

@@ -9,9 +9,15 @@ same transaction. A :class:`Deliverer` (``drover serve`` runs one) POSTs each du
   "reason", "error", "usage", "ended_at"}``, fixed when the turn ended;
 - ``X-Drover-Signature: sha256=<hex>`` is HMAC-SHA256 of the exact body bytes with the
   secret (``--webhook-secret`` or ``DROVER_WEBHOOK_SECRET``), ``X-Drover-Delivery`` the id;
-- any 2xx answer is delivered; anything else (another status, a refused connection, no answer
-  within :data:`TIMEOUT`) is retried with exponential backoff — ``backoff`` seconds, doubling,
-  at most :data:`MAX_BACKOFF` — and given up after :data:`MAX_ATTEMPTS` attempts.
+- any 2xx answer is delivered; anything else (another status, a refused connection, no whole
+  answer — status line and headers; the body is not read — within :data:`TIMEOUT` of the
+  attempt's start) is retried with exponential backoff — ``backoff`` seconds, doubling, at most
+  :data:`MAX_BACKOFF` — and given up after :data:`MAX_ATTEMPTS` attempts.
+
+Receivers are independent: a deliverer sends to different receivers (URLs) side by side, at
+most :data:`LANES` attempts at once, and to one receiver one attempt at a time, its oldest due
+delivery first. A receiver that is slow or dead thus holds one lane for at most
+:data:`TIMEOUT` per attempt, and never delays another receiver's deliveries.
 
 Delivery is at least once: a deliverer holds a row under a claim that runs out, and a process
 that dies between sending and recording the answer leaves the row to be sent again (by itself
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -40,7 +47,7 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Drover-Signature"
 DELIVERY_HEADER = "X-Drover-Delivery"
 SECRET_ENV = "DROVER_WEBHOOK_SECRET"
-#: Seconds one attempt may take (connect and answer).
+#: Seconds one attempt may take, whole (connecting, sending, and the answer's status and headers).
 TIMEOUT = 10.0
 #: Seconds before the first retry (doubling after each failure, up to MAX_BACKOFF).
 BACKOFF = 2.0
@@ -49,10 +56,11 @@ MAX_BACKOFF = 600.0
 MAX_ATTEMPTS = 16
 #: Seconds between two looks at the outbox when nothing wakes the deliverer sooner.
 POLL = 1.0
-#: Deliveries claimed at a time: each is held long enough for all of them to be attempted
-#: one after the other before its claim runs out.
-CLAIMED = 4
-HOLD = TIMEOUT * (CLAIMED + 2)
+#: Attempts one deliverer has in flight at most (each to another receiver).
+LANES = 8
+#: A claim outlasts its attempt (bounded by the timeout) and the recording of its answer by
+#: this many timeouts.
+HOLD_TIMEOUTS = 3
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -128,9 +136,10 @@ def backoff_after(attempts: int, base: float = BACKOFF) -> float:
 class Deliverer:
     """Delivers the outbox's due rows until stopped (:meth:`run`, or ``async with``).
 
-    Each look claims a few due rows for longer than an attempt may take, POSTs them one after
-    another, and records each answer; :meth:`wake` makes it look at once (a turn just ended
-    here). ``claimer`` names this process in the claims: its owner id
+    Each look claims the oldest due row of each receiver it is not sending to already (as
+    many as it has free lanes), POSTs each in a task of its own, and records each answer; a
+    finished attempt, or :meth:`wake` (a turn just ended here), makes it look again at once.
+    ``claimer`` names this process in the claims: its owner id
     (:func:`~drover.journal.owners.owner_id`, ``agent.runner.owner``), so that a deliverer
     after a crash finds the claims of the dead process free at once."""
 
@@ -143,19 +152,27 @@ class Deliverer:
         backoff: float = BACKOFF,
         poll: float = POLL,
         max_attempts: int = MAX_ATTEMPTS,
+        timeout: float = TIMEOUT,
+        lanes: int = LANES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not secret:
             raise ConfigError(f"webhooks need a secret: --webhook-secret or {SECRET_ENV}")
+        if lanes < 1 or not timeout > 0:
+            raise ConfigError("webhooks: lanes must be at least 1 and the timeout positive")
         self._outbox = outbox
         self._secret = secret
         self._claimer = claimer
         self._backoff = backoff
         self._poll = poll
         self._max_attempts = max_attempts
+        self._timeout = timeout
+        self._lanes = lanes
         self._clock = clock
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The attempt in flight to each receiver (URL).
+        self._sending: dict[str, asyncio.Task[None]] = {}
 
     def wake(self) -> None:
         self._wake.set()
@@ -174,36 +191,49 @@ class Deliverer:
     async def run(self) -> None:
         """Deliver until cancelled. A cancellation mid-attempt leaves the row claimed; the
         claim runs out and the row is sent again (at least once)."""
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(TIMEOUT)) as client:
-            while True:
-                self._wake.clear()
-                try:
-                    due = await self._outbox.claim_deliveries(self._claimer, HOLD, CLAIMED)
-                except DroverError as exc:
-                    log.warning("webhooks: cannot read the outbox (%s)", exc)
-                    due = []
-                for delivery in due:
-                    await self._attempt(client, delivery)
-                if due:
-                    continue  # more may be due already
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._poll)
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(self._timeout)) as client:
+            try:
+                while True:
+                    self._wake.clear()
+                    if await self._start_due(client):
+                        continue  # more may be due already
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self._poll)
+            finally:
+                sending = list(self._sending.values())
+                for attempt in sending:
+                    attempt.cancel()
+                await asyncio.gather(*sending, return_exceptions=True)
+
+    async def _start_due(self, client: httpx2.AsyncClient) -> bool:
+        """Start an attempt for each due row of a receiver not sent to now, in free lanes;
+        whether any started."""
+        free = self._lanes - len(self._sending)
+        if free <= 0:
+            return False
+        try:
+            due = await self._outbox.claim_deliveries(
+                self._claimer, self._timeout * HOLD_TIMEOUTS, free, busy=tuple(self._sending)
+            )
+        except DroverError as exc:
+            log.warning("webhooks: cannot read the outbox (%s)", exc)
+            return False
+        loop = asyncio.get_running_loop()
+        for delivery in due:
+            attempt = loop.create_task(self._attempt(client, delivery))
+            self._sending[delivery.url] = attempt
+            attempt.add_done_callback(functools.partial(self._sent, delivery))
+        return bool(due)
+
+    def _sent(self, delivery: Delivery, attempt: asyncio.Task[None]) -> None:
+        if self._sending.get(delivery.url) is attempt:
+            del self._sending[delivery.url]
+        if not attempt.cancelled() and attempt.exception() is not None:
+            log.error("webhook %s: the attempt failed", delivery.id, exc_info=attempt.exception())
+        self._wake.set()  # a lane is free, and the receiver's next delivery may be due
 
     async def _attempt(self, client: httpx2.AsyncClient, delivery: Delivery) -> None:
-        body = delivery.body.encode("utf-8")
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "drover-webhook",
-            SIGNATURE_HEADER: sign(self._secret, body),
-            DELIVERY_HEADER: delivery.id,
-        }
-        error: str | None = None
-        try:
-            answer = await client.post(delivery.url, content=body, headers=headers)
-            if not 200 <= answer.status_code < 300:
-                error = f"HTTP {answer.status_code}"
-        except (httpx2.HTTPError, httpx2.InvalidURL, ValueError) as exc:
-            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        error = await self._post(client, delivery)
         attempts = delivery.attempts + 1
         retry_at: float | None = None
         if error is not None:
@@ -223,3 +253,27 @@ class Deliverer:
         except DroverError as exc:
             # The claim runs out and the row is sent again: at least once.
             log.warning("webhooks: cannot record delivery %s (%s)", delivery.id, exc)
+
+    async def _post(self, client: httpx2.AsyncClient, delivery: Delivery) -> str | None:
+        """POST the delivery; None when a 2xx answer came in time, else what went wrong. The
+        timeout bounds the whole attempt: the client's own bounds each read only, which a
+        receiver sending a byte at a time never trips."""
+        body = delivery.body.encode("utf-8")
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "drover-webhook",
+            SIGNATURE_HEADER: sign(self._secret, body),
+            DELIVERY_HEADER: delivery.id,
+        }
+        try:
+            async with asyncio.timeout(self._timeout):
+                # The answer's body is never read: its status says it all.
+                async with client.stream(
+                    "POST", delivery.url, content=body, headers=headers
+                ) as answer:
+                    status = answer.status_code
+        except TimeoutError:
+            return f"no answer within {self._timeout:g} s"
+        except (httpx2.HTTPError, httpx2.InvalidURL, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return None if 200 <= status < 300 else f"HTTP {status}"

@@ -74,6 +74,13 @@ class Dialect:
     lock: str
     #: Appended to the re-check of a turn to recover: locks it, skipping one being renewed.
     lock_skip: str
+    #: Appended to a read that keeps the rows it reads from being deleted until the
+    #: transaction ends, as a foreign key's check does, without stopping other readers or
+    #: writers of them (SQLite needs none: a write transaction holds the whole file).
+    key_share: str
+    #: Appended to a read that locks the rows it reads to delete them, skipping any another
+    #: transaction holds ("": a backend whose write transaction holds the whole file).
+    delete_skip: str
     #: ``INSERT``/``DELETE … RETURNING`` is available (SQLite has it only from 3.35).
     returning: bool
     #: The ``LIMIT`` value that means no limit.
@@ -109,6 +116,8 @@ SQLITE = Dialect(
     same="IS",
     lock="",
     lock_skip="",
+    key_share="",
+    delete_skip="",
     returning=sqlite3.sqlite_version_info >= (3, 35, 0),
     no_limit=-1,
     # Files made by this version use auto_vacuum=INCREMENTAL (see sqlite_conn); in older ones

@@ -5,7 +5,9 @@ calls and file images; not the event log, which starts empty at the fork), made 
 transaction under the source's lock. A file image row records one write of a tool before it
 happens; the content before is stored once per SHA-256 in ``file_blobs`` (two writes of the
 same content share a row), and a blob no image names any more goes with the last session that
-named it. A rewind marks turns rewound (and discarded, so history skips them) and the images a
+named it — never while a write not committed yet names it: the write holds the blob's row, and
+the deleter skips held rows and looks again before it deletes (:func:`drop_unused_blobs`). A
+rewind marks turns rewound (and discarded, so history skips them) and the images a
 rewind put back restored, in one transaction, refused while a turn of the session runs.
 """
 
@@ -43,13 +45,7 @@ def keep_file_image(d: Dialect, w: KeepFileImage, now: float, held: Held | None)
     else:
         state = "kept"
         digest = hashlib.sha256(w.before).hexdigest()
-        yield from execute(
-            "INSERT INTO file_blobs (hash, size, data) VALUES (?, ?, ?) "
-            "ON CONFLICT (hash) DO NOTHING",
-            digest,
-            size,
-            w.before,
-        )
+        yield from _keep_blob(d, digest, w.before)
     yield from numbered(
         d,
         "file_images",
@@ -101,12 +97,44 @@ def file_blob(digest: str) -> Plan[bytes | None]:
     return bytes(found[0]["data"]) if found else None
 
 
-def drop_unused_blobs() -> Plan[int]:
-    """Delete the blobs no file image names (after a session's images went); how many."""
-    return execute(
-        "DELETE FROM file_blobs WHERE NOT EXISTS "
-        "(SELECT 1 FROM file_images i WHERE i.before_hash = file_blobs.hash)"
-    )
+def _keep_blob(d: Dialect, digest: str, data: bytes) -> Plan[None]:
+    """Store ``data`` under its hash unless it is stored, and keep the stored row from being
+    deleted until this transaction ends (the image row it inserts next names it, unseen by
+    others until the commit): :func:`drop_unused_blobs` skips a row held so, and a row it took
+    first is gone when this one looks again — then stored anew."""
+    for _ in range(3):
+        inserted = yield from execute(
+            "INSERT INTO file_blobs (hash, size, data) VALUES (?, ?, ?) "
+            "ON CONFLICT (hash) DO NOTHING",
+            digest,
+            len(data),
+            data,
+        )
+        if inserted:
+            return  # (a new row: no other transaction sees it before this one commits)
+        held = yield from rows(f"SELECT hash FROM file_blobs WHERE hash = ?{d.key_share}", digest)
+        if held:
+            return
+    raise StoreError(f"the content {digest[:12]}… is being stored and deleted by others")
+
+
+def drop_unused_blobs(d: Dialect) -> Plan[int]:
+    """Delete the blobs no file image names (after a session's images went); how many.
+
+    A write naming a blob in a transaction not committed yet is invisible here, so on
+    PostgreSQL this goes in two steps: the blobs no image names are locked, skipping those a
+    live write holds (:func:`_keep_blob`); then those still named by none — looked at again,
+    with every write committed since — are deleted. A write that held one and committed in
+    between is thus seen; one that comes after waits for this transaction, and stores its
+    content anew."""
+    unnamed = "NOT EXISTS (SELECT 1 FROM file_images i WHERE i.before_hash = file_blobs.hash)"
+    if not d.delete_skip:
+        return (yield from execute(f"DELETE FROM file_blobs WHERE {unnamed}"))
+    found = yield from rows(f"SELECT hash FROM file_blobs WHERE {unnamed}{d.delete_skip}")
+    if not found:
+        return 0
+    taken = [str(r["hash"]) for r in found]
+    return (yield from execute(f"DELETE FROM file_blobs WHERE hash = ANY(?) AND {unnamed}", taken))
 
 
 def fork_session(

@@ -9,6 +9,8 @@ of a session's content references it, or one of its turns, ``ON DELETE CASCADE``
 Each batch is one short write transaction of at most ``limit`` sessions, so live turns' writes
 interleave with a long prune instead of waiting for it. On PostgreSQL the batch locks the rows
 it deletes and skips any a live write holds (``SKIP LOCKED``): it never waits on a live turn.
+The file contents no image names any more go too, but not one a live write is naming in a
+transaction not committed yet (:func:`~drover.store.sql_files.drop_unused_blobs`).
 On SQLite the pages a batch frees go back to the file system in the same transaction
 (:func:`reclaim`, incremental vacuum), when the file was made with ``auto_vacuum =
 INCREMENTAL`` as every file this version creates is. Each step of it costs more the longer the
@@ -77,7 +79,7 @@ def prune_batch(d: Dialect, cutoff: float, keep_last: int, limit: int) -> Plan[P
         turns, events = int(counted[0]["turns"]), int(counted[0]["events"])
         yield from execute(f"DELETE FROM sessions WHERE id IN ({marks})", *ids)
         # A file's content is kept once for every session that names it: what none names now.
-        yield from drop_unused_blobs()
+        yield from drop_unused_blobs(d)
     spent = yield from execute(
         "DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox "
         f"WHERE {_SPENT} LIMIT ?)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from drover.journal.records import Delivery
 from drover.store.dialect import Dialect
@@ -61,11 +61,15 @@ def claim_due(
     hold_seconds: float,
     limit: int,
     alive: Callable[[str], bool],
+    busy: Collection[str] = (),
 ) -> Plan[list[Delivery]]:
-    """Claim up to ``limit`` deliveries that are due and not held by a live claim, oldest
-    first, for ``hold_seconds``; run it in a write transaction. A claim runs out at its time,
-    or at once when its claimer is not ``alive`` (a process of this machine that died
-    mid-delivery: a restart sends it again without waiting for the claim's end)."""
+    """Claim, for ``hold_seconds``, the oldest due delivery not held by a live claim of each
+    of up to ``limit`` receivers (URLs), those whose deliveries are the longest due first,
+    leaving out the receivers in ``busy`` (the claimer is sending to them now); run it in a
+    write transaction. One delivery per receiver: a deliverer sends to each receiver one at a
+    time, and to different receivers side by side. A claim runs out at its time, or at once
+    when its claimer is not ``alive`` (a process of this machine that died mid-delivery: a
+    restart sends it again without waiting for the claim's end)."""
     held = yield from rows(
         "SELECT DISTINCT claimed_by FROM webhook_outbox WHERE delivered_at IS NULL "
         "AND failed_at IS NULL AND claimed_until > ? AND next_attempt_at <= ?",
@@ -79,43 +83,66 @@ def claim_due(
                 "WHERE claimed_by = ? AND delivered_at IS NULL AND failed_at IS NULL",
                 row["claimed_by"],
             )
-    found = yield from rows(
-        "SELECT id FROM webhook_outbox WHERE delivered_at IS NULL AND failed_at IS NULL "
-        "AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?) "
-        f"ORDER BY next_attempt_at, id LIMIT ?{_skip_locked(d)}",
+    skipped = sorted(busy)
+    others = f" AND url NOT IN ({', '.join('?' for _ in skipped)})" if skipped else ""
+    receivers = yield from rows(
+        f"SELECT url, MIN(next_attempt_at) AS due FROM webhook_outbox WHERE {_FREE}{others} "
+        "GROUP BY url ORDER BY due, url LIMIT ?",
         now,
         now,
+        *skipped,
         limit,
     )
     out: list[Delivery] = []
-    for row in found:
-        taken = yield from execute(
-            "UPDATE webhook_outbox SET claimed_by = ?, claimed_until = ? WHERE id = ? "
-            "AND delivered_at IS NULL AND failed_at IS NULL "
-            "AND (claimed_until IS NULL OR claimed_until <= ?)",
-            claimer,
-            now + hold_seconds,
-            row["id"],
+    for receiver in receivers:
+        found = yield from rows(
+            f"SELECT id FROM webhook_outbox WHERE url = ? AND {_FREE} "
+            f"ORDER BY next_attempt_at, id LIMIT 1{_skip_locked(d)}",
+            receiver["url"],
+            now,
             now,
         )
-        if not taken:
-            continue
-        claimed = yield from rows(
-            "SELECT id, session_id, turn_id, url, body, attempts FROM webhook_outbox WHERE id = ?",
-            row["id"],
-        )
-        for c in claimed:
-            out.append(
-                Delivery(
-                    id=str(c["id"]),
-                    session_id=str(c["session_id"]),
-                    turn_id=str(c["turn_id"]),
-                    url=str(c["url"]),
-                    body=str(c["body"]),
-                    attempts=int(c["attempts"]),
-                )
-            )
+        for row in found:
+            claimed = yield from _claim(str(row["id"]), claimer, now, hold_seconds)
+            out.extend(claimed)
     return out
+
+
+#: A delivery due and not claimed (parameters: now, twice).
+_FREE = (
+    "delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= ? "
+    "AND (claimed_until IS NULL OR claimed_until <= ?)"
+)
+
+
+def _claim(delivery_id: str, claimer: str, now: float, hold_seconds: float) -> Plan[list[Delivery]]:
+    """Claim one delivery, unless another claimer took it meanwhile."""
+    taken = yield from execute(
+        "UPDATE webhook_outbox SET claimed_by = ?, claimed_until = ? WHERE id = ? "
+        "AND delivered_at IS NULL AND failed_at IS NULL "
+        "AND (claimed_until IS NULL OR claimed_until <= ?)",
+        claimer,
+        now + hold_seconds,
+        delivery_id,
+        now,
+    )
+    if not taken:
+        return []
+    claimed = yield from rows(
+        "SELECT id, session_id, turn_id, url, body, attempts FROM webhook_outbox WHERE id = ?",
+        delivery_id,
+    )
+    return [
+        Delivery(
+            id=str(c["id"]),
+            session_id=str(c["session_id"]),
+            turn_id=str(c["turn_id"]),
+            url=str(c["url"]),
+            body=str(c["body"]),
+            attempts=int(c["attempts"]),
+        )
+        for c in claimed
+    ]
 
 
 def _skip_locked(d: Dialect) -> str:

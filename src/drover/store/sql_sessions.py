@@ -16,7 +16,29 @@ _LAST_CHAR = "\U0010ffff"
 
 
 def create_session(record: SessionRecord) -> Plan[SessionRecord]:
-    count = yield from execute(
+    if not (yield from _insert(record)):
+        raise StoreError(f"session {record.id} already exists")
+    return record
+
+
+def open_session(record: SessionRecord) -> Plan[tuple[SessionRecord, bool]]:
+    """The session ``record.id``: the stored one, or ``record`` inserted — with its owner, in
+    this transaction — when none is; and whether it was inserted now. Two requests opening one
+    new id at once thus get one session, whose owner is the inserter's, never a failed insert
+    nor a session seen without its owner (PostgreSQL: the second insert waits for the first's
+    transaction, then finds its row)."""
+    for _ in range(3):  # (again when the stored one was deleted in between)
+        if (yield from _insert(record)):
+            return record, True
+        found = yield from rows("SELECT * FROM sessions WHERE id = ?", record.id)
+        if found:
+            return session_from_row(found[0]), False
+    raise StoreError(f"session {record.id} is being created and deleted by others: try again")
+
+
+def _insert(record: SessionRecord) -> Plan[int]:
+    """Insert the session unless its id is taken; the rows inserted (0 or 1)."""
+    return execute(
         "INSERT INTO sessions (id, created_at, updated_at, workdir, model, title, owner) "
         "VALUES (?, ?, ?, ?, ?, NULL, ?) ON CONFLICT (id) DO NOTHING",
         record.id,
@@ -26,9 +48,6 @@ def create_session(record: SessionRecord) -> Plan[SessionRecord]:
         record.model,
         record.owner,
     )
-    if count == 0:
-        raise StoreError(f"session {record.id} already exists")
-    return record
 
 
 def get_session(session_id: str) -> Plan[SessionRecord | None]:
@@ -101,7 +120,7 @@ def delete_session(d: Dialect, session_id: str, space: FreedSpace) -> Plan[bool]
     # Everything else goes with the row: every table that holds a session's content
     # references it, or one of its turns, ON DELETE CASCADE.
     yield from execute("DELETE FROM sessions WHERE id = ?", session_id)
-    yield from drop_unused_blobs()  # (a file's content is kept once, for every session)
+    yield from drop_unused_blobs(d)  # (a file's content is kept once, for every session)
     space.freed = max(space.freed, RECLAIM_CHECK_BYTES)
     yield from reclaim(d, space)
     return True

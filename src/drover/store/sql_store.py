@@ -16,7 +16,7 @@ stores (:mod:`drover.store.sqlite`, :mod:`drover.store.postgres`) only build one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -94,11 +94,23 @@ class SqlStore:
         model: str,
         owner: str | None = None,
     ) -> SessionRecord:
-        now = self._clock()
         import uuid  # here: the journal's readers (drover sessions, drover show) never need it
 
-        record = SessionRecord(
-            id=session_id or uuid.uuid4().hex,
+        record = self._new_session(session_id or uuid.uuid4().hex, workdir, model, owner)
+        return await self.connection.perform(sql_sessions.create_session(record), "write")
+
+    async def open_session(
+        self, session_id: str, *, workdir: str, model: str, owner: str | None = None
+    ) -> tuple[SessionRecord, bool]:
+        record = self._new_session(session_id, workdir, model, owner)
+        return await self.connection.perform(sql_sessions.open_session(record), "write")
+
+    def _new_session(
+        self, session_id: str, workdir: str, model: str, owner: str | None
+    ) -> SessionRecord:
+        now = self._clock()
+        return SessionRecord(
+            id=session_id,
             created_at=now,
             updated_at=now,
             workdir=workdir,
@@ -106,7 +118,6 @@ class SqlStore:
             title=None,
             owner=owner,
         )
-        return await self.connection.perform(sql_sessions.create_session(record), "write")
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self.connection.perform(sql_sessions.get_session(session_id), "read")
@@ -357,10 +368,12 @@ class SqlStore:
         await self.connection.perform(sql_gc.vacuum(self.dialect), "read")
 
     async def claim_deliveries(
-        self, claimer: str, hold_seconds: float, limit: int = 16
+        self, claimer: str, hold_seconds: float, limit: int = 16, *, busy: Collection[str] = ()
     ) -> list[Delivery]:
         now = self._clock()
-        plan = sql_outbox.claim_due(self.dialect, claimer, now, hold_seconds, limit, owner_alive)
+        plan = sql_outbox.claim_due(
+            self.dialect, claimer, now, hold_seconds, limit, owner_alive, busy
+        )
         return await self.connection.perform(plan, "write")
 
     async def settle_delivery(
