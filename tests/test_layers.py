@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "config": 0,
     "config_tables": 0,
     "rules": 0,
+    "shell": 0,
     "output": 0,
     # adapters and the journal's domain, side by side: none imports another
     "providers": 1,

@@ -49,6 +49,7 @@ from typing import Any
 
 from drover.config_tables import HookSpec
 from drover.events import HookOutcome, HookPoint, TerminalEvent
+from drover.permissions import call_targets
 from drover.rules import main_argument
 from drover.tools.base import Tool
 from drover.tools.sandbox import SandboxStatus
@@ -111,13 +112,22 @@ class Hooks:
     def for_call(self, point: HookPoint, tool: Tool, input: Mapping[str, Any]) -> list[HookSpec]:
         """The hooks of ``point`` that are about this call, in configuration order."""
         argument = main_argument(tool)
+        workdir = str(self.workdir)
+        targets = call_targets(argument, input, workdir)
         return [
             spec
             for spec in self.specs
             if spec.event == point
             and (
                 spec.tool is None
-                or spec.tool.matches(tool.name, input, argument=argument, workdir=str(self.workdir))
+                or spec.tool.matches(
+                    tool.name,
+                    input,
+                    argument=argument,
+                    workdir=workdir,
+                    anywhere=True,
+                    targets=targets,
+                )
             )
         ]
 
