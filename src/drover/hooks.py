@@ -40,9 +40,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ from drover.config_tables import HookSpec
 from drover.events import HookOutcome, HookPoint, TerminalEvent
 from drover.permissions import call_targets
 from drover.rules import main_argument
+from drover.shell import command_words
 from drover.tools.base import Tool
+from drover.tools.protect import normalized
 from drover.tools.sandbox import SandboxStatus
 
 #: Characters of a hook's stderr kept (in the event, and for the model).
@@ -60,6 +63,8 @@ MESSAGE_CHARS = 4000
 KILL_GRACE = 2.0
 
 log = logging.getLogger(__name__)
+#: A word with one of these is no file name a hook runs (an expansion, a text for sh -c).
+_NOT_A_PATH = re.compile(r"[$\s\x00]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +264,26 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
         if len(kept) < limit:
             kept += chunk[: limit - len(kept)]
     return bytes(kept)
+
+
+def hook_scripts(specs: Iterable[HookSpec], workdir: Path) -> tuple[Path, ...]:
+    """The paths below ``workdir`` that the hooks' commands name — a script, the file given
+    to an interpreter — each a word of the command with a ``/`` in it or naming something
+    that exists there. The sandbox and the file tools keep them read-only (they are added to
+    the protected paths): a hook the model could rewrite would be no check at all."""
+    root = workdir.resolve()
+    found: dict[Path, None] = {}
+    for spec in specs:
+        for words in command_words(spec.command):
+            for word in words:
+                if not word or word.startswith("-") or _NOT_A_PATH.search(word):
+                    continue
+                path = normalized(root / os.path.expanduser(word))
+                if path == root or not path.is_relative_to(root):
+                    continue
+                if "/" in word or os.path.lexists(path):
+                    found.setdefault(path, None)
+    return tuple(found)
 
 
 def tool_payload(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from drover.config import Config, load_config
 from drover.config_tables import HookSpec
 from drover.handle import Session
-from drover.hooks import Hooks
+from drover.hooks import Hooks, hook_scripts
 from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.journal.protocol import Store
 from drover.journal.redact import Redactor
@@ -75,13 +76,19 @@ def sandbox_settings_for(
     db: str | None = None,
     mode: str | None = None,
     network: bool = False,
+    hooks: Sequence[HookSpec] = (),
 ) -> SandboxSettings:
     """The sandbox of an agent: ``mode``/``network`` (the flags) over the config file's
-    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too; relative paths in the
-    config file are taken from the workdir."""
-    return settings_from_config(
+    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too and the scripts of
+    ``hooks`` protected (:func:`~drover.hooks.hook_scripts`); relative paths in the config
+    file are taken from the workdir."""
+    settings = settings_from_config(
         config, mode=mode, network=network, hidden=journal_files(db), base=workdir
     )
+    scripts = hook_scripts(hooks, workdir)
+    if not scripts:
+        return settings
+    return dataclasses.replace(settings, protected=(*settings.protected, *scripts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +164,12 @@ async def open_resources(wanted: Wanted) -> Resources:
         db = wanted.store if isinstance(wanted.store, str) else os.environ.get("DROVER_DB")
         check = require_sandbox if wanted.require_sandbox else probe_sandbox
         settings = sandbox_settings_for(
-            config, workdir, db=db, mode=wanted.sandbox_mode, network=wanted.sandbox_network
+            config,
+            workdir,
+            db=db,
+            mode=wanted.sandbox_mode,
+            network=wanted.sandbox_network,
+            hooks=hook_specs,
         )
         sandbox = await asyncio.to_thread(check, settings)
     if wanted.model is None or isinstance(wanted.model, str):

@@ -155,17 +155,23 @@ def parse_command(command: str) -> ShellCommand:
     )
 
 
-def command_words(command: str) -> tuple[tuple[str, ...], ...]:
-    """The words of every simple command anywhere in ``command``, quotes removed (a word
-    with an expansion stays as written), program first."""
+def command_words(command: str, depth: int = 0) -> tuple[tuple[str, ...], ...]:
+    """The words of every simple command anywhere in ``command`` — in the texts it gives
+    ``sh -c`` and ``eval`` too — quotes removed (a word with an expansion stays as written),
+    program first."""
     source = _Source.parse(command)
     if source is None:
         return ()
     found: list[tuple[str, ...]] = []
     for node in _nodes(source.root):
         argv = source.argv(node) if node.type == "command" else None
-        if argv is not None:
-            found.append(tuple(argv))
+        if argv is None:
+            continue
+        found.append(tuple(argv))
+        if depth < MAX_NESTING:
+            program = argv[0].rsplit("/", 1)[-1]
+            for text in _given_commands(program, argv):
+                found.extend(command_words(text, depth + 1))
     return tuple(found)
 
 
