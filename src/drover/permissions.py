@@ -288,10 +288,12 @@ class CallPolicy:
         ):
             return None
         where = f" ({allowed.source})" if allowed.source else ""
+        base = Path(self.policy.workdir or Path.cwd()).resolve()
+        shown = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
         return (
-            f'Not run: this call leads to {path}, which the allow rule "{allowed.text}"{where} '
-            "that let it run without asking does not cover (a symbolic link on the way changed "
-            "since it was checked)."
+            f"Not run: this call now leads to '{shown}', which the allow rule "
+            f'"{allowed.text}"{where} that let it run without asking does not cover (a '
+            "symbolic link on the way changed after it was checked)."
         )
 
     def hides(self, path: Path) -> bool:
