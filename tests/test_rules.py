@@ -170,3 +170,26 @@ def test_always_on_bash_is_that_exact_command_and_reads_back() -> None:
     assert allows(parens, "bash", command="echo (a) (b)")
     assert always_rule("write_file", {"path": "a"}) == "write_file"
     assert always_rule("bash", {}) == "bash"
+
+
+@pytest.mark.parametrize(
+    ("rule", "path", "targets", "allowed", "denied"),
+    [
+        # A link under src/ that leads out of it: the allow rule does not cover where it leads.
+        ("write_file(src/**)", "src/ci/run", [f"{WORKDIR}/.ci/run"], False, True),
+        ("write_file(src/**)", "src/a.py", [f"{WORKDIR}/src/a.py"], True, True),
+        # A link named nothing the rule names, leading to .env: a deny rule sees the target.
+        ("read_file(.env)", "notes.txt", [f"{WORKDIR}/.env"], False, True),
+        ("read_file(.env)", "notes.txt", [f"{WORKDIR}/notes.txt"], False, False),
+        # A path that cannot be resolved: no allow rule covers it; deny reads it as written.
+        ("write_file(src/**)", "src/loop", None, False, True),
+    ],
+)
+def test_a_path_is_matched_as_written_and_where_it_leads(
+    rule: str, path: str, targets: list[str] | None, allowed: bool, denied: bool
+) -> None:
+    parsed = Rule.parse(rule)
+    tool = parsed.name
+    kwargs: dict[str, Any] = {"argument": "path", "workdir": WORKDIR, "targets": targets}
+    assert parsed.matches(tool, {"path": path}, **kwargs) is allowed
+    assert parsed.matches(tool, {"path": path}, anywhere=True, **kwargs) is denied

@@ -2,7 +2,9 @@
 
 Configured in ``config.toml`` as ``[[hooks]]`` (:mod:`drover.config_tables`): ``event`` is
 ``pre_tool``, ``post_tool`` or ``turn_end``; ``tool`` (optional) is a permission rule saying
-which calls a tool hook is about (``bash``, ``bash(git *)``, ``write_file(src/**)``); the
+which calls a tool hook is about (``bash``, ``bash(git *)``, ``write_file(src/**)``), matched
+as a deny rule is — any ``git`` command anywhere in a command, a path as written or where it
+leads (:mod:`drover.rules`) — so a hook cannot be dodged by spelling; the
 ``command`` runs with ``/bin/bash -c`` in the working directory, **in the same sandbox as the
 ``bash`` tool** (a sandbox that is wanted but unavailable runs no hook), with the event as one
 JSON object on stdin and a ``timeout`` (60 s) after which its process group is killed::
@@ -24,6 +26,10 @@ What the exit status does, as in Claude Code:
 ``turn_end``    runs once the turn's end is recorded (not when the turn was interrupted);
                 a failure is logged.
 ==============  =======================================================================
+
+The files a hook's command names in the working directory (:func:`hook_scripts`) are
+protected paths: the sandbox mounts them read-only and the file tools refuse to write them,
+so the model cannot rewrite a check to ``exit 0``.
 
 Tool hooks run after the call's input is validated and the permission rules did not refuse
 it, before the user is asked (a blocked call asks no one), in configuration order; the first

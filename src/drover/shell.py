@@ -251,7 +251,7 @@ class _Source:
         names = [c for c in body.children if c.type == "command_name"]
         if len(names) != 1:
             return None
-        return Statement(text=self.text(node).strip(), redirects=frozenset(redirects))
+        return Statement(text=self.text(node).strip(" \t\n"), redirects=frozenset(redirects))
 
     def pieces(self, node: tree_sitter.Node, redirects: set[Direction]) -> bool:
         """Whether the children of a command (or of a redirected one) are plain words,
