@@ -337,19 +337,24 @@ def _normalise_path(value: str, base: str) -> tuple[str | None, str]:
 
 # -- commands -----------------------------------------------------------------------------------
 
-_DENY_CUTS = re.compile(r"[;&|\n()`]|\$\(")
+_DENY_CUTS = re.compile(r"[;&|\n()`{}]|\$\(")
 _ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
+#: What quoting adds to a word: a backslash before a character, quote characters.
+_QUOTING = re.compile(r"\\(.)|\$?['\"]", re.DOTALL)
 
 
 def _deny_parts(command: str) -> list[str]:
-    """Every piece a deny rule looks at: parts cut at operators, parentheses and backquotes
-    (quoting ignored), each also without leading assignments."""
-    out: list[str] = []
+    """Every piece a deny rule looks at in the text itself, whatever a parse made of it: parts
+    cut at operators, braces, parentheses and backquotes (quoting ignored), each also without
+    leading assignments, without quotes and backslashes, and with its program's directory
+    dropped (``\\rm``, ``"rm"`` and ``/bin/rm`` are ``rm``)."""
+    out: set[str] = set()
     for part in _DENY_CUTS.split(command):
         part = part.strip()
-        if part:
-            out.append(part)
-            bare = _ASSIGNMENT.sub("", part)
-            if bare != part:
-                out.append(bare)
-    return out
+        if not part:
+            continue
+        bare = _ASSIGNMENT.sub("", part)
+        plain = _QUOTING.sub(lambda m: m.group(1) or "", bare).strip()
+        program, space, rest = plain.partition(" ")
+        out.update((part, bare, plain, program.rsplit("/", 1)[-1] + space + rest))
+    return sorted(out)
