@@ -178,7 +178,11 @@ class PermissionPolicy:
     def verdict(self, tool: Tool, input: Mapping[str, Any] | None = None) -> Verdict:
         """Whether a call of ``tool`` with ``input`` runs, asks or is refused (module doc)."""
         argument = main_argument(tool)
-        targets = call_targets(argument, input, self.workdir)
+        names = (tool.name, READ_TOOL) if tool.name in READERS else (tool.name,)
+        rules = (*self.deny_rules, *self.allow_rules, *self._always.values())
+        # Where a path leads is looked up only when a rule with a glob is about this tool.
+        about = any(r.glob is not None and any(r.names(n) for n in names) for r in rules)
+        targets = call_targets(argument, input, self.workdir) if about else ()
         denied = self.deny_rule(tool, input, argument, targets)
         if denied is not None:
             return Verdict("refuse", denied)

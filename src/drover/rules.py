@@ -51,6 +51,7 @@ where it came from (:attr:`Rule.source`) so ``/permissions`` can say.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -201,10 +202,9 @@ class Rule:
         if not anywhere and not has_wildcard(self.glob):
             # Exactly this command, whatever it holds (an "always" answer's rule).
             return regex.fullmatch(command.strip()) is not None
-        parsed = parse_command(command)
         if anywhere:
-            parts = {command.strip(), *parsed.anywhere, *_deny_parts(command)}
-            return any(regex.fullmatch(part) for part in parts if part)
+            return any(regex.fullmatch(part) for part in _deny_spellings(command))
+        parsed = parse_command(command)
         if parsed.plain is None:
             return False
         for statement in parsed.plain:
@@ -341,6 +341,14 @@ _DENY_CUTS = re.compile(r"[;&|\n()`{}]|\$\(")
 _ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
 #: What quoting adds to a word: a backslash before a character, quote characters.
 _QUOTING = re.compile(r"\\(.)|\$?['\"]", re.DOTALL)
+
+
+@functools.lru_cache(maxsize=512)
+def _deny_spellings(command: str) -> frozenset[str]:
+    """Everything a deny rule matches against for ``command`` (cached: every deny rule asks
+    about the same call): its text, each simple command the parse finds, the textual parts."""
+    parts = {command.strip(), *parse_command(command).anywhere, *_deny_parts(command)}
+    return frozenset(part for part in parts if part)
 
 
 def _deny_parts(command: str) -> list[str]:

@@ -177,21 +177,43 @@ class _Search:
     timed_out: bool = False
 
 
-def _targets(root: Path, files: list[Path]) -> Iterator[tuple[str, str]]:
-    """(as shown, resolved path) of each file still inside the working directory."""
-    for path in files:
-        try:
-            resolved = path.resolve()
-        except (OSError, RuntimeError):
-            continue
-        if resolved.is_relative_to(root):
-            yield display_path(root, path), str(resolved)
+def _feed(
+    fd: int,
+    header: dict[str, Any],
+    files: Iterator[Path],
+    root: Path,
+    shown: list[str],
+) -> None:
+    """Write ``header`` then each file of ``files`` (as ``[index, resolved path]``) to the
+    search process's stdin ``fd`` as the walk finds them, noting how each is shown first; in
+    a worker thread. Ends when the walk does, or when the process stops reading (it found
+    enough, or was killed)."""
+    try:
+        os.write(fd, json.dumps(header).encode() + b"\n")
+        for path in files:
+            try:
+                resolved = path.resolve()
+            except (OSError, RuntimeError):
+                continue
+            if not resolved.is_relative_to(root):
+                continue
+            shown.append(display_path(root, path))
+            line = json.dumps([len(shown) - 1, str(resolved)]).encode() + b"\n"
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        os.close(fd)
 
 
-async def _run_search(pattern: str, shown_paths: list[tuple[str, str]], found: _Search) -> None:
-    """Search ``shown_paths`` for ``pattern`` in a child process, into ``found``; raises
-    :class:`ToolError` for a pattern that does not compile. The child is killed when the
-    call ends, however it ends."""
+async def _run_search(
+    pattern: str, root: Path, walk: Callable[[threading.Event], Iterator[Path]], found: _Search
+) -> None:
+    """Search the files ``walk`` yields for ``pattern`` in a child process, into ``found``;
+    raises :class:`ToolError` for a pattern that does not compile. The walk runs in a thread
+    that feeds the child as it goes; both end when the call does, however it ends."""
     header = {
         "pattern": pattern,
         "max_matches": MAX_GREP_MATCHES + 1,
@@ -201,19 +223,29 @@ async def _run_search(pattern: str, shown_paths: list[tuple[str, str]], found: _
         "memory": GREP_MEMORY,
         "cpu": int(GREP_SECONDS) + 5,
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        str(_WORKER),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        limit=_LINE_LIMIT,
+    read_end, write_end = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(_WORKER),
+            stdin=read_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            limit=_LINE_LIMIT,
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    assert process.stdout is not None and process.stderr is not None
+    shown: list[str] = []
+    stop = threading.Event()
+    feeding = asyncio.ensure_future(
+        asyncio.to_thread(_feed, write_end, header, walk(stop), root, shown)
     )
-    assert process.stdin is not None and process.stdout is not None
-    assert process.stderr is not None
-    feeding = asyncio.ensure_future(_feed(process.stdin, header, shown_paths))
     said = asyncio.ensure_future(_tail(process.stderr, 4096))
     try:
         while line := await process.stdout.readline():
@@ -222,10 +254,10 @@ async def _run_search(pattern: str, shown_paths: list[tuple[str, str]], found: _
                 raise ToolError(str(message["error"]))
             if "m" in message:
                 index, number, text = message["m"]
-                found.matches.append(f"{shown_paths[index][0]}:{number}:{text}")
+                found.matches.append(f"{shown[index]}:{number}:{text}")
             elif "big" in message:
                 index, size = message["big"]
-                found.too_large.append((shown_paths[index][0], int(size)))
+                found.too_large.append((shown[index], int(size)))
         code = await process.wait()
         if code != 0:
             why = (await said).decode(errors="replace").strip().splitlines()
@@ -235,28 +267,16 @@ async def _run_search(pattern: str, shown_paths: list[tuple[str, str]], found: _
                 + "); narrow the pattern or the path"
             )
     finally:
-        feeding.cancel()
+        stop.set()
         said.cancel()
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
-        for task in (feeding, said):
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await task
-
-
-async def _feed(
-    stdin: asyncio.StreamWriter, header: dict[str, Any], shown_paths: list[tuple[str, str]]
-) -> None:
-    try:
-        stdin.write(json.dumps(header).encode() + b"\n")
-        for index, (_shown, path) in enumerate(shown_paths):
-            stdin.write(json.dumps([index, path]).encode() + b"\n")
-            await stdin.drain()
-        stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # it stopped early (enough matches, or a bad pattern)
+        # The feeder ends: its walk was told to stop, and its writes fail once the child is gone.
+        await asyncio.shield(feeding)
+        with contextlib.suppress(asyncio.CancelledError):
+            await said
 
 
 async def _tail(stream: asyncio.StreamReader, limit: int) -> bytes:
@@ -336,10 +356,9 @@ def search_tools(
         seconds = GREP_SECONDS if grep_seconds is None else grep_seconds
         try:
             async with asyncio.timeout(seconds):
-                files = await _in_thread(
-                    lambda stop: list(_targets(root, list(_files_under(root, start, skip, stop))))
+                await _run_search(
+                    pattern, root, lambda stop: _files_under(root, start, skip, stop), found
                 )
-                await _run_search(pattern, files, found)
         except TimeoutError:
             found.timed_out = True
         return _grep_output(pattern, display_path(root, start), found, seconds)
