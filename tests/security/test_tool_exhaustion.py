@@ -158,7 +158,7 @@ def test_a_sparse_file_of_10_gib_is_refused_or_capped_in_bounded_memory(tmp_path
     search_all, search_big, search_hole, read, edit, write = report["told"]
     assert search_all.splitlines() == [
         "small.txt:1:a needle here",
-        "[not searched, over the 10 MiB limit: big.log (10.0 GiB); search them with bash (grep)]",
+        "[not searched, over the 10.0 MiB limit: big.log (10.0 GiB); search them with bash (grep)]",
     ]
     assert "big.log (10.0 GiB)" in search_big and "big.log (10.0 GiB)" in search_hole
     assert "too large to read whole (10,737,418,240 bytes" in read

@@ -18,6 +18,16 @@ def process_state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
+def parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` from /proc, or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs; a zombie (dead, not yet reaped by its parent) counts as gone."""
     return process_state(pid) not in (None, "Z", "X")

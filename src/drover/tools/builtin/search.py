@@ -288,7 +288,10 @@ async def _tail(stream: asyncio.StreamReader, limit: int) -> bytes:
 
 
 def _size(size: int) -> str:
-    return f"{size / (1 << 30):.1f} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.1f} MiB"
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.1f} {unit}"
+    return f"{size / 1024:.1f} KiB"
 
 
 # -- the tools ---------------------------------------------------------------------------------
@@ -384,7 +387,7 @@ def _grep_output(pattern: str, where: str, found: _Search, seconds: float) -> To
         named = ", ".join(f"{shown} ({_size(size)})" for shown, size in found.too_large[:10])
         more = len(found.too_large) - 10
         notes.append(
-            f"[not searched, over the {MAX_GREP_FILE_BYTES // (1 << 20)} MiB limit: {named}"
+            f"[not searched, over the {_size(MAX_GREP_FILE_BYTES)} limit: {named}"
             + (f" and {more:,} more" if more > 0 else "")
             + "; search them with bash (grep)]"
         )
