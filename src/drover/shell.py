@@ -11,16 +11,21 @@ the two views a rule needs:
   ``||``, ``|`` and newlines, each made of plain words (literal or quoted text, ``$NAME`` and
   ``${NAME}``). Anything else — a substitution (``$(…)``, backquotes, ``<(…)``), an
   arithmetic or parameter expansion with operators, a subshell, a compound command (``{ }``,
-  ``if``, ``for``…), a function definition, a background ``&``, or text the grammar does not
-  account for (a syntax error, a NUL) — makes it None: the command is not plain, no prefix
-  rule allows it.
+  ``if``, ``for``…), a function definition, a background ``&``, a here-document, or text the
+  grammar does not account for (a syntax error, a NUL) — makes it None: the command is not
+  plain, no prefix rule allows it. The grammar is not bash and can misread (a backslash before
+  CR-LF, a newline before ``\rm``: the property tests against real bash found both), so each
+  piece of a plain command — every word, quoted string, blank and comment — is read again with
+  bash's own rules for that piece, and one that does not read the same makes it not plain.
 * :attr:`ShellCommand.anywhere` — what a *deny* rule or a hook's scope looks at: every simple
   command anywhere in it (after ``&&``, inside ``$(…)``, a subshell, a loop's body, a function,
   a here-document), each spelled several ways: as written, without its leading ``NAME=value``
   assignments, with quotes and backslashes removed (``"rm" -rf``, ``\\rm``), with a path's
-  directory dropped from the program (``/bin/rm``), without a wrapper in front (``env``,
-  ``command``, ``nice -n 5``, ``timeout 5``, ``sudo``, ``xargs``…); and the commands given as
-  text to ``eval``, ``bash -c``/``sh -c`` and ``find -exec``, parsed in turn.
+  directory dropped from the program (``/bin/rm``), without a wrapper or a leading expansion
+  that may be empty in front (``env``, ``command``, ``nice -n 5``, ``timeout 5``, ``sudo``,
+  ``xargs``, ``$x``…); and the commands given as text to ``eval``, ``bash -c``/``sh -c`` and
+  ``find -exec``, parsed in turn. (:mod:`drover.rules` adds the parts of the text itself, for
+  what the grammar misreads.)
 
 Reading what bash *would* run cannot be complete (a program can run any text it is given:
 ``python -c``, ``git -c alias…``, a script written first); the sandbox is what contains
