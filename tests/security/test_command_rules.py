@@ -11,14 +11,16 @@ The property test builds commands from a rule's prefix and hostile pieces and ru
 command the allow rule admits in a real bash that records each simple command it executes
 (a ``DEBUG`` trap inherited by functions, substitutions and subshells) and has nothing but a
 do-nothing ``git`` to run: an admitted command may run ``git`` and nothing else, and write
-no file.
+no file. Generated commands are hostile by construction (``echo >/bin/rm`` is one of them,
+and the tests run as root): each runs in bubblewrap with the file system read-only but its
+own scratch directory, or not at all.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import signal
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -33,6 +35,12 @@ from drover.handle import NO_HANDLER_TEXT
 from drover.messages import ToolResultBlock
 from drover.rules import Rule
 from drover.testing.scripted import Reply, ScriptedProvider, call
+from drover.tools.sandbox import SandboxSettings, probe_sandbox
+
+SANDBOX = probe_sandbox(SandboxSettings())
+needs_sandbox = pytest.mark.skipif(
+    not SANDBOX.active, reason=f"bubblewrap cannot run here: {SANDBOX.reason}"
+)
 
 #: Commands that pass ``bash(git status*)`` on a text reading and run ``touch pwned``.
 DESYNCS = [
@@ -90,7 +98,7 @@ async def run_calls(
         store=str(tmp_path / "journal.db"),
         workdir=work,
         config=Config(),
-        sandbox="off",  # the rules are under test; the payloads only touch the workdir
+        sandbox="workdir",  # hostile commands run confined, whatever the rules let through
         permission_mode=mode,  # type: ignore[arg-type]
         allow=allow,
         deny=deny,
@@ -100,6 +108,7 @@ async def run_calls(
     return work, results(provider)
 
 
+@needs_sandbox
 async def test_a_quoting_desync_does_not_pass_a_prefix_rule(tmp_path: Path) -> None:
     work, told = await run_calls(
         tmp_path, ["git status --short", *DESYNCS], allow=["bash(git status*)"]
@@ -110,6 +119,7 @@ async def test_a_quoting_desync_does_not_pass_a_prefix_rule(tmp_path: Path) -> N
     assert [r.content for r in told[1:]] == [NO_HANDLER_TEXT] * len(DESYNCS)
 
 
+@needs_sandbox
 async def test_a_deny_rule_sees_rm_wherever_it_runs(tmp_path: Path) -> None:
     """In ``allow`` mode, where nothing else would stop it: each spelling is refused and the
     victim survives every one of them (each call would delete it)."""
@@ -149,10 +159,37 @@ HOSTILE = st.tuples(NOISE, NOISE, st.sampled_from(["\n", ";", " ", ""]), NOISE).
 )
 
 
+#: How every generated command runs: in bubblewrap, the whole file system read-only but its
+#: scratch directory, a private /tmp, no network, no capabilities (drover's tests run as root:
+#: a generated ``echo >/bin/rm`` must not overwrite anything), dying with the test.
+CONFINED = [
+    "bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc",
+    "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv",
+]  # fmt: skip
+
+
+@functools.cache
+def confinement() -> str | None:
+    """Why generated commands cannot be run confined here (None: they can)."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed"
+    with tempfile.TemporaryDirectory(prefix="drover-rules-") as scratch:
+        probe = [*CONFINED, "--bind", scratch, scratch, "/bin/sh", "-c", "! touch /usr/x"]
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+        # The probe must run, and its write outside the scratch directory must fail.
+        if done.returncode != 0:
+            return f"bubblewrap cannot confine commands here: {done.stderr.strip()[-300:]}"
+    return None
+
+
 def run_bash(command: str, prelude: str) -> tuple[list[str], list[str]]:
-    """Run ``command`` in real bash after ``prelude`` (loaded by ``BASH_ENV``) in a directory
-    holding only ``victim``, with no ``PATH``; what the prelude logged (NUL-separated) and
-    the files left. Whatever the command started in the background is killed after it."""
+    """Run ``command`` in real bash, confined (:data:`CONFINED`), after ``prelude`` (loaded by
+    ``BASH_ENV``) in a directory holding only ``victim``, with no ``PATH``; what the prelude
+    logged (NUL-separated) and the files left. The test is skipped where it cannot be
+    confined: a generated command never runs unconfined."""
+    why = confinement()
+    if why is not None:
+        pytest.skip(why)
     with tempfile.TemporaryDirectory(prefix="drover-rules-") as scratch:
         root = Path(scratch)
         (root / "cwd").mkdir()
@@ -161,21 +198,17 @@ def run_bash(command: str, prelude: str) -> tuple[list[str], list[str]]:
         log = root / "log"
         log.write_bytes(b"")
         env = {"BASH_ENV": str(root / "prelude.sh"), "DROVER_LOG": str(log), "PATH": "/no-bin"}
-        process = subprocess.Popen(
-            ["/bin/bash", "-c", command],
-            cwd=root / "cwd",
-            env=env,
+        argv = [*CONFINED, "--bind", scratch, scratch, "--chdir", str(root / "cwd")]
+        for name, value in env.items():
+            argv += ["--setenv", name, value]
+        done = subprocess.run(
+            [*argv, "/bin/bash", "-c", command],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            capture_output=True,
+            timeout=30,  # a failure bound: these commands loop nowhere
+            check=False,
         )
-        try:
-            process.wait(timeout=30)  # a failure bound: these commands loop nowhere
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        assert b"bwrap:" not in done.stderr, done.stderr  # the sandbox itself must have run
         logged = [c for c in log.read_bytes().decode(errors="replace").split("\0") if c]
         return logged, sorted(os.listdir(root / "cwd"))
 
@@ -185,6 +218,15 @@ def ran_in_bash(command: str) -> tuple[list[str], list[str]]:
     saw it) and the files it left besides ``victim``."""
     executed, files = run_bash(command, PRELUDE)
     return executed, [f for f in files if f != "victim"]
+
+
+def test_a_generated_command_writes_nowhere_but_its_scratch_directory() -> None:
+    outside = Path("/usr/local/drover-rules-probe")
+    host_tmp = Path(tempfile.gettempdir()) / "drover-rules-probe"
+    command = f"echo x > {outside}; echo x > {host_tmp}; echo x > ../scratch-file; : > here"
+    _executed, files = ran_in_bash(command)
+    assert files == ["here"]
+    assert not outside.exists() and not host_tmp.exists()
 
 
 def test_the_oracle_sees_what_a_desync_hides() -> None:

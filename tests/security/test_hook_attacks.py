@@ -64,16 +64,14 @@ def project(tmp_path: Path) -> Path:
     return work
 
 
-async def run(
-    tmp_path: Path, work: Path, replies: list[Reply], sandbox: str = "workdir"
-) -> ScriptedProvider:
+async def run(tmp_path: Path, work: Path, replies: list[Reply]) -> ScriptedProvider:
     provider = ScriptedProvider(replies)
     async with Agent(
         provider,
         store=str(tmp_path / "journal.db"),
         workdir=work,
         config=Config(),
-        sandbox=sandbox,
+        sandbox="workdir",  # hostile commands run confined
         permission_mode="allow",  # nothing but the hook stands in the way
         hooks=[guard()],
     ) as agent:
@@ -82,13 +80,14 @@ async def run(
     return provider
 
 
+@needs_sandbox
 async def test_a_hook_on_git_push_runs_for_every_git_push(tmp_path: Path) -> None:
     work = project(tmp_path)
     replies = [
         Reply(calls=[call("bash", command=c) for c in [*PUSHES, "git status"]]),
         Reply(text="done"),
     ]
-    provider = await run(tmp_path, work, replies, sandbox="off")
+    provider = await run(tmp_path, work, replies)
     results = told(provider, 1)
     assert {c: r.content for c, r in zip(PUSHES, results, strict=False)} == dict.fromkeys(
         PUSHES, BLOCKED
