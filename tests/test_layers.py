@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "config_providers": 0,
     "expand": 0,
     "rules": 0,
+    "shell": 0,
     "output": 0,
     # adapters and the journal's domain, side by side: none imports another
     "providers": 1,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from drover.errors import ConfigError
-from drover.rules import Rule, always_rule, main_argument, split_command
+from drover.rules import Rule, always_rule, main_argument
 
 WORKDIR = "/work/project"
 
@@ -21,7 +21,7 @@ def allows(rule: str, tool: str, **input: Any) -> bool:
 
 def denies(rule: str, tool: str, **input: Any) -> bool:
     parsed = Rule.parse(rule)
-    return parsed.matches(tool, input, argument=_argument(tool), workdir=WORKDIR, deny=True)
+    return parsed.matches(tool, input, argument=_argument(tool), workdir=WORKDIR, anywhere=True)
 
 
 def _argument(tool: str) -> str | None:
@@ -172,10 +172,24 @@ def test_always_on_bash_is_that_exact_command_and_reads_back() -> None:
     assert always_rule("bash", {}) == "bash"
 
 
-def test_split_command() -> None:
-    split = split_command("a && b || c; d & e | f\ng")
-    assert split.parts == ("a", "b", "c", "d", "e", "f", "g")
-    assert not split.substitution and not split.redirects
-    assert split_command("cat <(ls)").substitution
-    assert split_command("echo '$(x)'").substitution is False
-    assert split_command("echo \\; x").parts == ("echo \\; x",)
+@pytest.mark.parametrize(
+    ("rule", "path", "targets", "allowed", "denied"),
+    [
+        # A link under src/ that leads out of it: the allow rule does not cover where it leads.
+        ("write_file(src/**)", "src/ci/run", [f"{WORKDIR}/.ci/run"], False, True),
+        ("write_file(src/**)", "src/a.py", [f"{WORKDIR}/src/a.py"], True, True),
+        # A link named nothing the rule names, leading to .env: a deny rule sees the target.
+        ("read_file(.env)", "notes.txt", [f"{WORKDIR}/.env"], False, True),
+        ("read_file(.env)", "notes.txt", [f"{WORKDIR}/notes.txt"], False, False),
+        # A path that cannot be resolved: no allow rule covers it; deny reads it as written.
+        ("write_file(src/**)", "src/loop", None, False, True),
+    ],
+)
+def test_a_path_is_matched_as_written_and_where_it_leads(
+    rule: str, path: str, targets: list[str] | None, allowed: bool, denied: bool
+) -> None:
+    parsed = Rule.parse(rule)
+    tool = parsed.name
+    kwargs: dict[str, Any] = {"argument": "path", "workdir": WORKDIR, "targets": targets}
+    assert parsed.matches(tool, {"path": path}, **kwargs) is allowed
+    assert parsed.matches(tool, {"path": path}, anywhere=True, **kwargs) is denied

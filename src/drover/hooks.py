@@ -2,7 +2,9 @@
 
 Configured in ``config.toml`` as ``[[hooks]]`` (:mod:`drover.config_tables`): ``event`` is
 ``pre_tool``, ``post_tool`` or ``turn_end``; ``tool`` (optional) is a permission rule saying
-which calls a tool hook is about (``bash``, ``bash(git *)``, ``write_file(src/**)``); the
+which calls a tool hook is about (``bash``, ``bash(git *)``, ``write_file(src/**)``), matched
+as a deny rule is — any ``git`` command anywhere in a command, a path as written or where it
+leads (:mod:`drover.rules`) — so a hook cannot be dodged by spelling; the
 ``command`` runs with ``/bin/bash -c`` in the working directory, **in the same sandbox as the
 ``bash`` tool** (a sandbox that is wanted but unavailable runs no hook), with the event as one
 JSON object on stdin and a ``timeout`` (60 s) after which its process group is killed::
@@ -25,6 +27,10 @@ What the exit status does, as in Claude Code:
                 a failure is logged.
 ==============  =======================================================================
 
+The files a hook's command names in the working directory (:func:`hook_scripts`) are
+protected paths: the sandbox mounts them read-only and the file tools refuse to write them,
+so the model cannot rewrite a check to ``exit 0``.
+
 Tool hooks run after the call's input is validated and the permission rules did not refuse
 it, before the user is asked (a blocked call asks no one), in configuration order; the first
 that blocks stops the rest. Each run of a tool hook is a :class:`~drover.events.HookRun` event
@@ -40,17 +46,21 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from drover.config_tables import HookSpec
 from drover.events import HookOutcome, HookPoint, TerminalEvent
+from drover.permissions import call_targets
 from drover.rules import main_argument
+from drover.shell import command_words
 from drover.tools.base import Tool
+from drover.tools.protect import normalized
 from drover.tools.sandbox import SandboxStatus
 
 #: Characters of a hook's stderr kept (in the event, and for the model).
@@ -59,6 +69,8 @@ MESSAGE_CHARS = 4000
 KILL_GRACE = 2.0
 
 log = logging.getLogger(__name__)
+#: A word with one of these is no file name a hook runs (an expansion, a text for sh -c).
+_NOT_A_PATH = re.compile(r"[$\s\x00]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +123,22 @@ class Hooks:
     def for_call(self, point: HookPoint, tool: Tool, input: Mapping[str, Any]) -> list[HookSpec]:
         """The hooks of ``point`` that are about this call, in configuration order."""
         argument = main_argument(tool)
+        workdir = str(self.workdir)
+        targets = call_targets(argument, input, workdir)
         return [
             spec
             for spec in self.specs
             if spec.event == point
             and (
                 spec.tool is None
-                or spec.tool.matches(tool.name, input, argument=argument, workdir=str(self.workdir))
+                or spec.tool.matches(
+                    tool.name,
+                    input,
+                    argument=argument,
+                    workdir=workdir,
+                    anywhere=True,
+                    targets=targets,
+                )
             )
         ]
 
@@ -249,6 +270,26 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
         if len(kept) < limit:
             kept += chunk[: limit - len(kept)]
     return bytes(kept)
+
+
+def hook_scripts(specs: Iterable[HookSpec], workdir: Path) -> tuple[Path, ...]:
+    """The paths below ``workdir`` that the hooks' commands name — a script, the file given
+    to an interpreter — each a word of the command with a ``/`` in it or naming something
+    that exists there. The sandbox and the file tools keep them read-only (they are added to
+    the protected paths): a hook the model could rewrite would be no check at all."""
+    root = workdir.resolve()
+    found: dict[Path, None] = {}
+    for spec in specs:
+        for words in command_words(spec.command):
+            for word in words:
+                if not word or word.startswith("-") or _NOT_A_PATH.search(word):
+                    continue
+                path = normalized(root / os.path.expanduser(word))
+                if path == root or not path.is_relative_to(root):
+                    continue
+                if "/" in word or os.path.lexists(path):
+                    found.setdefault(path, None)
+    return tuple(found)
 
 
 def tool_payload(

@@ -20,27 +20,37 @@ A call is decided in this order (:meth:`PermissionPolicy.verdict`):
 
 Rules are those of :mod:`drover.rules` (``bash(git status*)``, ``write_file(src/**)``…), from
 the config file's ``[permissions]``, the command line's ``--allow``/``--deny`` or an
-:class:`~drover.agent.Agent`'s ``allow=``/``deny=``. An "always" answer is a rule of the same
-language (:func:`drover.rules.always_rule`): ``bash(<that exact command>)`` for ``bash``, the
-tool's name for every other tool. The policy only decides; the prompt itself is the loop's
-permission round-trip.
+:class:`~drover.agent.Agent`'s ``allow=``/``deny=``. A command is matched on its parse
+(:mod:`drover.shell`), a path both as written and where it leads (:func:`call_targets`). A
+rule that refuses reading a file (a deny rule on ``read_file``) refuses ``grep`` that path
+too, and keeps it out of what ``grep`` and ``glob`` report
+(:meth:`PermissionPolicy.read_denied`).
+The policy decides before a call runs; the call's tool checks the paths it really touches
+when it runs through :class:`CallPolicy` (``ToolContext.rules``), so a link swapped in
+between, or a file met in a directory ``grep`` searches, is judged as well.
+
+An "always" answer is a rule of the same language (:func:`drover.rules.always_rule`):
+``bash(<that exact command>)`` for ``bash``, the tool's name for every other tool. The policy
+only decides; the prompt itself is the loop's permission round-trip.
 
 A policy belongs to one session: its grants are that session's, kept in the journal by the
 ``remember`` callback the runner gives it (so another process, or this one after a restart,
-sees them), and loaded again at every turn's start. The policy itself does no I/O.
+sees them), and loaded again at every turn's start. The policy itself does no I/O but for
+looking up where a path leads (its symbolic links).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
 
 from drover.errors import ConfigError
-from drover.rules import Rule, main_argument
+from drover.rules import Rule, argument_kind, main_argument
 from drover.tools.base import Tool
+from drover.tools.workspace import path_target
 
 PermissionMode: TypeAlias = Literal["ask", "allow", "deny", "sandboxed"]
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
@@ -52,6 +62,10 @@ Remember = Callable[[str], Awaitable[None]]
 #: Where a session's "always" answers come from, as ``/permissions`` says.
 GRANT_SOURCE = 'an "always" answer in this session'
 DENY_MODE_TEXT = "Not run: the permission mode is deny, which refuses every tool with side effects."
+#: The tool whose deny rules say which files may not be read, by any tool that reads them.
+READ_TOOL = "read_file"
+#: Tools that read the file their main argument names, as ``read_file`` does.
+READERS = frozenset({"grep"})
 
 log = logging.getLogger(__name__)
 
@@ -164,19 +178,79 @@ class PermissionPolicy:
     def verdict(self, tool: Tool, input: Mapping[str, Any] | None = None) -> Verdict:
         """Whether a call of ``tool`` with ``input`` runs, asks or is refused (module doc)."""
         argument = main_argument(tool)
-        for rule in self.deny_rules:
-            if rule.matches(tool.name, input, argument=argument, workdir=self.workdir, deny=True):
-                return Verdict("refuse", rule)
+        names = (tool.name, READ_TOOL) if tool.name in READERS else (tool.name,)
+        rules = (*self.deny_rules, *self.allow_rules, *self._always.values())
+        # Where a path leads is looked up only when a rule with a glob is about this tool.
+        about = any(r.glob is not None and any(r.names(n) for n in names) for r in rules)
+        targets = call_targets(argument, input, self.workdir) if about else ()
+        denied = self.deny_rule(tool, input, argument, targets)
+        if denied is not None:
+            return Verdict("refuse", denied)
         if self._mode == "deny" and not tool.read_only:
             return Verdict("refuse")
         if tool.read_only or self._mode == "allow" or is_trusted(tool):
             return Verdict("run")
         for rule in (*self.allow_rules, *self._always.values()):
-            if rule.matches(tool.name, input, argument=argument, workdir=self.workdir):
+            if rule.matches(
+                tool.name, input, argument=argument, workdir=self.workdir, targets=targets
+            ):
                 return Verdict("run", rule)
         if self._mode == "sandboxed" and is_contained(tool, input):
             return Verdict("run")
         return Verdict("ask")
+
+    def deny_rule(
+        self,
+        tool: Tool,
+        input: Mapping[str, Any] | None,
+        argument: str | None,
+        targets: Sequence[str] | None,
+    ) -> Rule | None:
+        """The first deny rule that covers the call (those on ``read_file`` too, for a tool
+        that reads the file its argument names)."""
+        names = (tool.name, READ_TOOL) if tool.name in READERS else (tool.name,)
+        for rule in self.deny_rules:
+            for name in names:
+                if rule.matches(
+                    name,
+                    input,
+                    argument=argument,
+                    workdir=self.workdir,
+                    anywhere=True,
+                    targets=targets,
+                ):
+                    return rule
+        return None
+
+    def read_denied(self, tool: Tool, path: Path) -> Rule | None:
+        """The deny rule that keeps the file or directory ``path`` (absolute) from being read
+        by ``tool``: one on ``read_file``, or on ``tool`` itself when its main argument is a
+        path (``grep(secrets/**)``). Matched on ``path`` and where it leads."""
+        argument = main_argument(tool)
+        own = argument if argument is not None and argument_kind(argument) == "path" else None
+        target = path_target(self.workdir or Path.cwd(), str(path))
+        targets = () if target is None else (str(target),)
+        read = {"path": str(path)}
+        for rule in self.deny_rules:
+            if rule.matches(
+                READ_TOOL,
+                read,
+                argument="path",
+                workdir=self.workdir,
+                anywhere=True,
+                targets=targets,
+            ):
+                return rule
+            if own is not None and rule.matches(
+                tool.name,
+                {own: str(path)},
+                argument=own,
+                workdir=self.workdir,
+                anywhere=True,
+                targets=targets,
+            ):
+                return rule
+        return None
 
     def needs_prompt(self, tool: Tool, input: Mapping[str, Any] | None = None) -> bool:
         """Whether running ``tool`` with ``input`` needs the user's consent first."""
@@ -191,6 +265,58 @@ class PermissionPolicy:
             f"PermissionPolicy({self._mode!r}, allow={[r.text for r in self.allow_rules]}, "
             f"deny={[r.text for r in self.deny_rules]}, always={sorted(self._always)})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CallPolicy:
+    """The rules of one call as its tool applies them when it runs (``ToolContext.rules``,
+    :class:`~drover.tools.base.CallRules`): ``verdict`` is what let the call run."""
+
+    policy: PermissionPolicy
+    tool: Tool
+    input: Mapping[str, Any]
+    verdict: Verdict
+
+    def refusal(self, path: Path) -> str | None:
+        argument = main_argument(self.tool)
+        if argument is None or argument_kind(argument) != "path":
+            return None
+        real = {**self.input, argument: str(path)}
+        targets = (str(path),)
+        denied = self.policy.deny_rule(self.tool, real, argument, targets)
+        if denied is not None:
+            return Verdict("refuse", denied).refusal
+        allowed = self.verdict.rule
+        if allowed is None or allowed.matches(
+            self.tool.name, real, argument=argument, workdir=self.policy.workdir, targets=targets
+        ):
+            return None
+        where = f" ({allowed.source})" if allowed.source else ""
+        base = Path(self.policy.workdir or Path.cwd()).resolve()
+        shown = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+        return (
+            f"Not run: this call now leads to '{shown}', which the allow rule "
+            f'"{allowed.text}"{where} that let it run without asking does not cover (a '
+            "symbolic link on the way changed after it was checked)."
+        )
+
+    def hides(self, path: Path) -> bool:
+        return self.policy.read_denied(self.tool, path) is not None
+
+
+def call_targets(
+    argument: str | None, input: Mapping[str, Any] | None, workdir: str | None
+) -> tuple[str, ...] | None:
+    """Where a call's path argument leads, for :meth:`drover.rules.Rule.matches`: the path a
+    file tool would touch (``()`` when the main argument is not a path; None when the path
+    cannot be resolved)."""
+    if argument is None or input is None or argument_kind(argument) != "path":
+        return ()
+    value = input.get(argument)
+    if not isinstance(value, str):
+        return ()
+    target = path_target(workdir or Path.cwd(), value)
+    return None if target is None else (str(target),)
 
 
 def _grant(text: str) -> Rule | None:

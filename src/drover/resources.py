@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from drover.config import Config, load_config
 from drover.config_tables import HookSpec
 from drover.expand import secret_patterns
 from drover.handle import Session
-from drover.hooks import Hooks
+from drover.hooks import Hooks, hook_scripts
 from drover.instructions import InstructionFile, PromptParts, find_instructions
 from drover.journal.protocol import Store
 from drover.journal.redact import Redactor
@@ -77,12 +78,14 @@ def sandbox_settings_for(
     mode: str | None = None,
     network: bool = False,
     allow_domains: Sequence[str] = (),
+    hooks: Sequence[HookSpec] = (),
 ) -> SandboxSettings:
     """The sandbox of an agent: ``mode``/``network`` (the flags) over the config file's
-    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too; relative paths in the
-    config file are taken from the workdir; ``allow_domains`` (``--sandbox-allow-domain``)
-    adds to the file's."""
-    return settings_from_config(
+    ``[sandbox]``, with the journal's SQLite file (``db``) hidden too and the scripts of
+    ``hooks`` protected (:func:`~drover.hooks.hook_scripts`); relative paths in the config
+    file are taken from the workdir; ``allow_domains`` (``--sandbox-allow-domain``) adds to
+    the file's."""
+    settings = settings_from_config(
         config,
         mode=mode,
         network=network,
@@ -90,6 +93,10 @@ def sandbox_settings_for(
         base=workdir,
         allow_domains=allow_domains,
     )
+    scripts = hook_scripts(hooks, workdir)
+    if not scripts:
+        return settings
+    return dataclasses.replace(settings, protected=(*settings.protected, *scripts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +180,7 @@ async def open_resources(wanted: Wanted) -> Resources:
             mode=wanted.sandbox_mode,
             network=wanted.sandbox_network,
             allow_domains=wanted.sandbox_allow_domains,
+            hooks=hook_specs,
         )
         sandbox = await asyncio.to_thread(check, settings)
     if wanted.model is None or isinstance(wanted.model, str):

@@ -23,17 +23,25 @@ How the glob reads depends on the argument:
   name at any depth, as in ``.gitignore`` (``*.md``, ``.env``); one with ``/`` is taken from
   the working directory (``src/**``), or from the root when it starts with ``/`` or ``~``.
   The call's path is made relative to the working directory first (``./src/a.py`` and
-  ``/work/src/a.py`` are ``src/a.py``).
-* a command (``command``): ``*`` matches anything. A glob without ``*`` or ``?`` allows
-  exactly that command (leading and trailing spaces aside). Otherwise the command is cut at
-  the shell's operators (``;``, ``&``, ``|``, ``&&``, ``||``, newlines), and an *allow* rule
-  covers it only when it covers every part, and never a command with a substitution (``$(…)``,
-  backquotes, ``<(…)``) or a part that redirects output (``>``) unless the glob itself has a
-  ``>``: ``bash(git status*)`` does not allow ``git status; rm -rf x`` nor ``git status >
-  notes``. A *deny* rule refuses a command when it matches the whole text or any part of it
-  cut at operators, parentheses and backquotes, quoting ignored, also with leading ``VAR=x``
-  assignments dropped: better refused than run. The check is textual and cannot be complete
-  (a shell spells a command in endless ways); the sandbox is what contains commands.
+  ``/work/src/a.py`` are ``src/a.py``). A path is read both as written and where it leads
+  (``targets``: the caller resolves its symbolic links, see
+  :func:`drover.permissions.call_targets`): an *allow* rule covers it only when it covers
+  both — ``write_file(src/**)`` does not allow ``src/link`` when the link leads to ``.ci/run``
+  — and a *deny* rule refuses it when it covers either.
+* a command (``command``): read as bash reads it (:mod:`drover.shell`). A glob without ``*``
+  or ``?`` allows exactly that command (leading and trailing spaces aside). Otherwise an
+  *allow* rule covers a command only when it is *plain* — simple commands of plain words
+  joined by ``;``, ``&&``, ``||``, ``|`` and newlines, nothing that the parse cannot account
+  for, no substitution, subshell or compound command — and the glob covers every one of those
+  simple commands, none of which redirects (``>``, ``<``) unless the glob itself has that
+  character: ``bash(git status*)`` does not allow ``git status; rm -rf x``, ``git status >
+  notes`` nor ``git status #'⏎touch x⏎#'``. A *deny* rule refuses a command when it matches
+  any simple command anywhere in it — after ``&&``, inside ``$(…)`` or a subshell, under a
+  wrapper such as ``env`` or ``sudo``, in the text of ``bash -c`` or ``eval`` — spelled as
+  written or with its quotes removed (:attr:`drover.shell.ShellCommand.anywhere`), or any
+  part of its text cut at operators, parentheses and backquotes, quoting ignored: better
+  refused than run. A hook's scope reads commands as a deny rule does. The check cannot be
+  complete (a program can run any text it is given); the sandbox is what contains commands.
 * anything else: ``*`` matches anything, ``?`` one character.
 
 Rules come from the config file (``[permissions] allow``/``deny``), the command line
@@ -43,15 +51,17 @@ where it came from (:attr:`Rule.source`) so ``/permissions`` can say.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Any, Literal, TypeAlias
 
 from drover.errors import ConfigError
+from drover.shell import parse_command
 
 ArgumentKind: TypeAlias = Literal["path", "command", "text"]
 
@@ -124,11 +134,14 @@ class Rule:
         *,
         argument: str | None,
         workdir: str | None = None,
-        deny: bool = False,
+        anywhere: bool = False,
+        targets: Sequence[str] | None = (),
     ) -> bool:
         """Whether the rule covers a call of ``tool`` with ``input``. ``argument`` is the
-        tool's main argument (:func:`main_argument`); ``deny`` reads commands as a deny rule
-        does (module docstring)."""
+        tool's main argument (:func:`main_argument`); ``anywhere`` reads the call as a deny
+        rule and a hook's scope do, else as an allow rule does (module docstring). For a path
+        argument, ``targets`` are the absolute paths it leads to (None: it could not be
+        resolved, which no allow rule covers; empty: read as written only)."""
         if not self.names(tool):
             return False
         if self.glob is None:
@@ -140,9 +153,9 @@ class Rule:
             return False
         kind = argument_kind(argument)
         if kind == "path":
-            return self._path_matches(value, workdir)
+            return self._path_matches(value, workdir, targets, anywhere=anywhere)
         if kind == "command":
-            return self._command_matches(value, deny=deny)
+            return self._command_matches(value, anywhere=anywhere)
         return self._regex("text").fullmatch(value) is not None
 
     # -- by kind of argument -------------------------------------------------------------------
@@ -154,32 +167,52 @@ class Rule:
             compiled = self._compiled[kind] = _glob_regex(self.glob, kind)
         return compiled
 
-    def _path_matches(self, value: str, workdir: str | None) -> bool:
+    def _path_matches(
+        self,
+        value: str,
+        workdir: str | None,
+        targets: Sequence[str] | None,
+        *,
+        anywhere: bool,
+    ) -> bool:
+        base = workdir or os.getcwd()
+        candidates = [_normalise_path(value, base)]
+        if targets is None:
+            if not anywhere:
+                return False  # where it leads is unknown: no allow rule covers it
+        else:
+            candidates += [_normalise_path(t, base) for t in targets]
+        hits = (self._covers_path(relative, absolute) for relative, absolute in candidates)
+        return any(hits) if anywhere else all(hits)
+
+    def _covers_path(self, relative: str | None, absolute: str) -> bool:
         assert self.glob is not None
         glob = self.glob.strip()
-        relative, absolute = _normalise_path(value, workdir)
+        regex = self._regex("path")
         if glob.startswith(("/", "~")):
-            return self._regex("path").fullmatch(absolute) is not None
+            return regex.fullmatch(absolute) is not None
         if "/" not in glob:
             # A bare name: at any depth, like .gitignore.
-            return self._regex("path").fullmatch(absolute.rsplit("/", 1)[-1]) is not None
-        return relative is not None and self._regex("path").fullmatch(relative) is not None
+            return regex.fullmatch(absolute.rsplit("/", 1)[-1]) is not None
+        return relative is not None and regex.fullmatch(relative) is not None
 
-    def _command_matches(self, command: str, *, deny: bool) -> bool:
+    def _command_matches(self, command: str, *, anywhere: bool) -> bool:
         regex = self._regex("command")
         assert self.glob is not None
-        if not deny and not has_wildcard(self.glob):
+        if not anywhere and not has_wildcard(self.glob):
             # Exactly this command, whatever it holds (an "always" answer's rule).
             return regex.fullmatch(command.strip()) is not None
-        if deny:
-            parts = {command.strip(), *_deny_parts(command)}
-            return any(regex.fullmatch(part) for part in parts if part)
-        split = split_command(command)
-        if split.substitution or not split.parts:
+        if anywhere:
+            return any(regex.fullmatch(part) for part in _deny_spellings(command))
+        parsed = parse_command(command)
+        if parsed.plain is None:
             return False
-        if split.redirects and ">" not in self.glob:
-            return False
-        return all(regex.fullmatch(part) for part in split.parts)
+        for statement in parsed.plain:
+            if any(direction not in self.glob for direction in statement.redirects):
+                return False
+            if regex.fullmatch(statement.text) is None:
+                return False
+        return True
 
 
 def parse_rules(texts: object, source: str) -> tuple[Rule, ...]:
@@ -289,10 +322,9 @@ def _glob_regex(glob: str, kind: ArgumentKind) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
-def _normalise_path(value: str, workdir: str | None) -> tuple[str | None, str]:
+def _normalise_path(value: str, base: str) -> tuple[str | None, str]:
     """``(relative to the workdir or None when outside it, absolute)``, both lexical."""
     path = os.path.expanduser(value.strip())
-    base = workdir or os.getcwd()
     absolute = os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
     absolute = PurePosixPath(absolute).as_posix()
     root = os.path.normpath(base)
@@ -305,72 +337,32 @@ def _normalise_path(value: str, workdir: str | None) -> tuple[str | None, str]:
 
 # -- commands -----------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class SplitCommand:
-    """A command cut at its shell operators, as an allow rule reads it."""
-
-    parts: tuple[str, ...]
-    #: It holds ``$(…)``, backquotes or a process substitution outside single quotes.
-    substitution: bool
-    #: A part redirects output with an unquoted ``>``.
-    redirects: bool
-
-
-def split_command(command: str) -> SplitCommand:
-    """Cut ``command`` at unquoted ``;``, ``&``, ``|`` and newlines."""
-    parts: list[str] = []
-    current: list[str] = []
-    quote: str | None = None
-    substitution = redirects = False
-    i = 0
-    while i < len(command):
-        ch = command[i]
-        if quote == "'":
-            current.append(ch)
-            if ch == "'":
-                quote = None
-        elif ch == "\\" and i + 1 < len(command):
-            current.append(command[i : i + 2])
-            i += 1
-        elif quote == '"':
-            current.append(ch)
-            if ch == '"':
-                quote = None
-            elif ch == "`" or command.startswith("$(", i):
-                substitution = True
-        elif ch in "'\"":
-            quote = ch
-            current.append(ch)
-        elif ch == "`" or command.startswith(("$(", "<(", ">("), i):
-            substitution = True
-            current.append(ch)
-        elif ch in ";&|\n":
-            parts.append("".join(current))
-            current = []
-        else:
-            if ch == ">":
-                redirects = True
-            current.append(ch)
-        i += 1
-    parts.append("".join(current))
-    kept = tuple(p.strip() for p in parts if p.strip())
-    return SplitCommand(parts=kept, substitution=substitution, redirects=redirects)
-
-
-_DENY_CUTS = re.compile(r"[;&|\n()`]|\$\(")
+_DENY_CUTS = re.compile(r"[;&|\n()`{}]|\$\(")
 _ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
+#: What quoting adds to a word: a backslash before a character, quote characters.
+_QUOTING = re.compile(r"\\(.)|\$?['\"]", re.DOTALL)
+
+
+@functools.lru_cache(maxsize=512)
+def _deny_spellings(command: str) -> frozenset[str]:
+    """Everything a deny rule matches against for ``command`` (cached: every deny rule asks
+    about the same call): its text, each simple command the parse finds, the textual parts."""
+    parts = {command.strip(), *parse_command(command).anywhere, *_deny_parts(command)}
+    return frozenset(part for part in parts if part)
 
 
 def _deny_parts(command: str) -> list[str]:
-    """Every piece a deny rule looks at: parts cut at operators, parentheses and backquotes
-    (quoting ignored), each also without leading assignments."""
-    out: list[str] = []
+    """Every piece a deny rule looks at in the text itself, whatever a parse made of it: parts
+    cut at operators, braces, parentheses and backquotes (quoting ignored), each also without
+    leading assignments, without quotes and backslashes, and with its program's directory
+    dropped (``\\rm``, ``"rm"`` and ``/bin/rm`` are ``rm``)."""
+    out: set[str] = set()
     for part in _DENY_CUTS.split(command):
         part = part.strip()
-        if part:
-            out.append(part)
-            bare = _ASSIGNMENT.sub("", part)
-            if bare != part:
-                out.append(bare)
-    return out
+        if not part:
+            continue
+        bare = _ASSIGNMENT.sub("", part)
+        plain = _QUOTING.sub(lambda m: m.group(1) or "", bare).strip()
+        program, space, rest = plain.partition(" ")
+        out.update((part, bare, plain, program.rsplit("/", 1)[-1] + space + rest))
+    return sorted(out)

@@ -36,7 +36,7 @@ from drover.events import (
 )
 from drover.hooks import Hooks, tool_payload
 from drover.messages import ToolResultBlock, ToolUseBlock, storable
-from drover.permissions import PermissionPolicy
+from drover.permissions import CallPolicy, PermissionPolicy, Verdict
 from drover.rules import always_rule
 from drover.sinks import EventSink
 from drover.summaries import summarise_input, summarise_output
@@ -240,7 +240,7 @@ class ToolBatch:
                 return
             if decision == "always":
                 await self._policy.grant(always_rule(tool.name, call.input))
-        await self._execute(slot, tool)
+        await self._execute(slot, tool, verdict)
 
     async def _ask(self, slot: CallSlot, tool: Tool) -> PermissionRequest:
         """Ask and wait for the answer; the request, decided."""
@@ -277,7 +277,7 @@ class ToolBatch:
             )
         )
 
-    async def _execute(self, slot: CallSlot, tool: Tool) -> None:
+    async def _execute(self, slot: CallSlot, tool: Tool, verdict: Verdict) -> None:
         await self._set_state(slot, "running")
         await self._sink.send(
             ToolStart(
@@ -297,6 +297,7 @@ class ToolBatch:
             scope=self._scope,
             deps=self._deps,
             files=self._files,
+            rules=CallPolicy(self._policy, tool, slot.call.input, verdict),
         )
         if not self._may_start():
             raise asyncio.CancelledError()

@@ -8,14 +8,26 @@ import os
 from pathlib import Path
 
 
-def process_state(pid: int) -> str | None:
-    """The one-letter state of ``pid`` from /proc, or None when there is no such process."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None: no such process."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             stat = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return stat.rsplit(")", 1)[1].split()[0]
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from /proc, or None when there is no such process."""
+    fields = _stat(pid)
+    return None if fields is None else fields[0]
+
+
+def parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` from /proc, or None when there is no such process."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def alive(pid: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from pathlib import Path
@@ -14,6 +15,8 @@ from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import ToolContext
 from drover.tools.builtin import search
 from drover.tools.builtin.search import glob, grep
+
+from .procs import alive, parent, pids_with
 
 
 @pytest.fixture
@@ -174,3 +177,53 @@ async def test_a_name_that_is_not_utf8_does_not_stop_the_turns_record(tmp_path: 
         assert stored.output is not None and "bad\ufffd.txt" in stored.output
     results = provider.requests[1].messages[-1]
     assert all("bad\ufffd.txt" in r.content for r in results.tool_results)
+
+
+async def _search_process() -> int:
+    """The pid of this process's grep search child, once it runs (a bounded wait)."""
+    async with asyncio.timeout(30):
+        while True:
+            for pid in pids_with(str(search._WORKER)):
+                if parent(pid) == os.getpid():
+                    return pid
+            await asyncio.sleep(0.01)  # the child is not started yet: look again
+
+
+async def test_a_search_past_its_time_says_so_with_what_it_found(workdir: Path) -> None:
+    (workdir / "crafted.txt").write_text("aaaa\n" + "a" * 40 + "!\n")
+    _glob, bounded = search.search_tools(grep_seconds=1)
+    out = await bounded.run({"pattern": "^(a+)+$"}, ToolContext(workdir=workdir))
+    assert out.is_error
+    assert out.content.splitlines() == [
+        "crafted.txt:1:aaaa",
+        "[grep was stopped after 1 s, before it finished: the pattern may backtrack "
+        "catastrophically (nested repetition such as '(a+)+' over a long line) or the search "
+        "covers too much; simplify the pattern or narrow the path]",
+    ]
+
+
+async def test_a_cancelled_grep_leaves_no_search_process(workdir: Path) -> None:
+    (workdir / "crafted.txt").write_text("a" * 40 + "!\n")
+    task = asyncio.create_task(grep.run({"pattern": "(a+)+$"}, ToolContext(workdir=workdir)))
+    child = await _search_process()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not alive(child)
+
+
+async def test_grep_names_the_files_too_large_to_search(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search, "MAX_GREP_FILE_BYTES", 5000)  # past a file's first block
+    (workdir / "big.txt").write_text("needle\n" * 1000)
+    (workdir / "small.txt").write_text("needle\n")
+    out = await grep.run({"pattern": "needle"}, ToolContext(workdir=workdir))
+    found, note = out.content.splitlines()
+    assert found == "small.txt:1:needle"
+    # Its size: apparent or allocated, whichever is larger (blocks depend on the file system).
+    assert re.fullmatch(
+        r"\[not searched, over the 4\.9 KiB limit: big\.txt \((6\.8|8\.0) KiB\); "
+        r"search them with bash \(grep\)\]",
+        note,
+    )

@@ -39,6 +39,24 @@ class FileImages(Protocol):
         ...
 
 
+class CallRules(Protocol):
+    """The permission rules about one call, as its tool applies them to the paths it really
+    touches when it runs (``ToolContext.rules``): the policy decided on the path as the model
+    wrote it and where it led then; a link swapped in since, or a file found in a directory
+    the call searches, is checked here."""
+
+    def refusal(self, path: Path) -> str | None:
+        """Why the call may not touch ``path`` (absolute, symbolic links resolved): a deny
+        rule covers it, or the allow rule that let the call run without asking does not.
+        None: it may."""
+        ...
+
+    def hides(self, path: Path) -> bool:
+        """Whether a rule that refuses reading keeps ``path`` (absolute; a symbolic link is
+        judged by where it leads too) out of what the call reports (``grep``, ``glob``)."""
+        ...
+
+
 # Not slotted: a slotted frozen dataclass cannot be built through its alias
 # (``ToolContext[MyDeps](...)``), which sets ``__orig_class__`` on the instance.
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +93,8 @@ class ToolContext(Generic[DepsT]):
     deps: DepsT = _NO_DEPS
     #: Records a file's content before a tool writes it (None: nothing records it).
     files: FileImages | None = None
+    #: The permission rules about this call's paths (None: no rules apply, outside a turn).
+    rules: CallRules | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

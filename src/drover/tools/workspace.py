@@ -66,6 +66,22 @@ def resolve_in_workdir(workdir: Path, path: str) -> Path:
     return resolved
 
 
+def path_target(workdir: Path | str, path: str) -> Path | None:
+    """Where ``path`` from the model leads, read as :func:`resolve_in_workdir` reads it
+    (relative to ``workdir``, every symbolic link followed) but without refusing anything:
+    what permission rules match a path on. None when it cannot be resolved (empty, a NUL
+    byte, a link loop)."""
+    if not path or "\x00" in path:
+        return None
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        candidate = Path(workdir) / candidate
+    try:
+        return candidate.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 def _at_or_below(path: Path, anchors: Iterable[Path]) -> Path | None:
     for anchor in anchors:
         if path == anchor or path.is_relative_to(anchor):

@@ -13,7 +13,12 @@ not stall the event loop.
 
 Before ``write_file`` or ``edit_file`` writes, what the file holds goes to ``ctx.files`` (a
 turn's journal keeps it, so a rewind can put it back); when that record cannot be made the
-file is not written.
+file is not written. No file is read past :data:`MAX_READ_BYTES`, counted by its apparent size
+and by the blocks it takes (a sparse file is as large as it claims).
+
+The permission rules decided on the path before the call ran; the path the tool resolves when
+it runs is checked again against them (``ctx.rules``), so a link swapped in meanwhile cannot
+take a write an allow rule let through, or a read a deny rule refuses, somewhere else.
 """
 
 from __future__ import annotations
@@ -37,7 +42,45 @@ from drover.tools.workspace import (
 )
 
 #: Files larger than this are not read whole; the model is pointed at grep or bash instead.
+#: Nor does ``write_file`` replace one when the journal keeps what files held before a write
+#: (it would have to read it). A file's size is the larger of its apparent size and the space
+#: it takes on disk, and no more than this is ever read, however the file changes meanwhile.
 MAX_READ_BYTES = 10 * 1024 * 1024
+
+
+def stored_size(info: os.stat_result) -> int:
+    """A file's size as a reader must count it: its apparent size (a sparse file of 10 GiB
+    reads as 10 GiB of zeros) or the blocks it takes, whichever is larger."""
+    return max(info.st_size, info.st_blocks * 512)
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _read_bounded(fd: int, shown: str, limit: int) -> bytes:
+    """The content of the regular file open as ``fd``, at most ``limit`` bytes (more:
+    :class:`_TooLarge`, with the size found)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"'{shown}' is not a regular file")
+    size = stored_size(info)
+    if size > limit:
+        raise _TooLarge(size)
+    chunks: list[bytes] = []
+    left = limit + 1  # one more: a file that grew meanwhile is caught, not read on
+    try:
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise _TooLarge(len(data))
+    return data
 
 
 def _open(path: Path, shown: str, flags: int, mode: int = 0o666) -> int:
@@ -67,19 +110,15 @@ def _read_text(path: Path, shown: str) -> str:
             f"(pattern '{shown.rstrip('/')}/*') instead"
         )
     fd = _open(path, shown, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"'{shown}' is not a regular file")
-        if info.st_size > MAX_READ_BYTES:
-            raise ToolError(
-                f"'{shown}' is too large to read whole ({info.st_size:,} bytes, limit "
-                f"{MAX_READ_BYTES:,}); search it with grep or show parts with bash (head, sed -n)"
-            )
-        try:
-            data = handle.read()
-        except OSError as exc:
-            raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}") from None
+    try:
+        data = _read_bounded(fd, shown, MAX_READ_BYTES)
+    except _TooLarge as exc:
+        raise ToolError(
+            f"'{shown}' is too large to read whole ({exc.size:,} bytes, limit "
+            f"{MAX_READ_BYTES:,}); search it with grep or show parts with bash (head, sed -n)"
+        ) from None
+    finally:
+        os.close(fd)
     if b"\x00" in data:
         raise ToolError(f"'{shown}' is a binary file; read_file only reads UTF-8 text")
     try:
@@ -166,12 +205,28 @@ def _edited(path: Path, shown: str, old_string: str, new_string: str) -> tuple[s
     return text, text.replace(old_string, new_string, 1)
 
 
-def _before(path: Path) -> tuple[bool, bytes | None]:
+def _before(path: Path, shown: str) -> tuple[bool, bytes | None]:
     """Whether a write of ``path`` can be recorded, and what it holds (None: no file). A path
     that is not a regular file cannot: the write refuses it (or it is a pipe, with nothing to
-    put back)."""
-    data = read_bytes(path)
-    return data is not None or not os.path.lexists(path), data
+    put back). A file over :data:`MAX_READ_BYTES` is refused: its content is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return not os.path.lexists(path), None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False, None
+        return True, _read_bounded(fd, shown, MAX_READ_BYTES)
+    except _TooLarge as exc:
+        raise ToolError(
+            f"'{shown}' holds {exc.size:,} bytes, more than the {MAX_READ_BYTES:,} that "
+            "write_file reads to keep a file's content for a rewind; it was not replaced "
+            "(remove it with bash first if it should go)"
+        ) from None
+    finally:
+        os.close(fd)
 
 
 async def _keep_before(ctx: ToolContext, path: Path, shown: str, after: bytes) -> str:
@@ -179,7 +234,7 @@ async def _keep_before(ctx: ToolContext, path: Path, shown: str, after: bytes) -
     note to add to the result ("" for none)."""
     if ctx.files is None:
         return ""
-    recordable, before = await asyncio.to_thread(_before, path)
+    recordable, before = await asyncio.to_thread(_before, path, shown)
     if not recordable:
         return ""
     note = await ctx.files.before_write(ctx.call_id, path, shown, before, after)
@@ -195,6 +250,9 @@ def file_tools(rules: PathRules | None = None) -> tuple[Tool, Tool, Tool]:
         root = ctx.workdir.resolve()
         resolved = resolve_in_workdir(root, path)
         current().check(root, path, resolved, write=write)
+        refusal = None if ctx.rules is None else ctx.rules.refusal(resolved)
+        if refusal is not None:
+            raise ToolError(refusal)
         return resolved, display_path(root, resolved)
 
     @tool(read_only=True)
