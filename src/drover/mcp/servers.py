@@ -2,7 +2,9 @@
 
 :meth:`McpServers.start` starts every configured server at once and waits until each has
 listed its tools or failed (each within its ``startupTimeout``); a server that fails is logged
-and left out — the others' tools are still offered, and ``drover mcp list`` tells why. The
+and left out — the others' tools are still offered, and ``drover mcp list`` tells why. A tool
+whose input schema is malformed (:class:`~drover.mcp.schema.SchemaError`) is left out the same
+way, with one line saying where, and its server's other tools are offered. The
 tools of the servers that started are added to the agent's registry by :meth:`register`; a
 server that fails later is restarted by the call that needs it (:mod:`drover.mcp.connection`).
 :meth:`aclose` stops them all (the agent closing).
@@ -19,6 +21,7 @@ from drover.errors import ToolError
 from drover.mcp.config import McpServerConfig, redact_patterns
 from drover.mcp.connection import McpConnection
 from drover.mcp.logs import default_log_dir
+from drover.mcp.schema import SchemaError
 from drover.mcp.state import ServerState
 from drover.mcp.tool import McpTool
 from drover.tools.registry import ToolRegistry
@@ -57,7 +60,16 @@ class McpServers:
         taken: set[str] = set()
         for connection in self.connections:
             for spec in connection.tools if connection.status == "ready" else ():
-                tool = McpTool(connection, spec)
+                try:
+                    tool = McpTool(connection, spec)
+                except SchemaError as exc:
+                    log.warning(
+                        "MCP server %r: its tool %r is left out: %s",
+                        connection.name,
+                        spec.name,
+                        connection.config.scrub(str(exc)),
+                    )
+                    continue
                 if tool.name in taken:
                     log.warning("MCP: two tools are named %s; the second is left out", tool.name)
                     continue
