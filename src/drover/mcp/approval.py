@@ -202,7 +202,7 @@ def project_servers(
     # Parsed with an empty environment: only the names and the text as written are needed,
     # and nothing of the environment belongs in a question about a file someone else wrote.
     servers = tuple(
-        parse_server(name, raw, str(path), {})
+        parse_server(name, raw, str(path), {}, file=path)
         for name, raw in parse_config_bytes(content, path).items()
     )
     names = {s.name for s in servers}

@@ -1,7 +1,9 @@
 """MCP server configuration: the ``.mcp.json`` format users already keep, read and expanded.
 
 A file holds ``{"mcpServers": {NAME: SERVER}}`` where SERVER is a child process spoken to over
-stdio — ``{"command", "args"?, "env"?, "cwd"?}`` (``"type": "stdio"`` optional) — or a
+stdio — ``{"command", "args"?, "env"?, "cwd"?}`` (``"type": "stdio"`` optional; a relative
+``cwd`` is relative to the file's directory, and where a server starts without one is
+:mod:`drover.mcp.launch`'s) — or a
 streamable-HTTP endpoint, ``{"type": "http", "url", "headers"?}``. drover reads a few keys of
 its own in the same object and ignores keys it does not know (other clients' settings):
 
@@ -77,7 +79,13 @@ class McpServerConfig:
     args: tuple[str, ...] = field(default=(), repr=False)
     #: Environment of a stdio server, over the few variables the SDK passes on (PATH, HOME…).
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Where the entry says the server starts: absolute, or relative to the workdir (an entry
+    #: of the library's ``mcp_servers``, which has no file).
     cwd: str | None = None
+    #: The directory of the project file (``.mcp.json``) that defines the server, where it
+    #: starts when the entry names no ``cwd`` (None: a file of the user's own, or
+    #: ``mcp_servers``: :mod:`drover.mcp.launch`).
+    project_dir: str | None = None
     url: str = field(default="", repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     trust: ToolMarks = False
@@ -161,7 +169,7 @@ def load_servers(
             if chosen.servers is not None and name not in chosen.servers:
                 continue
             found.pop(name, None)  # (a redefinition moves to the end)
-            found[name] = parse_server(name, raw, where, env)
+            found[name] = parse_server(name, raw, where, env, file=path)
     if servers is not None:
         where = "mcp_servers"
         for name, raw in _servers_of(servers, where).items():
@@ -231,8 +239,11 @@ class _Expander:
         return _VARIABLE.sub(one, text)
 
 
-def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) -> McpServerConfig:
-    """One server of a file; raises :class:`ConfigError` when its shape is wrong."""
+def parse_server(
+    name: str, raw: object, source: str, env: Mapping[str, str], *, file: Path | None = None
+) -> McpServerConfig:
+    """One server of ``file`` (None: of the ``mcp_servers`` mapping); raises
+    :class:`ConfigError` when its shape is wrong."""
     where = f"{source}: mcpServers.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected an object")
@@ -256,6 +267,9 @@ def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) ->
         cwd = raw.get("cwd")
         if cwd is not None:
             cwd = expand(_string(cwd, f"{where}.cwd"))
+            if file is not None:
+                cwd = str(file.absolute().parent / Path(cwd).expanduser())
+        in_project = file is not None and file.name == PROJECT_FILE
         server_env = {key: expand(value) for key, value in env_raw.items()}
         secrets += [v for k, v in server_env.items() if _SECRET_NAME.search(k)]
         config = McpServerConfig(
@@ -264,6 +278,7 @@ def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) ->
             args=tuple(expand(arg) for arg in args),
             env=server_env,
             cwd=cwd,
+            project_dir=str(file.absolute().parent) if in_project and file else None,
             display=" ".join([command, *args]),
             **common,
         )
