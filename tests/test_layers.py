@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "summaries": 0,
     "config": 0,
     "config_tables": 0,
+    # what only its owner may read: drover's directories and files
+    "private": 0,
     "rules": 0,
     "output": 0,
     # adapters and the journal's domain, side by side: none imports another
@@ -33,8 +35,10 @@ LAYERS: dict[str, int] = {
     "journal": 1,
     # the journal's SQL backends, over its protocol
     "store": 2,
+    # the project files drover reads itself, confined as the tools' paths are (over tools)
+    "project_files": 2,
     # the system prompt's files (AGENTS.md), read from the working directory up
-    "instructions": 1,
+    "instructions": 2,
     # images read from files into prompts
     "images": 1,
     # the working directory a run is given, checked

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -44,6 +45,9 @@ from drover.mcp.config import (
     parse_server,
     read_config_bytes,
 )
+from drover.project_files import ProjectFileRefused
+
+log = logging.getLogger(__name__)
 
 APPROVALS_FILE = "mcp-approvals.json"
 #: How to approve, as the notes say it.
@@ -195,9 +199,13 @@ def project_servers(
     """The workdir's ``.mcp.json`` with what is approved (None: the workdir has none).
     A file that is broken is a :class:`~drover.errors.ConfigError`, as for any config file."""
     path = workdir / PROJECT_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    content = read_config_bytes(path)
+    try:
+        content = read_config_bytes(path)
+    except ProjectFileRefused as exc:
+        log.warning("MCP servers not started: %s", exc)
+        return None
     sha256 = hashlib.sha256(content).hexdigest()
     # Parsed with an empty environment: only the names and the text as written are needed,
     # and nothing of the environment belongs in a question about a file someone else wrote.

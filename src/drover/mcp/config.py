@@ -31,7 +31,9 @@ redactor, so a server that echoes a secret back has it redacted before it is per
 Files are read in order and a later definition of a name replaces an earlier one: the
 user-level file (``mcp.json`` next to drover's ``config.toml``), the workdir's ``.mcp.json``,
 then each file given (``--mcp-config``). A file that is not valid JSON or not of this shape is
-a :class:`~drover.errors.ConfigError` naming the file and the problem. A file may be given as
+a :class:`~drover.errors.ConfigError` naming the file and the problem. A project's file
+(``.mcp.json``) that leads outside its directory, or is no regular file, is skipped with a
+warning (:mod:`drover.project_files`). A file may be given as
 an :class:`McpFile` to take only some of its servers (the command line takes a project's
 servers only once approved: :mod:`drover.mcp.approval`).
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -50,6 +53,9 @@ from typing import Any, Literal, TypeAlias
 
 from drover.config import default_config_path
 from drover.errors import ConfigError
+from drover.project_files import ProjectFileRefused, read_project_file
+
+log = logging.getLogger(__name__)
 
 Transport: TypeAlias = Literal["stdio", "http"]
 #: ``True`` (every tool of the server) or the names of some of its tools.
@@ -162,7 +168,11 @@ def load_servers(
         chosen = item if isinstance(item, McpFile) else McpFile(Path(item))
         path = chosen.path.expanduser()
         where = str(path)
-        data = read_config_bytes(path)
+        try:
+            data = read_config_bytes(path)
+        except ProjectFileRefused as exc:
+            log.warning("MCP servers not started: %s", exc)
+            continue
         if chosen.sha256 is not None and hashlib.sha256(data).hexdigest() != chosen.sha256:
             raise ConfigError(f"{path}: changed while drover started; start it again")
         for name, raw in parse_config_bytes(data, path).items():
@@ -179,8 +189,15 @@ def load_servers(
 
 
 def read_config_bytes(path: Path) -> bytes:
-    """A config file's content (what its approval is keyed by, and what is parsed)."""
+    """A config file's content (what its approval is keyed by, and what is parsed). A
+    project's file (``.mcp.json``) is read only as :mod:`drover.project_files` allows, in its
+    own directory: :class:`~drover.project_files.ProjectFileRefused` otherwise."""
     try:
+        if path.name == PROJECT_FILE:
+            data = read_project_file(path, path.absolute().parent)
+            if data is None:
+                raise FileNotFoundError(path)
+            return data
         return path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such MCP config file") from None
