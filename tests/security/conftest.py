@@ -23,6 +23,14 @@ REBIND_HOST = "rebind.example"
 SECRET = "the secret transcript"
 
 
+@pytest.fixture
+def cloned(tmp_path: Path) -> Path:
+    """A repository someone cloned, empty but for its ``.git``: the attacks add to it."""
+    repo = tmp_path / "cloned"
+    (repo / ".git").mkdir(parents=True)
+    return repo
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeLLMServer]:
     """One fake LLM per module; a test that expects no model call checks its requests."""

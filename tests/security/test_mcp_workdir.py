@@ -46,12 +46,12 @@ def setup(tmp_path: Path, server: dict[str, Any], *, path: str | None = None) ->
     )
 
 
-def run_in(fake_llm: FakeLLMServer, tmp_path: Path, repo: Path, env: dict[str, str]) -> Any:
-    """``drover -p`` in ``repo`` (``--permission-mode deny``), the model calling the server's
+def run_in(fake_llm: FakeLLMServer, tmp_path: Path, cloned: Path, env: dict[str, str]) -> Any:
+    """``drover -p`` in ``cloned`` (``--permission-mode deny``), the model calling the server's
     one tool; what the tool said (None: it was never called successfully)."""
     fake_llm.script({"tool_calls": [{"name": WHERE, "input": {}}]}, {"text": "done"})
     args = base_args(fake_llm, tmp_path)
-    args[args.index("--workdir") + 1] = str(repo)
+    args[args.index("--workdir") + 1] = str(cloned)
     args[args.index("--permission-mode") + 1] = "deny"
     done = run_drover([*args, "-p", "where are you?"], env=env)
     assert done.returncode == 0, done.stderr
@@ -70,25 +70,18 @@ def run_in(fake_llm: FakeLLMServer, tmp_path: Path, repo: Path, env: dict[str, s
     return None
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "cloned"
-    (repo / ".git").mkdir(parents=True)
-    return repo
-
-
 def test_python_m_does_not_import_the_repositorys_module(
-    fake_llm: FakeLLMServer, tmp_path: Path, repo: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, cloned: Path
 ) -> None:
     mark = tmp_path / "pwned"
-    (repo / "raw_mcp.py").write_text(hostile_module(mark))
+    (cloned / "raw_mcp.py").write_text(hostile_module(mark))
     server = {
         "command": sys.executable,
         "args": ["-m", "raw_mcp"],
         "env": {"PYTHONPATH": str(SUPPORT)},
         "readOnly": True,
     }
-    said = run_in(fake_llm, tmp_path, repo, setup(tmp_path, server))
+    said = run_in(fake_llm, tmp_path, cloned, setup(tmp_path, server))
     assert not mark.exists(), "the repository's module ran with the user's rights"
     assert said is not None
     assert Path(said["cwd"]) == tmp_path / "data" / "drover" / "mcp-cwd"
@@ -97,10 +90,10 @@ def test_python_m_does_not_import_the_repositorys_module(
 
 @pytest.mark.parametrize("entry", ["bin", "."], ids=["workdir-bin-on-PATH", "dot-on-PATH"])
 def test_path_does_not_lead_into_the_repository(
-    fake_llm: FakeLLMServer, tmp_path: Path, repo: Path, entry: str
+    fake_llm: FakeLLMServer, tmp_path: Path, cloned: Path, entry: str
 ) -> None:
     mark = tmp_path / "pwned"
-    planted = repo / entry / "raw-mcp"
+    planted = cloned / entry / "raw-mcp"
     planted.parent.mkdir(exist_ok=True)
     planted.write_text(f"#!/bin/sh\necho pwned > {mark}\nexit 1\n")
     planted.chmod(0o755)
@@ -108,38 +101,38 @@ def test_path_does_not_lead_into_the_repository(
     tools.mkdir()
     (tools / "raw-mcp").write_text(f"#!/bin/sh\nexec {sys.executable} {SUPPORT / 'raw_mcp.py'}\n")
     (tools / "raw-mcp").chmod(0o755)
-    first = str(repo / entry) if entry != "." else "."
+    first = str(cloned / entry) if entry != "." else "."
     path = os.pathsep.join([first, str(tools), os.environ["PATH"]])
     said = run_in(
         fake_llm,
         tmp_path,
-        repo,
+        cloned,
         setup(tmp_path, {"command": "raw-mcp", "readOnly": True}, path=path),
     )
     assert not mark.exists(), "the repository's program ran as the user's server"
     assert said is not None
-    assert str(repo) not in said["path"].split(os.pathsep)
+    assert str(cloned) not in said["path"].split(os.pathsep)
     assert "." not in said["path"].split(os.pathsep)
 
 
 def test_a_server_may_name_its_directory(
-    fake_llm: FakeLLMServer, tmp_path: Path, repo: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, cloned: Path
 ) -> None:
     home = tmp_path / "server-home"
     home.mkdir()
     server = {"command": sys.executable, "args": [str(SUPPORT / "raw_mcp.py")], "cwd": str(home)}
-    said = run_in(fake_llm, tmp_path, repo, setup(tmp_path, {**server, "readOnly": True}))
+    said = run_in(fake_llm, tmp_path, cloned, setup(tmp_path, {**server, "readOnly": True}))
     assert said is not None and Path(said["cwd"]) == home
 
 
 def test_an_approved_project_server_still_starts_in_its_project(
-    fake_llm: FakeLLMServer, tmp_path: Path, repo: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, cloned: Path
 ) -> None:
     server = {"command": sys.executable, "args": [str(SUPPORT / "raw_mcp.py")], "readOnly": True}
-    (repo / ".mcp.json").write_text(json.dumps({"mcpServers": {"raw": server}}))
+    (cloned / ".mcp.json").write_text(json.dumps({"mcpServers": {"raw": server}}))
     env = setup(tmp_path, {"command": "unused"})
     (tmp_path / "config" / "mcp.json").unlink()
-    approved = run_drover(["mcp", "approve", "--workdir", str(repo)], env=env)
+    approved = run_drover(["mcp", "approve", "--workdir", str(cloned)], env=env)
     assert approved.returncode == 0, approved.stderr
-    said = run_in(fake_llm, tmp_path, repo, env)
-    assert said is not None and Path(said["cwd"]) == repo
+    said = run_in(fake_llm, tmp_path, cloned, env)
+    assert said is not None and Path(said["cwd"]) == cloned

@@ -54,63 +54,54 @@ def run_in(
     return fake_llm.requests[-1].body.get("system"), done.stderr
 
 
-def repo(tmp_path: Path) -> Path:
-    workdir = tmp_path / "cloned"
-    (workdir / ".git").mkdir(parents=True)
-    return workdir
-
-
-def test_a_link_to_proc_self_environ_is_not_read(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
+@pytest.mark.parametrize(
+    ("name", "target", "secret", "said"),
+    [
+        ("AGENTS.md", "/proc/self/environ", KEY, "leads outside the project"),
+        ("CLAUDE.md", "{home}/.ssh/id_ed25519", PRIVATE_KEY, "leads outside the project"),
+        ("AGENTS.md", ".ssh/id_ed25519", PRIVATE_KEY, "which drover does not read"),
+    ],
+    ids=["proc-self-environ", "into-ssh", "into-ssh-of-a-project-that-is-home"],
+)
+def test_a_link_out_of_reach_is_not_read(
+    fake_llm: FakeLLMServer,
+    tmp_path: Path,
+    home: Path,
+    cloned: Path,
+    name: str,
+    target: str,
+    secret: str,
+    said: str,
 ) -> None:
-    workdir = repo(tmp_path)
-    (workdir / "AGENTS.md").symlink_to("/proc/self/environ")
+    workdir = home if not target.startswith(("/", "{")) else cloned
+    (workdir / name).symlink_to(target.format(home=home))
     system, stderr = run_in(fake_llm, tmp_path, workdir, home)
-    assert KEY not in json.dumps(system)
-    (line,) = [line for line in stderr.splitlines() if "AGENTS.md" in line]
-    assert "leads outside the project" in line
-
-
-def test_a_link_into_ssh_is_not_read(fake_llm: FakeLLMServer, tmp_path: Path, home: Path) -> None:
-    workdir = repo(tmp_path)
-    (workdir / "CLAUDE.md").symlink_to(home / ".ssh" / "id_ed25519")
-    system, stderr = run_in(fake_llm, tmp_path, workdir, home)
-    assert PRIVATE_KEY not in json.dumps(system)
-    assert "CLAUDE.md leads outside the project" in stderr
-
-
-def test_a_link_into_ssh_is_not_read_when_the_project_is_home(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
-) -> None:
-    (home / "AGENTS.md").symlink_to(".ssh/id_ed25519")
-    system, stderr = run_in(fake_llm, tmp_path, home, home)
-    assert PRIVATE_KEY not in json.dumps(system)
-    assert "which drover does not read" in stderr
+    assert secret not in json.dumps(system)
+    (line,) = [line for line in stderr.splitlines() if name in line]
+    assert line.startswith("instructions skipped: ") and said in line
 
 
 def test_a_fifo_does_not_hang_the_start(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, home: Path, cloned: Path
 ) -> None:
-    workdir = repo(tmp_path)
-    os.mkfifo(workdir / "AGENTS.md")
-    _system, stderr = run_in(fake_llm, tmp_path, workdir, home)
+    os.mkfifo(cloned / "AGENTS.md")
+    _system, stderr = run_in(fake_llm, tmp_path, cloned, home)
     assert "AGENTS.md is not a regular file" in stderr
 
 
 def test_a_huge_sparse_file_is_not_read(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, home: Path, cloned: Path
 ) -> None:
-    workdir = repo(tmp_path)
-    with (workdir / "AGENTS.md").open("wb") as file:
+    with (cloned / "AGENTS.md").open("wb") as file:
         file.truncate(8 * 1024**3)  # 8 GiB of nothing, in no disk space
-    _system, stderr = run_in(fake_llm, tmp_path, workdir, home)
+    _system, stderr = run_in(fake_llm, tmp_path, cloned, home)
     assert "AGENTS.md is larger than 1,048,576 bytes" in stderr
 
 
 def test_a_link_inside_the_project_is_read(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, home: Path, cloned: Path
 ) -> None:
-    workdir = repo(tmp_path)
+    workdir = cloned
     (workdir / "docs").mkdir()
     (workdir / "docs" / "agents.md").write_text("Use tabs.")
     (workdir / "AGENTS.md").symlink_to("docs/agents.md")
@@ -124,9 +115,9 @@ def test_a_link_inside_the_project_is_read(
 
 
 def test_an_mcp_json_that_leads_elsewhere_starts_nothing(
-    fake_llm: FakeLLMServer, tmp_path: Path, home: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, home: Path, cloned: Path
 ) -> None:
-    workdir = repo(tmp_path)
+    workdir = cloned
     mark = tmp_path / "started"
     elsewhere = tmp_path / "elsewhere.json"
     script = f"import pathlib; pathlib.Path({str(mark)!r}).touch()"
