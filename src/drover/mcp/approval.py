@@ -45,6 +45,7 @@ from drover.mcp.config import (
     parse_server,
     read_config_bytes,
 )
+from drover.private import private_dir
 from drover.project_files import ProjectFileRefused
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class Approvals:
         return dict(projects) if isinstance(projects, dict) else {}
 
     def _write(self, projects: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".mcp-approvals.")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -132,7 +133,7 @@ class Approvals:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         with open(self.path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield

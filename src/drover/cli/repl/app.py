@@ -44,6 +44,7 @@ from drover.events import Done, Error, Incomplete, ToolState
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt, Usage
+from drover.private import private_dir, private_file
 from drover.running import RunningTurn
 
 HISTORY_FILE = "repl_history"
@@ -52,9 +53,9 @@ HISTORY_FILE = "repl_history"
 def history_store() -> History:
     """The user's prompt history, kept across runs (in memory when it cannot be written)."""
     try:
-        folder = user_data_path("drover")
-        folder.mkdir(parents=True, exist_ok=True)
-        return FileHistory(str(folder / HISTORY_FILE))
+        path = private_dir(user_data_path("drover")) / HISTORY_FILE
+        private_file(path)  # (what the user typed is theirs alone)
+        return FileHistory(str(path))
     except OSError:
         return InMemoryHistory()
 
