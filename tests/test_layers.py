@@ -23,6 +23,8 @@ LAYERS: dict[str, int] = {
     "accumulate": 0,
     "sinks": 0,
     "summaries": 0,
+    # text from others made safe to show on a terminal
+    "visible": 0,
     "config": 0,
     "config_tables": 0,
     # what only its owner may read: drover's directories and files

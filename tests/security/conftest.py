@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli.tmux_screen import screens
 from server.browser.conftest import CHROMIUM, CHROMIUM_ARGS, EXPECT_TIMEOUT_MS, playwright_instance
 from server.support import BOUND, Served, start_server
 
 from drover.testing.server import FakeLLMServer
 
-__all__ = ["playwright_instance"]  # the browser tests' fixture, re-used as it is
+# The browser tests' fixture and the REPL tests' screens, re-used as they are.
+__all__ = ["playwright_instance", "screens"]
 
 #: The name the attacker's page lives under; chromium resolves it to 127.0.0.1.
 REBIND_HOST = "rebind.example"
