@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 from cli.tmux_screen import screens
+from scale.conftest import journal_url, pg_cluster, redis_server
 from server.browser.conftest import CHROMIUM, CHROMIUM_ARGS, EXPECT_TIMEOUT_MS, playwright_instance
 from server.support import BOUND, Served, start_server
 
 from drover.testing.server import FakeLLMServer
 
-# The browser tests' fixture and the REPL tests' screens, re-used as they are.
-__all__ = ["playwright_instance", "screens"]
+# The browser tests' fixture, the REPL tests' screens and the scale tests' PostgreSQL and Redis,
+# re-used as they are.
+__all__ = ["journal_url", "pg_cluster", "playwright_instance", "redis_server", "screens"]
 
 #: The name the attacker's page lives under; chromium resolves it to 127.0.0.1.
 REBIND_HOST = "rebind.example"

@@ -25,14 +25,15 @@ The relay also carries requests a process cannot serve itself — an interrupt o
 answer posted to A for a turn B runs — to the process that runs the turn (:meth:`control`):
 over the Redis stream ``drover:control:{owner}`` of that process, or the shared journal's own
 control messages without Redis (PostgreSQL ``NOTIFY``, see
-:meth:`~drover.cluster.claims.ClusterJournal.notify`).
+:meth:`~drover.cluster.claims.ClusterJournal.notify`). Each is sealed with the cluster's key,
+and one that is not genuine, not for this process, stale or replayed is dropped
+(:mod:`drover.cluster.signing`): reaching Redis is not enough to approve a permission request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drover.cluster.claims import ControlHandler
+from drover.cluster.signing import Seal
 from drover.journal.protocol import Store
 from drover.server.hub import Frame, Hub
 
@@ -91,8 +93,11 @@ class Relay:
         poll: float = POLL,
         stream_len: int = STREAM_LEN,
         notify: Notify | None = None,
+        seal: Seal,
     ) -> None:
-        """``notify`` carries a control message without Redis (PostgreSQL ``NOTIFY``)."""
+        """``notify`` carries a control message without Redis (PostgreSQL ``NOTIFY``);
+        ``seal`` seals the control messages sent and opens those received."""
+        self._seal = seal
         self._hub = hub
         self._store = store
         self._owner = owner
@@ -363,33 +368,32 @@ class Relay:
 
     async def control(self, owner: str, message: dict[str, Any]) -> bool:
         """Send ``message`` to the process ``owner`` (the owner of a running turn)."""
+        sealed = self._seal.seal(owner, message)
         if self._up:
             try:
-                await self._redis.xadd(
-                    control_key(owner), {"body": json.dumps(message)}, maxlen=1000
-                )
+                await self._redis.xadd(control_key(owner), sealed, maxlen=1000)
                 await self._redis.expire(control_key(owner), STREAM_TTL)
                 return True
             except Exception as exc:
                 log.warning("redis: control message not sent (%s)", exc)
         if self._notify is not None:
-            await self._notify({**message, "owner": owner})
+            await self._notify({"owner": owner, "sealed": sealed})
             return True
         return False
 
     async def received(self, message: dict[str, Any]) -> None:
         """A control message that came by another way (PostgreSQL ``NOTIFY``)."""
-        if message.get("owner") == self._owner and self.on_control is not None:
-            await self.on_control(message)
+        if message.get("owner") != self._owner:
+            return  # (every process hears every NOTIFY)
+        opened = self._seal.open(self._owner, message.get("sealed"))
+        if opened is not None and self.on_control is not None:
+            await self.on_control(opened)
 
     async def _controls(self, entries: list[Any]) -> None:
         for entry_id, fields in entries:
             self._control_pos = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            try:
-                message = json.loads(fields[b"body"])
-            except (KeyError, ValueError):
-                continue
-            if self.on_control is not None:
+            message = self._seal.open(self._owner, fields)
+            if message is not None and self.on_control is not None:
                 try:
                     await self.on_control(message)
                 except Exception:
