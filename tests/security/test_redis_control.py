@@ -86,6 +86,37 @@ async def test_the_relay_acts_only_on_genuine_fresh_messages_for_it(
     assert b_seal.dropped == 4
 
 
+async def test_a_forged_live_event_never_reaches_a_follower(
+    tmp_path: Path, redis_server: redis_support.RedisServer
+) -> None:
+    """A permission question the turn never asked, written into the session's stream, is not
+    shown to the clients another process serves; the genuine event after it is."""
+    store = SqliteStore(tmp_path / "journal.db")
+    hub = Hub()
+    a = Relay(Hub(), store, owner="A", redis_url=redis_server.url, seal=Seal(KEY))
+    b = Relay(hub, store, owner="B", redis_url=redis_server.url, seal=Seal(KEY))
+    attacker = redis.asyncio.Redis.from_url(redis_server.url)
+    question = {"type": "permission_request", "request_id": "r1", "summary": "bash: ls"}
+    forged = hub.feed("other").frame(1, "t", question, 0)
+    async with store:
+        for relay in (a, b):
+            await relay.start()
+        following = hub.feed("s").subscribe()
+        try:
+            await b.attach("s")
+            await attacker.xadd(events_key("s"), {"resync": 1})
+            await attacker.xadd(events_key("s"), {"seq": 1, "prev": 0, "wire": forged.wire})
+            a.publish("s", 1, "t", {"type": "error", "error": "genuine"}, 0)
+            frames = await following.wait(BOUND)
+        finally:
+            for relay in (a, b):
+                await relay.close()
+            await attacker.aclose()
+    assert not following.lagged
+    assert [(frame.seq, frame.type) for frame in frames] == [(1, "error")]
+    assert b"genuine" in frames[0].encode()
+
+
 def test_a_stale_message_is_dropped_and_the_key_file_is_private(tmp_path: Path) -> None:
     now = [1000.0]
     sender, receiver = Seal(KEY, clock=lambda: now[0]), Seal(KEY, clock=lambda: now[0])

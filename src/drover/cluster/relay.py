@@ -62,6 +62,8 @@ BLOCK_MS = 200
 OUTBOX_LIMIT = 100_000
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+#: What a stream's ``resync`` entry is sealed as.
+RESYNC = "resync"
 
 
 def events_key(session_id: str) -> str:
@@ -161,7 +163,8 @@ class Relay:
         feed.publish(frame)
         if self._redis is None:
             return
-        fields = {"seq": seq, "prev": prev, "wire": frame.wire}
+        fields: dict[str, Any] = {"seq": seq, "prev": prev, "wire": frame.wire}
+        fields["mac"] = self._seal.sign(_entry_bytes(session_id, str(seq), str(prev), frame.wire))
         if len(self._outbox) >= OUTBOX_LIMIT:
             self._outbox.popleft()
             self.dropped += 1
@@ -173,7 +176,8 @@ class Relay:
         process's turn recovered): every follower goes back to the log, here and elsewhere."""
         self._hub.feed(session_id).resync(drop_ring=True)
         if self._redis is not None:
-            self._outbox.append((events_key(session_id), {"resync": 1}))
+            mac = self._seal.sign(_entry_bytes(session_id, RESYNC))
+            self._outbox.append((events_key(session_id), {"resync": 1, "mac": mac}))
             self._outbox_ready.set()
 
     async def _write_loop(self) -> None:
@@ -249,6 +253,8 @@ class Relay:
         feed = self._hub.feed(session_id)
         for entry_id, fields in entries:
             follow.pos = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+            if not self._genuine(session_id, fields):
+                continue  # (a gap it leaves sends the followers back to the log)
             if b"resync" in fields:
                 feed.resync(drop_ring=True)
                 continue
@@ -270,6 +276,19 @@ class Relay:
             kind = wire.split(b"\n", 2)[1][len(b"event: ") :].decode()
             feed.publish(Frame(seq, kind, wire))
             follow.covered = seq
+
+    def _genuine(self, session_id: str, fields: dict[bytes, Any]) -> bool:
+        """Whether an entry of the session's stream was written by a process of the cluster
+        (sealed with its key, for this session)."""
+        if b"resync" in fields:
+            signed = _entry_bytes(session_id, RESYNC)
+        else:
+            parts = [fields.get(name) for name in (b"seq", b"prev", b"wire")]
+            taken = [part for part in parts if isinstance(part, bytes)]
+            if len(taken) < len(parts):
+                return self._seal.verify(b"", None, what="live event")
+            signed = _entry_bytes(session_id, *taken)
+        return self._seal.verify(signed, fields.get(b"mac"), what="live event")
 
     async def _log_has_between(self, session_id: str, low: int, high: int) -> bool:
         if await self._store.last_event_seq(session_id) <= low:
@@ -398,3 +417,8 @@ class Relay:
                     await self.on_control(message)
                 except Exception:
                     log.exception("relay: control message %r failed", message)
+
+
+def _entry_bytes(session_id: str, *parts: str | bytes) -> bytes:
+    """What an entry of a session's event stream is sealed over: the session and its fields."""
+    return b"\n".join(p if isinstance(p, bytes) else p.encode() for p in (session_id, *parts))

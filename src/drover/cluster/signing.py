@@ -15,6 +15,11 @@ could find its own pending permission request and approve it. So every control m
   logged — a forgery as a warning, a replay (a Redis stream read again from its start after a
   reconnect holds the messages already acted on) quietly.
 
+The live events a process adds to a session's Redis stream are sealed too (:meth:`Seal.sign`,
+over the session and the entry; their numbers already make a replay a no-op): an entry that is
+not genuine is dropped (:meth:`Seal.verify`), so a client of Redis cannot show another
+process's followers a permission question, or an answer, the turn never asked or gave.
+
 The key is :data:`KEY_BYTES` random bytes in ``cluster.key`` in drover's data directory (mode
 600, in a directory of mode 700; sandboxed commands do not see it), made by the first process
 that needs it; ``DROVER_CLUSTER_KEY_FILE`` names another file. Processes on one machine share
@@ -132,18 +137,32 @@ class Seal:
         self._seen[nonce] = at + 2 * self._window
         return message
 
-    def _mac(self, body: str) -> str:
-        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+    def sign(self, data: bytes) -> str:
+        """The HMAC of ``data`` (an entry of a session's live event stream)."""
+        return hmac.new(self._key, data, hashlib.sha256).hexdigest()
 
-    def _forgery(self, why: str) -> None:
+    def verify(self, data: bytes, mac: object, *, what: str) -> bool:
+        """Whether ``mac`` (as Redis hands it) is ``data``'s; a forgery is counted and said."""
+        if isinstance(mac, bytes):
+            mac = mac.decode(errors="replace")
+        if isinstance(mac, str) and hmac.compare_digest(self.sign(data), mac):
+            return True
+        self._forgery("no valid seal" if mac is not None else "not sealed", what)
+        return False
+
+    def _mac(self, body: str) -> str:
+        return self.sign(body.encode())
+
+    def _forgery(self, why: str, what: str = "control message") -> None:
         """Count (and now and then say) a message that was not genuine."""
         self.dropped += 1
         self._forged += 1
         now = time.monotonic()
         if now - self._warned >= WARN_EVERY:
             log.warning(
-                "control message dropped: %s (%d such since the last warning); the processes "
-                "of a cluster share the key in %s",
+                "%s dropped: %s (%d such since the last warning); the processes of a cluster "
+                "share the key in %s",
+                what,
                 why,
                 self._forged,
                 KEY_FILE,
