@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from cli.helpers import base_args, clean_env, run_drover
 
+from drover.mcp.config import parse_server
+from drover.mcp.launch import launch_of
 from drover.testing.server import FakeLLMServer
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -136,3 +138,27 @@ def test_an_approved_project_server_still_starts_in_its_project(
     assert approved.returncode == 0, approved.stderr
     said = run_in(fake_llm, tmp_path, cloned, env)
     assert said is not None and Path(said["cwd"]) == cloned
+
+
+def test_the_environment_a_server_gets(tmp_path: Path) -> None:
+    """Only the SDK's few variables and the entry's ``env``; ``PATH`` without ``.`` and the
+    workdir's entries — unless the workdir holds the home directory, whose tools stay found
+    (commands that can write there can write the shell's start-up files anyway)."""
+    home, work = tmp_path / "home", tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    path = os.pathsep.join(
+        [".", "", "bin", str(work / "bin"), str(home / ".local/bin"), "/usr/bin"]
+    )
+    environ = {"PATH": path, "HOME": str(home), "PYTHONPATH": str(work), "NODE_PATH": str(work)}
+    config = parse_server("s", {"command": "x", "env": {"A": "1"}}, "mcp_servers", {})
+    launch = launch_of(config, work, neutral=tmp_path / "neutral", environ=environ)
+    assert launch.env == {
+        "PATH": os.pathsep.join([str(home / ".local/bin"), "/usr/bin"]),
+        "HOME": str(home),
+        "A": "1",
+    }
+    assert launch.cwd == tmp_path / "neutral"
+    launch = launch_of(config, home, neutral=tmp_path / "neutral", environ=environ)
+    assert launch.env["PATH"] == os.pathsep.join(
+        [str(work / "bin"), str(home / ".local/bin"), "/usr/bin"]
+    )

@@ -18,7 +18,9 @@ deny``, since starting a server asks nobody. So:
 * the environment is the few variables the MCP SDK passes on (``HOME``, ``LOGNAME``, ``PATH``,
   ``SHELL``, ``TERM``, ``USER``: nothing like ``PYTHONPATH`` or ``NODE_PATH``) and the entry's
   ``env``; ``PATH`` loses every entry that is relative (it would be looked up from the server's
-  directory) or lies in the workdir.
+  directory) or lies in the workdir — unless the workdir is the home directory or holds it:
+  commands that may write there may write the shell's start-up files anyway, and the user's
+  own tools (``~/.local/bin``, ``~/.nvm``) must stay found.
 """
 
 from __future__ import annotations
@@ -75,16 +77,33 @@ def launch_of(
         if name in environ and not environ[name].startswith("()")  # (a shell function)
     }
     if "PATH" in env:
-        env["PATH"] = outside_path(env["PATH"], root)
+        env["PATH"] = outside_path(env["PATH"], None if _holds_home(root, environ) else root)
     env.update(config.env)
     return Launch(command=config.command, args=config.args, env=env, cwd=cwd)
 
 
-def outside_path(path: str, workdir: Path) -> str:
-    """``PATH`` without its relative entries and those in ``workdir``."""
+def _holds_home(workdir: Path, environ: Mapping[str, str]) -> bool:
+    """Whether the workdir is the home directory or holds it. Commands that may write there
+    may write the shell's start-up files too: nothing is kept from them by a ``PATH``, and the
+    user's own tools (``~/.local/bin``, ``~/.nvm``) must stay found."""
+    home = environ.get("HOME")
+    if not home:
+        return False
+    try:
+        resolved = Path(home).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return resolved == workdir or resolved.is_relative_to(workdir)
+
+
+def outside_path(path: str, workdir: Path | None) -> str:
+    """``PATH`` without its relative entries and those in ``workdir`` (when given)."""
     kept = []
     for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
+            continue
+        if workdir is None:
+            kept.append(entry)
             continue
         try:
             # As written too: a link in the workdir may lead elsewhere now and back later.
