@@ -268,3 +268,7 @@ def test_a_malformed_tool_is_left_out_with_one_line(
     offered = [tool["name"] for tool in fake_llm.requests[0].body["tools"]]
     assert "mcp__raw__where" in offered and "mcp__raw__broken" not in offered
     assert done.stdout.strip() == "done"
+    listed = run_drover(["mcp", "list", "--workdir", str(tmp_path)], env=env)
+    assert listed.returncode == 0, listed.stderr  # the server started
+    assert "left out: broken: anyOf[0].properties is a list" in listed.stdout
+    assert "mcp__raw__where" in listed.stdout

@@ -155,6 +155,7 @@ def _as_text(state: ServerState) -> str:
         lines.append(f"  started: {count} tool{'s' if count != 1 else ''}  (log: {state.log_path})")
     else:
         lines.append(f"  {state.status}: {state.detail}  (log: {state.log_path})")
+    lines += [f"    left out: {why}" for why in state.left_out]
     for tool in state.tools:
         marks = "read-only" if tool.read_only else "trusted" if tool.trusted else "asks"
         description = tool.description.splitlines()[0] if tool.description else ""
@@ -173,6 +174,7 @@ def _as_json(state: ServerState) -> dict[str, Any]:
         "status": "started" if _started(state) else state.status,
         "error": None if _started(state) else state.detail,
         "log": str(state.log_path),
+        "left_out": list(state.left_out),
         "tools": [
             {
                 "name": tool.name,

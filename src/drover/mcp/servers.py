@@ -44,6 +44,8 @@ class McpServers:
             for config in configs
         ]
         self._tools: list[McpTool] = []
+        #: By server, its tools left out and why.
+        self._left_out: dict[str, list[str]] = {}
 
     @property
     def configs(self) -> list[McpServerConfig]:
@@ -56,18 +58,20 @@ class McpServers:
     async def start(self) -> None:
         """Start every server and list its tools (failures are logged, not raised)."""
         await asyncio.gather(*(self._start_one(c) for c in self.connections))
-        self._tools = []
+        self._tools, self._left_out = [], {}
         taken: set[str] = set()
         for connection in self.connections:
             for spec in connection.tools if connection.status == "ready" else ():
                 try:
                     tool = McpTool(connection, spec)
                 except SchemaError as exc:
+                    why = connection.config.scrub(str(exc))
+                    self._left_out.setdefault(connection.name, []).append(f"{spec.name}: {why}")
                     log.warning(
                         "MCP server %r: its tool %r is left out: %s",
                         connection.name,
                         spec.name,
-                        connection.config.scrub(str(exc)),
+                        why,
                     )
                     continue
                 if tool.name in taken:
@@ -115,6 +119,7 @@ class McpServers:
                     detail=config.error or connection.detail,
                     tools=tuple(t for t in self._tools if t.server == config.name),
                     log_path=connection.log.path,
+                    left_out=tuple(self._left_out.get(config.name, ())),
                 )
             )
         return out
