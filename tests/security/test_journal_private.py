@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from cli.helpers import DROVER, base_args, clean_env, run_drover
 
 from drover.store import default_db_path, open_store
 from drover.testing.server import FakeLLMServer
+
+RAW = Path(__file__).resolve().parents[1] / "support" / "raw_mcp.py"
 
 
 def mode(path: Path) -> int:
@@ -99,7 +103,12 @@ def test_drover_p_under_umask_000_leaves_nothing_readable(
     """A real ``drover -p`` started with umask 000: its data directory and every file it made
     there (the journal, MCP logs) are the user's alone."""
     data = tmp_path / "xdg"
-    env = clean_env(ANTHROPIC_API_KEY="test", XDG_DATA_HOME=str(data))
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("")
+    server = {"command": sys.executable, "args": [str(RAW)]}  # (for its log and directory)
+    (config.parent / "mcp.json").write_text(json.dumps({"mcpServers": {"raw": server}}))
+    env = clean_env(ANTHROPIC_API_KEY="test", XDG_DATA_HOME=str(data), DROVER_CONFIG=str(config))
     fake_llm.script({"text": "done"})
     args = base_args(fake_llm, tmp_path)
     args[args.index("--db") + 1 : args.index("--db") + 2] = []
@@ -115,7 +124,8 @@ def test_drover_p_under_umask_000_leaves_nothing_readable(
     )
     assert done.returncode == 0, done.stderr
     made = [data / "drover", *sorted((data / "drover").rglob("*"))]
-    assert any(p.name == "drover.db" for p in made)
+    names = {p.name for p in made}
+    assert {"drover.db", "mcp-logs", "raw.log", "mcp-cwd"} <= names, names
     loose = {str(p): oct(mode(p)) for p in made if mode(p) & 0o077}
     assert loose == {}
     assert run_drover(["sessions"], env=env).returncode == 0
