@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli.helpers import base_args, clean_env, run_drover
+from cli.helpers import Terminal, base_args, clean_env, run_drover
 from cli.tmux_screen import Screen, tmux_available
 
 from drover.testing.server import FakeLLMServer
@@ -78,3 +78,16 @@ def test_the_headless_lines_and_drover_show_send_no_control_to_the_terminal(
     assert "the-hidden-tail-ran" in done.stderr or "nar-liat-neddih-eht" in done.stderr
     assert "\\x1b[2K" in done.stderr or "\\x9b2K\\u202e" in done.stderr
     assert "done\\x1b]2;owned\\x07" in shown.stdout
+
+
+@pytest.mark.parametrize("output", ["json", "stream-json"])
+def test_json_on_a_terminal_is_ascii(fake_llm: FakeLLMServer, tmp_path: Path, output: str) -> None:
+    """JSON escapes C0 controls but not C1 ones nor bidi overrides: on a terminal, ASCII."""
+    fake_llm.script({"text": "done \x9b2J\u202e"})
+    env = clean_env(ANTHROPIC_API_KEY="test", XDG_DATA_HOME=str(tmp_path / "data"))
+    terminal = Terminal(
+        [*base_args(fake_llm, tmp_path), "--output-format", output, "-p", "go"], env=env
+    )
+    said = terminal.expect('"done \\u009b2J\\u202e"')
+    assert terminal.close() == 0
+    assert not set(said) & {"\x9b", "\u202e"}, repr(said)
