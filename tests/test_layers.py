@@ -23,10 +23,14 @@ LAYERS: dict[str, int] = {
     "accumulate": 0,
     "sinks": 0,
     "summaries": 0,
+    # text from others made safe to show on a terminal
+    "visible": 0,
     "config": 0,
     "config_tables": 0,
     "config_providers": 0,
     "expand": 0,
+    # what only its owner may read: drover's directories and files
+    "private": 0,
     "rules": 0,
     "shell": 0,
     "output": 0,
@@ -36,8 +40,10 @@ LAYERS: dict[str, int] = {
     "journal": 1,
     # the journal's SQL backends, over its protocol
     "store": 2,
+    # the project files drover reads itself, confined as the tools' paths are (over tools)
+    "project_files": 2,
     # the system prompt's files (AGENTS.md), read from the working directory up
-    "instructions": 1,
+    "instructions": 2,
     # images read from files into prompts
     "images": 1,
     # the working directory a run is given, checked

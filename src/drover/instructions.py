@@ -14,6 +14,14 @@ disagree. A file above :data:`MAX_CHARS` characters is cut there (saying so); on
 be read as UTF-8 text is skipped with a warning. Nothing here runs anything: the files are
 text the model reads.
 
+A project's file is read only when it resolves inside the project (the repository root, or the
+working directory outside a repository) and is a regular file of at most 1 MiB
+(:func:`~drover.project_files.read_project_file`): a link to ``/proc/self/environ`` or into
+``~/.ssh`` is refused with a warning, and so is a FIFO. The user-level file is the user's own
+and may lead anywhere. What the files say is no more trusted than whoever could write them: a
+repository's author, or the model itself in an earlier turn (``AGENTS.md`` is an ordinary file
+of the working directory); they shape what the model is told, never what it may do.
+
 The system prompt is drover's own (or the ``system_prompt`` that replaces it), then the
 instructions, then an ``append_system_prompt`` (:class:`PromptParts`). ``/context`` in the
 REPL shows each part (:meth:`PromptParts.describe`).
@@ -22,11 +30,13 @@ REPL shows each part (:meth:`PromptParts.describe`).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from drover.config import default_config_path
+from drover.project_files import ProjectFileRefused, read_project_file, read_user_file
 
 #: The names read in each place, the first found winning.
 NAMES = ("AGENTS.md", "CLAUDE.md")
@@ -77,24 +87,35 @@ def find_instructions(workdir: Path, user_dir: Path | None = None) -> list[Instr
     """The instruction files of ``workdir``, in the order they join the prompt."""
     found: list[InstructionFile] = []
     seen: set[Path] = set()
+    project = repository_root(workdir) or workdir
     for directory, scope in instruction_places(workdir, user_dir):
         for name in NAMES:
             path = directory / name
-            if not path.is_file():
+            if not os.path.lexists(path):
                 continue
-            if path.resolve() not in seen:  # (the user-level directory may be a parent too)
-                seen.add(path.resolve())
-                loaded = _read(path, scope)
+            try:
+                where = path.resolve()
+            except (OSError, RuntimeError):
+                where = path
+            if where not in seen:  # (the user-level directory may be a parent too)
+                seen.add(where)
+                loaded = _read(path, scope, project)
                 if loaded is not None:
                     found.append(loaded)
             break
     return found
 
 
-def _read(path: Path, scope: str) -> InstructionFile | None:
+def _read(path: Path, scope: str, project: Path) -> InstructionFile | None:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = read_project_file(path, project) if scope == "project" else read_user_file(path)
+        if data is None:
+            return None
+        text = data.decode("utf-8")
+    except ProjectFileRefused as exc:
+        log.warning("instructions skipped: %s", exc)
+        return None
+    except UnicodeDecodeError as exc:
         log.warning("instructions %s skipped: %s", path, exc)
         return None
     return InstructionFile(path=path, text=text[:MAX_CHARS], chars=len(text), scope=scope)

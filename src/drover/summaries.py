@@ -1,6 +1,9 @@
 """One-line summaries of tool inputs and outputs for status rows and spinners.
 
-They are for people watching, not for the model: short, single-line, never the full payload.
+They are for people watching, not for the model: short, single-line, never the full payload,
+and with every character that would act on a terminal or reorder text shown as an escape
+(:func:`~drover.visible.visible`): wherever a summary is shown — the REPL, ``-p``'s lines, the
+web page's permission question — it shows what the call holds.
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from drover.visible import visible
 
 #: Keys whose value best says what a call does, in order of preference.
 SUMMARY_KEYS = ("command", "path", "query", "pattern", "url")
@@ -32,12 +37,13 @@ def summarise_input(name: str, input: Mapping[str, Any]) -> str:
     for key in SUMMARY_KEYS:
         value = input.get(key)
         if isinstance(value, str) and value.strip():
-            return _truncate(f"{name}: {_one_line(value)}", INPUT_SUMMARY_LIMIT)
+            shown = visible(_one_line(value), code=True)
+            return _truncate(f"{name}: {shown}", INPUT_SUMMARY_LIMIT)
     try:
         shown = json.dumps(input, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError):  # a circular structure; not from JSON, but be safe
         shown = repr(input)
-    return _truncate(_one_line(f"{name} {shown}"), INPUT_SUMMARY_LIMIT)
+    return _truncate(visible(_one_line(f"{name} {shown}"), code=True), INPUT_SUMMARY_LIMIT)
 
 
 def summarise_output(text: str, limit: int = 80) -> str:
@@ -46,7 +52,7 @@ def summarise_output(text: str, limit: int = 80) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    first = _one_line(lines[0])
+    first = visible(_one_line(lines[0]))
     if len(lines) > 1:
         return first[: max(limit - len(ELLIPSIS), 0)].rstrip() + ELLIPSIS
     return _truncate(first, limit)

@@ -13,7 +13,7 @@ import pytest
 from drover.testing.server import FakeLLMServer
 
 from .helpers import Terminal, base_args, clean_env, run_drover
-from .test_repl_tui import PROMPT, open_repl, screens  # noqa: F401 (a fixture)
+from .test_repl_tui import PROMPT, open_repl
 from .tmux_screen import Screen, tmux_available
 
 
@@ -108,7 +108,7 @@ def test_line_mode_rewinds_after_showing_the_diff_and_forks(
 def test_full_repl_shows_the_diff_then_rewinds(
     fake_llm: FakeLLMServer,
     tmp_path: Path,
-    screens: list[Screen],  # noqa: F811 (the fixture)
+    screens: list[Screen],
 ) -> None:
     _script_file_turns(fake_llm)
     screen = open_repl(screens, fake_llm, tmp_path, "--session", "s2", mode="allow")

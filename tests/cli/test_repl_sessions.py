@@ -13,7 +13,7 @@ import pytest
 from drover.testing.server import FakeLLMServer
 
 from .helpers import Terminal, base_args, clean_env, run_drover
-from .test_repl_tui import PROMPT, open_repl, screens  # noqa: F401 (a fixture)
+from .test_repl_tui import PROMPT, open_repl
 from .tmux_screen import Screen, tmux_available
 
 
@@ -94,7 +94,7 @@ def test_line_mode_renames_exports_and_deletes(
 def test_full_repl_resumes_by_a_start_and_deletes_after_a_yes(
     fake_llm: FakeLLMServer,
     tmp_path: Path,
-    screens: list[Screen],  # noqa: F811 (the fixture)
+    screens: list[Screen],
 ) -> None:
     _stored(fake_llm, tmp_path, "first-session", "the first question")
     _stored(fake_llm, tmp_path, "second-session", "the second question")

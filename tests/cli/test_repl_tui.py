@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,6 @@ from .tmux_screen import Screen, tmux_available
 pytestmark = pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
 
 PROMPT = "›"
-
-
-@pytest.fixture
-def screens() -> Iterator[list[Screen]]:
-    opened: list[Screen] = []
-    yield opened
-    for screen in opened:
-        # pytest shows this output only when the test failed: where its screens are kept.
-        print(f"screen captures kept in {screen.save('final')}")
-        screen.close()
 
 
 def open_repl(

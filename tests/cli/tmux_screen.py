@@ -12,7 +12,10 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from .helpers import DROVER
 
@@ -137,3 +140,14 @@ class Screen:
 
     def close(self) -> None:
         self._tmux("kill-server")
+
+
+@pytest.fixture
+def screens() -> Iterator[list[Screen]]:
+    """The screens a test opens (append them), closed after it; where each one's captures are
+    kept is printed (pytest shows it when the test failed)."""
+    opened: list[Screen] = []
+    yield opened
+    for screen in opened:
+        print(f"screen captures kept in {screen.save('final')}")
+        screen.close()

@@ -10,17 +10,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli.tmux_screen import screens
+from scale.conftest import journal_url, pg_cluster, redis_server
 from server.browser.conftest import CHROMIUM, CHROMIUM_ARGS, EXPECT_TIMEOUT_MS, playwright_instance
 from server.support import BOUND, Served, start_server
 
 from drover.testing.server import FakeLLMServer
 
-__all__ = ["playwright_instance"]  # the browser tests' fixture, re-used as it is
+# The browser tests' fixture, the REPL tests' screens and the scale tests' PostgreSQL and Redis,
+# re-used as they are.
+__all__ = ["journal_url", "pg_cluster", "playwright_instance", "redis_server", "screens"]
 
 #: The name the attacker's page lives under; chromium resolves it to 127.0.0.1.
 REBIND_HOST = "rebind.example"
 #: What the victim's session holds, which no attack may read.
 SECRET = "the secret transcript"
+
+
+@pytest.fixture
+def cloned(tmp_path: Path) -> Path:
+    """A repository someone cloned, empty but for its ``.git``: the attacks add to it."""
+    repo = tmp_path / "cloned"
+    (repo / ".git").mkdir(parents=True)
+    return repo
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from drover.store.dialect import SQLITE
 from drover.store.sql_store import SqlStore
 from drover.store.sqlite import SqliteStore
 from drover.store.sqlite_conn import InlineSqliteConnection
+from drover.visible import visible
 
 if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to read a journal
     from drover.workers import WorkerLogReader
@@ -127,7 +128,7 @@ async def _print_sessions(store: Store, limit: int, as_json: bool) -> int:
     for record, count, last, gone in listed:
         when = _when(record.updated_at)
         status = "abandoned" if gone else last or "empty"
-        print(f"{record.id}  {when}  {count:>3} turns  {status:<11}  {record.title or ''}")
+        _say(f"{record.id}  {when}  {count:>3} turns  {status:<11}  {record.title or ''}")
     return 0
 
 
@@ -243,28 +244,34 @@ def show_session(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, ensure_ascii=False, indent=2))
         return 0
-    print(f"session {report['id']}  model {report['model']}  in {report['workdir']}")
+    _say(f"session {report['id']}  model {report['model']}  in {report['workdir']}")
     for turn in report["turns"]:
         flag = " (discarded)" if turn["discarded"] else ""
         status = ABANDONED_NOTE if turn["abandoned"] else turn["status"]
-        print(f"\nturn {turn['seq']}: {status}{flag}")
+        _say(f"\nturn {turn['seq']}: {status}{flag}")
         if turn["error"]:
-            print(f"  ended: {turn['reason']}: {turn['error']}")
+            _say(f"  ended: {turn['reason']}: {turn['error']}")
         if turn["user_message"]:
-            print(f"  user: {_text(turn['user_message'])}")
+            _say(f"  user: {_text(turn['user_message'])}")
         calls = {call["call_id"]: call for call in turn["tool_calls"]}
         for message in turn["messages"]:
             partial = " [partial]" if message["partial"] else ""
             text = _text(message)
             if text:
-                print(f"  {message['role']}{partial}: {text}")
+                _say(f"  {message['role']}{partial}: {text}")
             for block in message["content"]:
                 if block.get("type") == "tool_use" and block.get("id") in calls:
-                    print(_call_line(calls.pop(block["id"]), turn["abandoned"]))
+                    _say(_call_line(calls.pop(block["id"]), turn["abandoned"]), code=True)
         # Calls cut off before their message was complete appear in no message.
         for call in calls.values():
-            print(_call_line(call, turn["abandoned"]))
+            _say(_call_line(call, turn["abandoned"]), code=True)
     return 0
+
+
+def _say(line: str, *, code: bool = False) -> None:
+    """Print ``line`` with what the model and its tools wrote shown, never obeyed, by the
+    terminal (:func:`~drover.visible.visible`; ``code`` for tool calls)."""
+    print(visible(line, code=code))
 
 
 def _call_line(call: dict[str, Any], abandoned: bool = False) -> str:

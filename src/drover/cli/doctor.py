@@ -244,7 +244,28 @@ def _sqlite(path: Path) -> Finding:
     except sqlite3.Error as exc:
         return Finding("FAIL", "journal", f"{path}: not a drover journal ({exc})")
     status, schema = _schema(applied, known)
+    loose = _readable_by_others(path)
+    if loose and status == "ok":
+        return Finding("warn", "journal", f"{path}: writable; {schema}; {loose}")
     return Finding(status, "journal", f"{path}: writable; {schema}")
+
+
+def _readable_by_others(path: Path) -> str:
+    """What of the journal others than its owner may read, and what to do ("" when none)."""
+    from drover.private import exposed
+    from drover.store import default_db_path
+
+    own = path.resolve() == default_db_path().resolve()
+    files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+    loose = [f"{p.name} {p.stat().st_mode & 0o777:o}" for p in files if exposed(p)]
+    if own and exposed(path.parent):
+        loose.append(f"its directory {path.parent.stat().st_mode & 0o777:o}")
+    if not loose:
+        return ""
+    said = f"READABLE BY OTHER USERS ({', '.join(loose)})"
+    if own:
+        return f"{said}: drover makes it private (600, its directory 700) when it next opens it"
+    return f"{said}: every prompt, answer and output is in it; chmod 600 {path}*"
 
 
 def _postgres(url: str) -> Finding:

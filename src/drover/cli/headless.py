@@ -175,7 +175,9 @@ async def _run_turn(
             result["error"] = event.error
             result["retryable"] = event.retryable
         result["pending_messages"] = len(session.pending)
-        write(sys.stdout, json.dumps(result, ensure_ascii=False) + "\n")
+        # (On a terminal as ASCII: JSON leaves C1 controls and bidi overrides as they are.)
+        ascii_only = sys.stdout.isatty()
+        write(sys.stdout, json.dumps(result, ensure_ascii=ascii_only) + "\n")
     if isinstance(event, Incomplete | Error) and not event.retryable:
         drop = (
             f"drop the unfinished work with --discard-pending --session {session_id}"

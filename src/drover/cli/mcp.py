@@ -40,6 +40,7 @@ from drover.mcp.config import (
 )
 from drover.mcp.logs import default_log_dir
 from drover.mcp.state import ServerState
+from drover.visible import visible
 from drover.workdir import resolve_workdir
 
 #: The status of a project server nobody approved.
@@ -83,8 +84,8 @@ async def list_servers(args: argparse.Namespace) -> int:
     if args.json:
         listed = [_as_json(s) for s in [*states, *waiting]]
         print(json.dumps({"servers": listed}, ensure_ascii=False, indent=2))
-    else:
-        sys.stdout.write("".join(_as_text(s) for s in [*states, *waiting]))
+    else:  # (what servers say of themselves is shown, never obeyed, by the terminal)
+        sys.stdout.write(visible("".join(_as_text(s) for s in [*states, *waiting]), code=True))
     return 0 if all(_started(s) for s in states) else 1
 
 
@@ -154,6 +155,7 @@ def _as_text(state: ServerState) -> str:
         lines.append(f"  started: {count} tool{'s' if count != 1 else ''}  (log: {state.log_path})")
     else:
         lines.append(f"  {state.status}: {state.detail}  (log: {state.log_path})")
+    lines += [f"    left out: {why}" for why in state.left_out]
     for tool in state.tools:
         marks = "read-only" if tool.read_only else "trusted" if tool.trusted else "asks"
         description = tool.description.splitlines()[0] if tool.description else ""
@@ -172,6 +174,7 @@ def _as_json(state: ServerState) -> dict[str, Any]:
         "status": "started" if _started(state) else state.status,
         "error": None if _started(state) else state.detail,
         "log": str(state.log_path),
+        "left_out": list(state.left_out),
         "tools": [
             {
                 "name": tool.name,

@@ -9,6 +9,11 @@ applied (a request that still arrives without a terminal is denied, with a note)
 
 A reader that goes away (``drover -p … | head -1``) ends the printing, not the turn: output
 then goes to ``/dev/null`` and the turn runs to its end and is journaled as usual.
+
+What reaches a terminal shows, and never acts: every line on stderr (tool calls, permission
+questions, errors) and the answer streamed to a terminal go through
+:func:`~drover.visible.visible`, and ``stream-json`` on a terminal is written as ASCII JSON. An
+answer written to a pipe or a file is the model's text, byte for byte.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from drover.events import (
     event_to_dict,
 )
 from drover.rules import always_scope
+from drover.visible import visible
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 #: What the model is told of a call refused because nobody could be asked.
@@ -138,7 +144,9 @@ class HeadlessPrinter:
         elif isinstance(event, TurnStarted) and self.preamble:
             self._line(self.err, self.preamble)
         if self.output_format == "stream-json":
-            self._line(self.out, json.dumps(event_to_dict(event), ensure_ascii=False))
+            # (On a terminal as ASCII: JSON leaves C1 controls and bidi overrides as they are.)
+            ascii_only = self.out.isatty()
+            self._line(self.out, json.dumps(event_to_dict(event), ensure_ascii=ascii_only))
             return
         match event:
             case TextDelta() if self._live_text:
@@ -232,8 +240,8 @@ class HeadlessPrinter:
             shown = json.dumps(dict(request.input), ensure_ascii=False, indent=2)
             self._write(
                 self.err,
-                f"\n{request.tool_name} wants to run with:\n{shown}\n"
-                f"Allow? [y]es / [a]lways for {always_scope(request.tool_name)} / [N]o: ",
+                visible(f"\n{request.tool_name} wants to run with:\n{shown}\n", code=True)
+                + f"Allow? [y]es / [a]lways for {always_scope(request.tool_name)} / [N]o: ",
             )
             reader = asyncio.get_running_loop().create_task(lines.readline())
             answered = False
@@ -258,5 +266,7 @@ class HeadlessPrinter:
     def _write(self, stream: TextIO, text: str) -> None:
         if id(stream) in self._closed:
             return
+        if stream is self.err or (stream is self.out and self._live_text):
+            text = visible(text)
         if not write(stream, text):
             self._closed.add(id(stream))

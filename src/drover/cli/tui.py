@@ -10,8 +10,13 @@ being asked, and the status line.
 
 Permission requests queue here and are asked one at a time, whatever order parallel calls ask
 in; the whole input is printed first (as a diff for ``edit_file``, and for ``write_file`` on a
-file that exists), so nothing is approved unseen. Keys reach :meth:`TurnView.answer` from the
-REPL, which owns the keyboard.
+file that exists), wrapped, never cut, so nothing is approved unseen. Keys reach
+:meth:`TurnView.answer` from the REPL, which owns the keyboard.
+
+Everything shown here that the model, a tool or a server wrote — answers, inputs, diffs,
+summaries, progress, errors — goes through :func:`~drover.visible.visible` first: a terminal
+escape, a carriage return or a right-to-left override in a command is shown, never obeyed, so
+the question always shows what would run.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from drover.events import (
 from drover.messages import Message, Usage
 from drover.rules import always_scope
 from drover.summaries import summarise_input, summarise_output
+from drover.visible import visible
 
 #: Lines of a file shown for a new ``write_file``; the rest is counted, not shown.
 PREVIEW_LINES = 40
@@ -116,7 +122,7 @@ def tool_row_text(row: ToolRow) -> Text:
 def progress_label(event: ToolProgress) -> str:
     """``3/5 message`` (or ``3 message`` without a total) of a progress report."""
     done = f"{event.progress:g}" + (f"/{event.total:g}" if event.total is not None else "")
-    return f"{done} {event.message}" if event.message else done
+    return f"{done} {visible(event.message)}" if event.message else done
 
 
 def split_markdown(text: str) -> tuple[str, str]:
@@ -172,19 +178,24 @@ def permission_details(tool: str, input: Mapping[str, Any], workdir: Path) -> Re
             old, new = str(input.get("old_string", "")), str(input.get("new_string", ""))
             if current is not None and old and old in current:
                 after = current.replace(old, new, 1)
-                return Syntax(_diff(current, after, path), "diff", word_wrap=True)
-            return Syntax(_diff(old, new, path), "diff", word_wrap=True)
+                return _code(_diff(current, after, path), "diff")
+            return _code(_diff(old, new, path), "diff")
         content = str(input.get("content", ""))
         if current is not None:
-            return Syntax(_diff(current, content, path), "diff", word_wrap=True)
+            return _code(_diff(current, content, path), "diff")
         lines = content.splitlines()
         shown = "\n".join(lines[:PREVIEW_LINES])
         more = len(lines) - PREVIEW_LINES
         note = f"\n… {more} more lines" if more > 0 else ""
-        return Text(f"new file {path} ({len(lines)} lines):\n{shown}{note}")
+        return Text(visible(f"new file {path} ({len(lines)} lines):\n{shown}", code=True) + note)
     if tool == "bash" and isinstance(input.get("command"), str):
-        return Syntax(str(input["command"]), "bash", word_wrap=True)
-    return Text(json.dumps(dict(input), ensure_ascii=False, indent=2))
+        return _code(str(input["command"]), "bash")
+    return Text(visible(json.dumps(dict(input), ensure_ascii=False, indent=2), code=True))
+
+
+def _code(text: str, lexer: str) -> Syntax:
+    """``text`` highlighted, made visible and wrapped (a long line is never cut off)."""
+    return Syntax(visible(text, code=True), lexer, word_wrap=True)
 
 
 def describe_kept(pending: Sequence[Message]) -> str:
@@ -297,9 +308,8 @@ class TurnView:
         what = event.outcome.replace("_", " ")
         said = f": {event.message.strip().splitlines()[0]}" if event.message.strip() else ""
         style = "yellow" if event.outcome == "blocked" else "red"
-        self.console.print(
-            Text(f"{tag}{event.point} hook ({event.hook}) {what} {event.name}{said}", style=style)
-        )
+        line = f"{tag}{event.point} hook ({event.hook}) {what} {event.name}{said}"
+        self.console.print(Text(visible(line), style=style))
 
     def _worker(self, wrapped: WorkerEvent) -> None:
         """A worker of the ``task`` tool: its tool calls get spinners and rows like direct
@@ -321,9 +331,8 @@ class TurnView:
             case Done():
                 self.console.print(Text(f"{tag}finished", style="dim"))
             case Incomplete() | Error():
-                self.console.print(
-                    Text(f"{tag}stopped ({inner.reason}): {inner.error}", style="yellow")
-                )
+                said = visible(f"{tag}stopped ({inner.reason}): {inner.error}")
+                self.console.print(Text(said, style="yellow"))
             case _:
                 pass
 
@@ -331,7 +340,7 @@ class TurnView:
 
     def _add_text(self, text: str) -> None:
         # The tail holds one paragraph at a time: complete ones are printed and dropped.
-        self._tail += text
+        self._tail += visible(text)
         complete, self._tail = split_markdown(self._tail)
         if complete.strip():
             self.console.print(Markdown(complete))
@@ -340,7 +349,7 @@ class TurnView:
         """Print ``text`` on its own line below the answer so far (the paragraph being
         written is printed first, so the note never lands in the middle of it)."""
         self._flush_text()
-        self.console.print(Text(text, style="yellow"))
+        self.console.print(Text(visible(text), style="yellow"))
 
     def _flush_text(self) -> None:
         tail, self._tail = self._tail, ""
@@ -348,7 +357,7 @@ class TurnView:
             self.console.print(Markdown(tail))
 
     def _retry(self, event: Retry) -> None:
-        note = f"retry {event.attempt} in {event.delay:.1f}s after: {event.error}"
+        note = visible(f"retry {event.attempt} in {event.delay:.1f}s after: {event.error}")
         if event.discard_partial:
             self._tail = ""
             note += " — the answer restarts below"
@@ -365,7 +374,8 @@ class TurnView:
         row = self.rows.get(call_id)
         if row is None:
             self._flush_text()  # the text before a call belongs above its row
-            row = ToolRow(call_id=call_id, index=event.call_index, name=tag + event.name)
+            name = tag + visible(event.name, code=True)  # (a model may call any name)
+            row = ToolRow(call_id=call_id, index=event.call_index, name=name)
             self.rows[call_id] = row
         if not key:  # a worker's calls are matched by id, not by the parent's call index
             self._by_index[event.call_index] = call_id
@@ -423,7 +433,8 @@ class TurnView:
                 continue
             # The details first: the live area (refreshed from another thread) shows the
             # question as soon as ``_asked`` is set, and it must never show before the diff.
-            self.console.print(Text(f"\n{request.tool_name} asks to run:", style="bold"))
+            asking = visible(request.tool_name, code=True)
+            self.console.print(Text(f"\n{asking} asks to run:", style="bold"))
             self.console.print(permission_details(request.tool_name, request.input, self.workdir))
             self._asked = request
             return

@@ -6,6 +6,8 @@
 - :mod:`~drover.cluster.relay`: other processes' live events for this process's clients (Redis
   Streams, or the journal's log without Redis), and interrupts and permission answers carried
   to the process that runs the turn;
+- :mod:`~drover.cluster.signing`: the seal on what one process sends another (control messages,
+  live events), with the cluster's key, so that reaching Redis is not enough to drive a turn;
 - :mod:`~drover.cluster.takeover`: turns whose process died, ended by a live one and resumed;
 - :mod:`~drover.cluster.shared`: the wiring of one server process among several.
 

@@ -25,14 +25,15 @@ The relay also carries requests a process cannot serve itself — an interrupt o
 answer posted to A for a turn B runs — to the process that runs the turn (:meth:`control`):
 over the Redis stream ``drover:control:{owner}`` of that process, or the shared journal's own
 control messages without Redis (PostgreSQL ``NOTIFY``, see
-:meth:`~drover.cluster.claims.ClusterJournal.notify`).
+:meth:`~drover.cluster.claims.ClusterJournal.notify`). Each is sealed with the cluster's key,
+and one that is not genuine, not for this process, stale or replayed is dropped
+(:mod:`drover.cluster.signing`): reaching Redis is not enough to approve a permission request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drover.cluster.claims import ControlHandler
+from drover.cluster.signing import Seal
 from drover.journal.protocol import Store
 from drover.server.hub import Frame, Hub
 
@@ -60,6 +62,8 @@ BLOCK_MS = 200
 OUTBOX_LIMIT = 100_000
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+#: What a stream's ``resync`` entry is sealed as.
+RESYNC = "resync"
 
 
 def events_key(session_id: str) -> str:
@@ -91,8 +95,11 @@ class Relay:
         poll: float = POLL,
         stream_len: int = STREAM_LEN,
         notify: Notify | None = None,
+        seal: Seal,
     ) -> None:
-        """``notify`` carries a control message without Redis (PostgreSQL ``NOTIFY``)."""
+        """``notify`` carries a control message without Redis (PostgreSQL ``NOTIFY``);
+        ``seal`` seals the control messages sent and opens those received."""
+        self._seal = seal
         self._hub = hub
         self._store = store
         self._owner = owner
@@ -156,7 +163,8 @@ class Relay:
         feed.publish(frame)
         if self._redis is None:
             return
-        fields = {"seq": seq, "prev": prev, "wire": frame.wire}
+        fields: dict[str, Any] = {"seq": seq, "prev": prev, "wire": frame.wire}
+        fields["mac"] = self._seal.sign(_entry_bytes(session_id, str(seq), str(prev), frame.wire))
         if len(self._outbox) >= OUTBOX_LIMIT:
             self._outbox.popleft()
             self.dropped += 1
@@ -168,7 +176,8 @@ class Relay:
         process's turn recovered): every follower goes back to the log, here and elsewhere."""
         self._hub.resync(session_id, drop_ring=True)
         if self._redis is not None:
-            self._outbox.append((events_key(session_id), {"resync": 1}))
+            mac = self._seal.sign(_entry_bytes(session_id, RESYNC))
+            self._outbox.append((events_key(session_id), {"resync": 1, "mac": mac}))
             self._outbox_ready.set()
 
     async def _write_loop(self) -> None:
@@ -244,6 +253,8 @@ class Relay:
         feed = self._hub.feed(session_id)
         for entry_id, fields in entries:
             follow.pos = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+            if not self._genuine(session_id, fields):
+                continue  # (a gap it leaves sends the followers back to the log)
             if b"resync" in fields:
                 feed.resync(drop_ring=True)
                 continue
@@ -265,6 +276,19 @@ class Relay:
             kind = wire.split(b"\n", 2)[1][len(b"event: ") :].decode()
             feed.publish(Frame(seq, kind, wire))
             follow.covered = seq
+
+    def _genuine(self, session_id: str, fields: dict[bytes, Any]) -> bool:
+        """Whether an entry of the session's stream was written by a process of the cluster
+        (sealed with its key, for this session)."""
+        if b"resync" in fields:
+            signed = _entry_bytes(session_id, RESYNC)
+        else:
+            parts = [fields.get(name) for name in (b"seq", b"prev", b"wire")]
+            taken = [part for part in parts if isinstance(part, bytes)]
+            if len(taken) < len(parts):
+                return self._seal.verify(b"", None, what="live event")
+            signed = _entry_bytes(session_id, *taken)
+        return self._seal.verify(signed, fields.get(b"mac"), what="live event")
 
     async def _log_has_between(self, session_id: str, low: int, high: int) -> bool:
         if await self._store.last_event_seq(session_id) <= low:
@@ -363,34 +387,38 @@ class Relay:
 
     async def control(self, owner: str, message: dict[str, Any]) -> bool:
         """Send ``message`` to the process ``owner`` (the owner of a running turn)."""
+        sealed = self._seal.seal(owner, message)
         if self._up:
             try:
-                await self._redis.xadd(
-                    control_key(owner), {"body": json.dumps(message)}, maxlen=1000
-                )
+                await self._redis.xadd(control_key(owner), sealed, maxlen=1000)
                 await self._redis.expire(control_key(owner), STREAM_TTL)
                 return True
             except Exception as exc:
                 log.warning("redis: control message not sent (%s)", exc)
         if self._notify is not None:
-            await self._notify({**message, "owner": owner})
+            await self._notify({"owner": owner, "sealed": sealed})
             return True
         return False
 
     async def received(self, message: dict[str, Any]) -> None:
         """A control message that came by another way (PostgreSQL ``NOTIFY``)."""
-        if message.get("owner") == self._owner and self.on_control is not None:
-            await self.on_control(message)
+        if message.get("owner") != self._owner:
+            return  # (every process hears every NOTIFY)
+        opened = self._seal.open(self._owner, message.get("sealed"))
+        if opened is not None and self.on_control is not None:
+            await self.on_control(opened)
 
     async def _controls(self, entries: list[Any]) -> None:
         for entry_id, fields in entries:
             self._control_pos = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            try:
-                message = json.loads(fields[b"body"])
-            except (KeyError, ValueError):
-                continue
-            if self.on_control is not None:
+            message = self._seal.open(self._owner, fields)
+            if message is not None and self.on_control is not None:
                 try:
                     await self.on_control(message)
                 except Exception:
                     log.exception("relay: control message %r failed", message)
+
+
+def _entry_bytes(session_id: str, *parts: str | bytes) -> bytes:
+    """What an entry of a session's event stream is sealed over: the session and its fields."""
+    return b"\n".join(p if isinstance(p, bytes) else p.encode() for p in (session_id, *parts))

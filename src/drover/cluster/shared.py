@@ -3,7 +3,8 @@
 What a process adds when its journal is shared (a :class:`~drover.cluster.claims.ClusterJournal`):
 the :class:`~drover.cluster.relay.Relay` (other processes' live events for its clients, Redis
 or the log) and a listener for control messages (interrupts and permission answers posted to
-another process, when Redis cannot carry them). One process on SQLite needs neither; every
+another process, when Redis cannot carry them), sealed with the cluster's key
+(:mod:`drover.cluster.signing`). One process on SQLite needs neither; every
 server runs the takeover watch (:mod:`drover.cluster.takeover`).
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from drover.cluster.claims import SharedJournal, is_shared
 from drover.cluster.relay import Relay
+from drover.cluster.signing import Seal, cluster_key
 from drover.errors import ConfigError
 from drover.journal.protocol import Store
 from drover.server.hub import Hub
@@ -40,7 +42,8 @@ class Shared:
             raise ConfigError("processes share a PostgreSQL journal (--db postgresql://…)")
         if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"not a Redis URL (redis://, rediss:// or unix://): {redis_url}")
-        relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=store.notify)
+        seal = Seal(cluster_key())
+        relay = Relay(hub, store, owner=owner, redis_url=redis_url, notify=store.notify, seal=seal)
         return cls(store=store, relay=relay, redis_url=redis_url)
 
     async def running_turn(self, session_id: str) -> tuple[str, str | None] | None:

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -44,6 +45,10 @@ from drover.mcp.config import (
     parse_server,
     read_config_bytes,
 )
+from drover.private import private_dir
+from drover.project_files import ProjectFileRefused
+
+log = logging.getLogger(__name__)
 
 APPROVALS_FILE = "mcp-approvals.json"
 #: How to approve, as the notes say it.
@@ -115,7 +120,7 @@ class Approvals:
         return dict(projects) if isinstance(projects, dict) else {}
 
     def _write(self, projects: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".mcp-approvals.")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -128,7 +133,7 @@ class Approvals:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         with open(self.path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
@@ -195,14 +200,18 @@ def project_servers(
     """The workdir's ``.mcp.json`` with what is approved (None: the workdir has none).
     A file that is broken is a :class:`~drover.errors.ConfigError`, as for any config file."""
     path = workdir / PROJECT_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    content = read_config_bytes(path)
+    try:
+        content = read_config_bytes(path)
+    except ProjectFileRefused as exc:
+        log.warning("MCP servers not started: %s", exc)
+        return None
     sha256 = hashlib.sha256(content).hexdigest()
     # Parsed with an empty environment: only the names and the text as written are needed,
     # and nothing of the environment belongs in a question about a file someone else wrote.
     servers = tuple(
-        parse_server(name, raw, str(path), {})
+        parse_server(name, raw, str(path), {}, file=path)
         for name, raw in parse_config_bytes(content, path).items()
     )
     names = {s.name for s in servers}

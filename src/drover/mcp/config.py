@@ -1,7 +1,9 @@
 """MCP server configuration: the ``.mcp.json`` format users already keep, read and expanded.
 
 A file holds ``{"mcpServers": {NAME: SERVER}}`` where SERVER is a child process spoken to over
-stdio — ``{"command", "args"?, "env"?, "cwd"?}`` (``"type": "stdio"`` optional) — or a
+stdio — ``{"command", "args"?, "env"?, "cwd"?}`` (``"type": "stdio"`` optional; a relative
+``cwd`` is relative to the file's directory, and where a server starts without one is
+:mod:`drover.mcp.launch`'s) — or a
 streamable-HTTP endpoint, ``{"type": "http", "url", "headers"?}``. drover reads a few keys of
 its own in the same object and ignores keys it does not know (other clients' settings):
 
@@ -29,7 +31,9 @@ redactor, so a server that echoes a secret back has it redacted before it is per
 Files are read in order and a later definition of a name replaces an earlier one: the
 user-level file (``mcp.json`` next to drover's ``config.toml``), the workdir's ``.mcp.json``,
 then each file given (``--mcp-config``). A file that is not valid JSON or not of this shape is
-a :class:`~drover.errors.ConfigError` naming the file and the problem. A file may be given as
+a :class:`~drover.errors.ConfigError` naming the file and the problem. A project's file
+(``.mcp.json``) that leads outside its directory, or is no regular file, is skipped with a
+warning (:mod:`drover.project_files`). A file may be given as
 an :class:`McpFile` to take only some of its servers (the command line takes a project's
 servers only once approved: :mod:`drover.mcp.approval`).
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -49,6 +54,9 @@ from typing import Any, Literal, TypeAlias
 from drover.config import default_config_path
 from drover.errors import ConfigError
 from drover.expand import Expander, kept_secrets, scrub, secret_patterns
+from drover.project_files import ProjectFileRefused, read_project_file
+
+log = logging.getLogger(__name__)
 
 Transport: TypeAlias = Literal["stdio", "http"]
 #: ``True`` (every tool of the server) or the names of some of its tools.
@@ -74,7 +82,13 @@ class McpServerConfig:
     args: tuple[str, ...] = field(default=(), repr=False)
     #: Environment of a stdio server, over the few variables the SDK passes on (PATH, HOME…).
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Where the entry says the server starts: absolute, or relative to the workdir (an entry
+    #: of the library's ``mcp_servers``, which has no file).
     cwd: str | None = None
+    #: The directory of the project file (``.mcp.json``) that defines the server, where it
+    #: starts when the entry names no ``cwd`` (None: a file of the user's own, or
+    #: ``mcp_servers``: :mod:`drover.mcp.launch`).
+    project_dir: str | None = None
     url: str = field(default="", repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     trust: ToolMarks = False
@@ -149,14 +163,18 @@ def load_servers(
         chosen = item if isinstance(item, McpFile) else McpFile(Path(item))
         path = chosen.path.expanduser()
         where = str(path)
-        data = read_config_bytes(path)
+        try:
+            data = read_config_bytes(path)
+        except ProjectFileRefused as exc:
+            log.warning("MCP servers not started: %s", exc)
+            continue
         if chosen.sha256 is not None and hashlib.sha256(data).hexdigest() != chosen.sha256:
             raise ConfigError(f"{path}: changed while drover started; start it again")
         for name, raw in parse_config_bytes(data, path).items():
             if chosen.servers is not None and name not in chosen.servers:
                 continue
             found.pop(name, None)  # (a redefinition moves to the end)
-            found[name] = parse_server(name, raw, where, env)
+            found[name] = parse_server(name, raw, where, env, file=path)
     if servers is not None:
         where = "mcp_servers"
         for name, raw in _servers_of(servers, where).items():
@@ -166,8 +184,15 @@ def load_servers(
 
 
 def read_config_bytes(path: Path) -> bytes:
-    """A config file's content (what its approval is keyed by, and what is parsed)."""
+    """A config file's content (what its approval is keyed by, and what is parsed). A
+    project's file (``.mcp.json``) is read only as :mod:`drover.project_files` allows, in its
+    own directory: :class:`~drover.project_files.ProjectFileRefused` otherwise."""
     try:
+        if path.name == PROJECT_FILE:
+            data = read_project_file(path, path.absolute().parent)
+            if data is None:
+                raise FileNotFoundError(path)
+            return data
         return path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such MCP config file") from None
@@ -202,8 +227,11 @@ def _servers_of(value: object, where: str) -> Mapping[str, Any]:
 # -- one server --------------------------------------------------------------------------------
 
 
-def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) -> McpServerConfig:
-    """One server of a file; raises :class:`ConfigError` when its shape is wrong."""
+def parse_server(
+    name: str, raw: object, source: str, env: Mapping[str, str], *, file: Path | None = None
+) -> McpServerConfig:
+    """One server of ``file`` (None: of the ``mcp_servers`` mapping); raises
+    :class:`ConfigError` when its shape is wrong."""
     where = f"{source}: mcpServers.{name}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected an object")
@@ -227,6 +255,9 @@ def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) ->
         cwd = raw.get("cwd")
         if cwd is not None:
             cwd = expand(_string(cwd, f"{where}.cwd"))
+            if file is not None:
+                cwd = str(file.absolute().parent / Path(cwd).expanduser())
+        in_project = file is not None and file.name == PROJECT_FILE
         server_env = {key: expand(value) for key, value in env_raw.items()}
         secrets += [v for k, v in server_env.items() if _SECRET_NAME.search(k)]
         config = McpServerConfig(
@@ -235,6 +266,7 @@ def parse_server(name: str, raw: object, source: str, env: Mapping[str, str]) ->
             args=tuple(expand(arg) for arg in args),
             env=server_env,
             cwd=cwd,
+            project_dir=str(file.absolute().parent) if in_project and file else None,
             display=" ".join([command, *args]),
             **common,
         )

@@ -8,6 +8,8 @@ come from the turns' tool tasks and share it.
 
 Nothing a server does can leave a call waiting forever or end a turn:
 
+* a stdio server starts where :mod:`drover.mcp.launch` says (never in the workdir's code
+  unasked), in a process group that ends whole with the connection (:mod:`drover.mcp.stdio`);
 * a server that cannot start, or has not answered within ``startupTimeout``, fails the call
   that needed it with a :class:`~drover.errors.ToolError` quoting the end of its log; the next
   call tries again;
@@ -37,14 +39,15 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from drover.errors import ToolError
 from drover.mcp.config import McpServerConfig
+from drover.mcp.launch import launch_of
 from drover.mcp.logs import ServerLog
+from drover.mcp.stdio import stdio_transport
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +230,10 @@ class McpConnection:
     async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         config = self.config
         if config.transport == "stdio":
-            errlog = stack.enter_context(self.log.open(f"start {self.starts}: {config.display}"))
-            params = StdioServerParameters(
-                command=config.command,
-                args=list(config.args),
-                env=dict(config.env) or None,
-                cwd=config.cwd or str(self.workdir),
-            )
-            return stdio_client(params, errlog=errlog)
+            launch = launch_of(config, self.workdir)
+            header = f"start {self.starts}: {config.display} (in {launch.cwd})"
+            errlog = stack.enter_context(self.log.open(header))
+            return stdio_transport(launch, errlog)
         self.log.begin(f"start {self.starts}: {config.display}")
         http = await stack.enter_async_context(
             httpx2.AsyncClient(

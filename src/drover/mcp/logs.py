@@ -1,7 +1,8 @@
 """A server's log file: its stderr, and drover's notes on its starts, failures and stops.
 
 Logs live in ``<user data dir>/drover/mcp-logs/NAME.log`` (a directory the ``bash`` sandbox
-hides: a server may print its secrets), one file per server appended across starts, each start
+hides: a server may print its secrets; mode 700, its files 600: :mod:`drover.private`), one
+file per server appended across starts, each start
 opening with a header line. A file past :data:`MAX_BYTES` is moved to ``NAME.log.1`` when the
 server next starts. drover's notes never contain a secret of the server's configuration (they
 are written from the text as configured, or scrubbed); what the server itself prints is its own.
@@ -12,6 +13,7 @@ Writing a note never fails a call: a log that cannot be written is skipped.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import TextIO
 
 import platformdirs
+
+from drover.private import open_private, private_dir
 
 #: Size past which a log is rotated at the next start.
 MAX_BYTES = 2_000_000
@@ -42,12 +46,15 @@ class ServerLog:
     def open(self, header: str) -> Iterator[TextIO]:
         """The file a child process writes its stderr to, for one start."""
         self._begin(header)
-        with self.path.open("a", encoding="utf-8") as file:
+        with os.fdopen(open_private(self.path), "a", encoding="utf-8") as file:
             yield file
 
     def note(self, text: str) -> None:
         """Append one line of drover's own."""
-        with contextlib.suppress(OSError), self.path.open("a", encoding="utf-8") as file:
+        with (
+            contextlib.suppress(OSError),
+            os.fdopen(open_private(self.path), "a", encoding="utf-8") as file,
+        ):
             file.write(f"[{_now()}] drover: {text}\n")
 
     def begin(self, header: str) -> None:
@@ -56,7 +63,7 @@ class ServerLog:
 
     def _begin(self, header: str) -> None:
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.path.parent)
             if self.path.exists() and self.path.stat().st_size > MAX_BYTES:
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
             self._start = self.path.stat().st_size if self.path.exists() else 0

@@ -2,7 +2,9 @@
 
 :meth:`McpServers.start` starts every configured server at once and waits until each has
 listed its tools or failed (each within its ``startupTimeout``); a server that fails is logged
-and left out — the others' tools are still offered, and ``drover mcp list`` tells why. The
+and left out — the others' tools are still offered, and ``drover mcp list`` tells why. A tool
+whose input schema is malformed (:class:`~drover.mcp.schema.SchemaError`) is left out the same
+way, with one line saying where, and its server's other tools are offered. The
 tools of the servers that started are added to the agent's registry by :meth:`register`; a
 server that fails later is restarted by the call that needs it (:mod:`drover.mcp.connection`).
 :meth:`aclose` stops them all (the agent closing).
@@ -19,6 +21,7 @@ from drover.errors import ToolError
 from drover.mcp.config import McpServerConfig, redact_patterns
 from drover.mcp.connection import McpConnection
 from drover.mcp.logs import default_log_dir
+from drover.mcp.schema import SchemaError
 from drover.mcp.state import ServerState
 from drover.mcp.tool import McpTool
 from drover.tools.registry import ToolRegistry
@@ -41,6 +44,8 @@ class McpServers:
             for config in configs
         ]
         self._tools: list[McpTool] = []
+        #: By server, its tools left out and why.
+        self._left_out: dict[str, list[str]] = {}
 
     @property
     def configs(self) -> list[McpServerConfig]:
@@ -53,11 +58,22 @@ class McpServers:
     async def start(self) -> None:
         """Start every server and list its tools (failures are logged, not raised)."""
         await asyncio.gather(*(self._start_one(c) for c in self.connections))
-        self._tools = []
+        self._tools, self._left_out = [], {}
         taken: set[str] = set()
         for connection in self.connections:
             for spec in connection.tools if connection.status == "ready" else ():
-                tool = McpTool(connection, spec)
+                try:
+                    tool = McpTool(connection, spec)
+                except SchemaError as exc:
+                    why = connection.config.scrub(str(exc))
+                    self._left_out.setdefault(connection.name, []).append(f"{spec.name}: {why}")
+                    log.warning(
+                        "MCP server %r: its tool %r is left out: %s",
+                        connection.name,
+                        spec.name,
+                        why,
+                    )
+                    continue
                 if tool.name in taken:
                     log.warning("MCP: two tools are named %s; the second is left out", tool.name)
                     continue
@@ -103,6 +119,7 @@ class McpServers:
                     detail=config.error or connection.detail,
                     tools=tuple(t for t in self._tools if t.server == config.name),
                     log_path=connection.log.path,
+                    left_out=tuple(self._left_out.get(config.name, ())),
                 )
             )
         return out

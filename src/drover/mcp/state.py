@@ -26,3 +26,5 @@ class ServerState:
     detail: str
     tools: tuple[McpTool, ...]
     log_path: Path
+    #: Tools the server listed that are left out, each with why (a malformed schema).
+    left_out: tuple[str, ...] = ()

@@ -22,6 +22,12 @@ A write made here runs to its end without an await, so a cancellation cannot cut
 the caller's next await, after the commit, as it would after a shielded call. The database runs
 in WAL mode with ``synchronous=NORMAL`` (a commit survives a process crash; a power cut may lose
 the last few) and foreign keys on; every write is one short ``BEGIN IMMEDIATE`` transaction.
+
+The journal is private (:mod:`drover.private`): a new file is created with mode 600 whatever
+the umask (SQLite gives its ``-wal`` and ``-shm`` files the database's mode), and drover's own
+data directory, made here on first use, has mode 700. The journal in that directory — drover's
+own — is tightened to 600 (with its ``-wal`` and ``-shm``) when it is found readable by others;
+one opened elsewhere (``--db PATH``) keeps the mode it has.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.errors import StoreError
+from drover.private import private_dir, private_file, tighten
 from drover.store.dialect import SQLITE
 from drover.store.migrations import migrate
 from drover.store.plan import Atomic, Exec, Mode, Plan, Query
@@ -134,7 +141,7 @@ class SqliteConnection:
         conn: Conn | None = None
         try:
             if where != ":memory:":
-                self._check_parent(Path(where).expanduser().parent)
+                self._make_private(Path(where).expanduser())
             conn = sqlite3.connect(
                 where, timeout=self._busy_timeout_ms / 1000, isolation_level=None
             )
@@ -166,13 +173,20 @@ class SqliteConnection:
 
         self._conn = conn
 
-    def _check_parent(self, parent: Path) -> None:
+    def _make_private(self, path: Path) -> None:
+        """Make the journal's file (and drover's own directory) before SQLite opens it, so
+        that nobody else may ever read it (see the module docstring)."""
         # Only drover's own data directory is made: a mistyped --db names a directory that
         # does not exist, and creating it would hide the typo behind an empty journal.
         if self._create_parent:
-            parent.mkdir(parents=True, exist_ok=True)
-        elif not parent.is_dir():
-            raise StoreError(f"cannot open the journal at {self.path}: no such directory {parent}")
+            private_dir(path.parent)
+            for own in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                tighten(own)
+        elif not path.parent.is_dir():
+            raise StoreError(
+                f"cannot open the journal at {self.path}: no such directory {path.parent}"
+            )
+        private_file(path)
 
     def _connect_both(self) -> None:
         self._connect()

@@ -44,7 +44,9 @@ from drover.events import Done, Error, Incomplete, ToolState
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt, Usage
+from drover.private import private_dir, private_file
 from drover.running import RunningTurn
+from drover.visible import visible
 
 HISTORY_FILE = "repl_history"
 
@@ -52,9 +54,9 @@ HISTORY_FILE = "repl_history"
 def history_store() -> History:
     """The user's prompt history, kept across runs (in memory when it cannot be written)."""
     try:
-        folder = user_data_path("drover")
-        folder.mkdir(parents=True, exist_ok=True)
-        return FileHistory(str(folder / HISTORY_FILE))
+        path = private_dir(user_data_path("drover")) / HISTORY_FILE
+        private_file(path)  # (what the user typed is theirs alone)
+        return FileHistory(str(path))
     except OSError:
         return InMemoryHistory()
 
@@ -207,7 +209,7 @@ class Repl:
                 if await self.turn(line):
                     return 0
             except DroverError as exc:  # a busy session, a journal that failed: stay here
-                self.console.print(Text(f"error: {exc}", style="red"))
+                self.console.print(Text(visible(f"error: {exc}"), style="red"))
 
     async def _read(self) -> str | None:
         if self._prompt is None:
@@ -288,7 +290,7 @@ class Repl:
             if running is None:
                 break
             if waiting and running.claim == waiting[0].id:
-                self.console.print(Text(f"› {waiting[0].content}", style="bold"))
+                self.console.print(Text(visible(f"› {waiting[0].content}"), style="bold"))
             quit = await self._watch(running, view)
         return quit
 
@@ -310,7 +312,8 @@ class Repl:
         try:
             await self.session.submit(line, if_busy="enqueue", follow=False)
         except DroverError as exc:
-            self.console.print(Text(f"error: could not queue the line: {exc}", style="red"))
+            said = visible(f"error: could not queue the line: {exc}")
+            self.console.print(Text(said, style="red"))
 
     async def _watch(self, running: RunningTurn, view: TurnView) -> bool:
         """Show a started turn until it ends; True when the user asked to leave."""
@@ -375,7 +378,7 @@ class Repl:
             )
         else:
             line += ". Nothing was kept; send the message again"
-        self.console.print(Text(line, style="red" if status == "failed" else "yellow"))
+        self.console.print(Text(visible(line), style="red" if status == "failed" else "yellow"))
 
 
 async def ask_at_the_prompt(question: str) -> str | None:

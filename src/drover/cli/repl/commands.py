@@ -48,6 +48,7 @@ from drover.conversation import safe_cut
 from drover.errors import DroverError
 from drover.events import Compacted, Event
 from drover.handle import Session
+from drover.visible import visible
 
 HELP = (__doc__ or "").split("\n\n", 1)[1].strip()
 
@@ -186,15 +187,15 @@ def context_command(agent: Agent, session: Session) -> list[str]:
 
 def _styled(repl: Repl) -> Show:
     def show(lines: list[Line]) -> None:
-        for text, style in lines:
-            repl.console.print(Text(text, style=style))
+        for text, style in lines:  # (paths and diffs of the workdir: shown, never obeyed)
+            repl.console.print(Text(visible(text, code=True), style=style))
 
     return show
 
 
 def _say_lines(repl: Repl, lines: list[str]) -> None:
     for line in lines:
-        repl.console.print(Text(line))
+        repl.console.print(Text(visible(line)))
 
 
 async def permissions_command(session: Session, arg: str) -> list[str]:
@@ -295,7 +296,10 @@ def _pending(repl: Repl) -> None:
         text = " ".join(message.text.split())[:70]
         repl.console.print(
             Text(
-                f"  {message.role}: {text}{' calls: ' + calls if calls else ''}"
-                f"{f' ({results} results)' if results else ''}"
+                visible(
+                    f"  {message.role}: {text}{' calls: ' + calls if calls else ''}"
+                    f"{f' ({results} results)' if results else ''}",
+                    code=True,
+                )
             )
         )

@@ -25,6 +25,7 @@ from drover.events import Error, Incomplete, turn_status
 from drover.handle import Session
 from drover.images import prompt_with_images
 from drover.messages import Prompt
+from drover.visible import visible
 
 
 def _messages(count: int) -> str:
@@ -91,7 +92,7 @@ async def run_line_repl(args: argparse.Namespace) -> int:
                 note = pending_note(len(session.pending), "/discard", "message")
                 await _turn(session, line, lines, note)
             except DroverError as exc:  # a busy session, a journal that failed: stay here
-                print(f"error: {exc}")
+                print(visible(f"error: {exc}"))
 
 
 async def _turn(
@@ -161,20 +162,20 @@ async def _manage(line: str, agent: Agent, session: Session, lines: StdinLines) 
         said = await manage.export_command(agent, session, arg)
     elif name == "/fork":
         said, forked = await control.fork_command(agent, session, arg)
-        print("\n".join(said))
+        print(visible("\n".join(said)))
         return forked
     elif name == "/rewind":
         await control.rewind_command(agent, session, arg, confirm, _plain)
         return True
     else:
         return False
-    print("\n".join(said))
+    print(visible("\n".join(said)))
     return True
 
 
 def _plain(lines: list[tuple[str, str]]) -> None:
     for text, _ in lines:
-        print(text)
+        print(visible(text, code=True))
 
 
 async def _switch(line: str, agent: Agent, session: Session) -> Session | None:
@@ -215,7 +216,7 @@ async def _command(line: str, agent: Agent, session: Session, lines: StdinLines)
     elif name == "/sessions":
         from drover.cli.repl.commands import sessions_lines
 
-        print("\n".join(await sessions_lines(agent, session.id)))
+        print(visible("\n".join(await sessions_lines(agent, session.id))))
     elif name == "/tokens":
         convo = session.engine.convo
         calibration = convo.calibration
@@ -233,8 +234,11 @@ async def _command(line: str, agent: Agent, session: Session, lines: StdinLines)
             results = len(message.tool_results)
             text = message.text[:60].replace("\n", " ")
             print(
-                f"  {message.role}: {text}{' calls: ' + calls if calls else ''}"
-                f"{f' ({results} results)' if results else ''}"
+                visible(
+                    f"  {message.role}: {text}{' calls: ' + calls if calls else ''}"
+                    f"{f' ({results} results)' if results else ''}",
+                    code=True,
+                )
             )
     elif name == "/discard":
         count = await session.discard()

@@ -13,6 +13,7 @@ from drover.journal.protocol import SessionStore
 from drover.journal.records import ToolCallRecord
 from drover.messages import Usage
 from drover.summaries import summarise_input, summarise_output
+from drover.visible import visible
 
 
 async def print_transcript(store: SessionStore, session_id: str, console: Console) -> Usage:
@@ -22,14 +23,14 @@ async def print_transcript(store: SessionStore, session_id: str, console: Consol
         if turn.usage is not None:
             used = used + turn.usage
         if turn.user_message is not None:
-            console.print(Text(f"› {turn.user_message.text}", style="bold"))
+            console.print(Text(visible(f"› {turn.user_message.text}"), style="bold"))
         elif turn.seq > 1:
             console.print(Text("› (continue the unfinished work)", style="bold"))
         calls = {call.call_id: call for call in await store.tool_calls(turn.id)}
         for stored in await store.turn_messages(turn.id):
             message = stored.message
             if message.role == "assistant" and message.text.strip():
-                console.print(Markdown(message.text))
+                console.print(Markdown(visible(message.text)))
                 if stored.partial:
                     console.print(Text("(cut off here)", style="dim"))
             for use in message.tool_uses:
@@ -46,7 +47,7 @@ async def print_transcript(store: SessionStore, session_id: str, console: Consol
             ended = f"turn {turn.status}"
             if turn.error:
                 ended += f" ({turn.reason}: {turn.error})"
-            console.print(Text(ended, style="yellow"))
+            console.print(Text(visible(ended), style="yellow"))
     return used
 
 
@@ -54,7 +55,7 @@ def _row(call: ToolCallRecord) -> ToolRow:
     return ToolRow(
         call_id=call.call_id,
         index=call.call_index,
-        name=call.name,
+        name=visible(call.name, code=True),
         state=call.state,
         summary=summarise_input(call.name, call.input or {}),
         output_summary=summarise_output(call.output or ""),

@@ -1,7 +1,10 @@
 // The diff a file-editing tool call shows, as the REPL shows it: `edit_file` as its old text
 // turning into its new one (a line diff), `write_file` as the lines it writes. The page cannot
 // read the file, so an edit is shown within the text it replaces, and a write as added lines.
-// Built with textContent only: the model's text is never parsed as HTML.
+// Built with textContent only: the model's text is never parsed as HTML, and what would act
+// instead of showing (a bidi override, a zero-width character) is shown as an escape.
+
+import { visible } from "./visible.js";
 
 /** Longest inputs diffed line by line (the table is their product); beyond, all old lines
  * are shown removed, then all new ones added. */
@@ -102,9 +105,9 @@ export function renderChange([header, ops]) {
   const box = el("div", "tool-diff");
   const lines = el("pre", "diff-lines");
   for (const [op, line] of ops) {
-    const text = op === "…" ? `… ${line} unchanged line${line === 1 ? "" : "s"}` : `${op} ${line}`;
+    const text = op === "…" ? `… ${line} unchanged line${line === 1 ? "" : "s"}` : `${op} ${visible(line, { code: true })}`;
     lines.append(el("span", `diff-line ${CLASS[op]}`, text));
   }
-  box.append(el("div", "diff-file", header), lines);
+  box.append(el("div", "diff-file", visible(header, { code: true })), lines);
   return box;
 }

@@ -10,6 +10,7 @@
 import { fileChange, renderChange } from "./diff.js";
 import { renderMarkdown } from "./md.js";
 import { Transcript, TERMINAL_STATES } from "./model.js";
+import { visible } from "./visible.js";
 
 const STATUS_TEXT = {
   running: "running…",
@@ -164,11 +165,13 @@ export class TranscriptView {
     card.dataset.state = call.state;
     card.classList.toggle("terminal", TERMINAL_STATES.has(call.state));
     card.classList.toggle("error", call.isError);
-    p.name.textContent = call.name;
+    p.name.textContent = visible(call.name, { code: true });
     p.state.textContent = call.state;
     p.unknown.hidden = !call.outcomeUnknown;
     card.dataset.outcomeUnknown = String(call.outcomeUnknown);
-    const input = call.input === null ? "" : JSON.stringify(call.input, null, 2);
+    // What the model wrote, shown as it is: controls, bidi overrides and zero-width characters
+    // as escapes (visible.js); a card that asks shows all of it, wrapped (style.css).
+    const input = call.input === null ? "" : visible(JSON.stringify(call.input, null, 2), { code: true });
     if (p.input.textContent !== input) p.input.textContent = input;
     // A file edit shows as a diff (as the REPL asks with one), its raw input hidden.
     if (p.diff.renderedSource !== input) {
@@ -178,7 +181,7 @@ export class TranscriptView {
     }
     p.diff.hidden = p.diff.children.length === 0;
     p.input.hidden = input === "" || !p.diff.hidden;
-    const output = call.output === null ? "" : call.output;
+    const output = call.output === null ? "" : visible(call.output);
     if (p.output.textContent !== output) p.output.textContent = output;
     p.output.hidden = call.output === null;
     this.renderPermission(turn, call, p.permission);
@@ -236,7 +239,8 @@ export class TranscriptView {
     box.hidden = false;
     if (box.dataset.requestId !== req.requestId) {
       box.dataset.requestId = req.requestId;
-      const question = el("p", "permission-question", `Allow ${call.name}? ${req.summary}`);
+      const asked = visible(`Allow ${call.name}? ${req.summary}`, { code: true });
+      const question = el("p", "permission-question", asked);
       const buttons = el("div", "permission-buttons");
       for (const [decision, label] of [
         ["allow", "Allow"],
