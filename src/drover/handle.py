@@ -18,8 +18,9 @@ A session handle belongs to the agent that made it and to one event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
 from pydantic import BaseModel
@@ -138,13 +139,16 @@ class Session(Generic[OutputT]):
         output_type: type[BaseModel | str] | None = None,
         webhook: str | None = None,
         follow: bool = True,
+        hold: str | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
         :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
         ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's;
         ``webhook`` (a URL) is where the turn's end is announced (see
         :mod:`drover.server.webhooks`). ``follow=False``: the session's queued messages do not
-        run after it on their own (the caller runs them, :meth:`start_queued`).
+        run after it on their own (the caller runs them, :meth:`start_queued`). ``hold``: the
+        token of this process's hold on the session (:mod:`drover.session_hold`), which the
+        turn takes over as it starts.
 
         A blank prompt (empty or white space only, no image) raises
         :class:`~drover.errors.BlankPromptError` (a ``ValueError``) before anything starts."""
@@ -159,6 +163,7 @@ class Session(Generic[OutputT]):
             options=TurnOptions(deps=deps, output=output),
             webhook=webhook,
             follow=follow,
+            hold=hold,
         )
 
     async def submit(
@@ -185,7 +190,7 @@ class Session(Generic[OutputT]):
         refused first, as by :meth:`start`: a running turn is not interrupted for it."""
         refuse_unsendable(prompt)
 
-        def begin() -> RunningTurn:
+        def begin(hold: str | None = None) -> RunningTurn:
             return self.start(
                 prompt,
                 live=live,
@@ -194,17 +199,14 @@ class Session(Generic[OutputT]):
                 output_type=output_type,
                 follow=follow,
                 webhook=webhook,
+                hold=hold,
             )
 
         runner = self._agent.runner
         busy = self.running
         if if_busy in ("interrupt", "rollback") and busy is not None:
-            busy.then = None  # the new message goes first; the queue runs after it
-            busy.interrupt()
-            await busy.finished()
-            if if_busy == "rollback":
-                await runner.discard_pending(self.engine)
-        elif if_busy == "enqueue":
+            return await self._replace(busy, if_busy == "rollback", begin)
+        if if_busy == "enqueue":
             if busy is None and not await self.queued():
                 try:
                     running = begin()
@@ -230,6 +232,27 @@ class Session(Generic[OutputT]):
         running = begin()
         await running.wait_started()
         return running
+
+    async def _replace(
+        self, busy: RunningTurn, discard: bool, begin: Callable[[str], RunningTurn]
+    ) -> RunningTurn:
+        """Stop ``busy`` (its work kept, or with ``discard`` discarded) and start the new
+        message's turn (``begin`` with the hold's token), the session held from before the
+        stop until that turn starts: nothing else starts in between, in any process (the
+        takeover's sweep would start a queued message, with the work a rollback drops)."""
+        if busy.turn_id is None:
+            with contextlib.suppress(Exception):  # (it could not start: nothing to stop)
+                await busy.wait_started()
+        runner = self._agent.runner
+        async with runner.holds.hold(self.id, after=busy.turn_id) as token:
+            busy.then = None  # the new message goes first; the queue runs after it
+            busy.interrupt()
+            await busy.finished()
+            if discard:
+                await runner.discard_pending(self.engine)
+            running = begin(token)
+            await running.wait_started()
+            return running
 
     async def start_queued(
         self, *, live: Sequence[EventSink] = (), on_permission: PermissionHandler | None = None
