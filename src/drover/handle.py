@@ -216,7 +216,7 @@ class Session(Generic[OutputT]):
                     pass  # running in another process: queue it
             if not isinstance(prompt, str):
                 raise DroverError("a message with images cannot be queued: send it once idle")
-            message = await runner.queue.enqueue(self.id, prompt)
+            message = await runner.queue.enqueue(self.id, prompt, webhook=webhook)
             if self.running is None:  # nothing here will run it after a turn: start it now
                 then = FollowUp(
                     self.engine,

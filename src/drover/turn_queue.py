@@ -66,9 +66,14 @@ class TurnQueue:
 
     # -- queueing ------------------------------------------------------------------------------
 
-    async def enqueue(self, session_id: str, content: str) -> QueuedMessage:
-        """Queue ``content`` durably and announce it (``message_queued``)."""
-        message, running, logged = await self._runner.store.enqueue_message(session_id, content)
+    async def enqueue(
+        self, session_id: str, content: str, *, webhook: str | None = None
+    ) -> QueuedMessage:
+        """Queue ``content`` durably, with the ``webhook`` its turn's end is announced to
+        (whichever process runs it), and announce it (``message_queued``)."""
+        message, running, logged = await self._runner.store.enqueue_message(
+            session_id, content, webhook=webhook
+        )
         self.count("queued")
         await self._announce(session_id, queued_event(message), running, logged)
         return message
