@@ -35,12 +35,20 @@ from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
 from drover.messages import Message, Prompt, refuse_unsendable
 from drover.output import OutputSchema
-from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
+from drover.result import (
+    TERMINAL_TYPES,
+    OutputT,
+    RunOutputT,
+    RunResult,
+    output_schema,
+    result_of,
+    terminal_event,
+)
 from drover.runner import Runner
 from drover.running import FollowUp, PermissionHandler, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
-from drover.turn_queue import IfBusy
+from drover.turn_queue import WATCH_EVERY, IfBusy
 
 if TYPE_CHECKING:
     from drover.control import RewindResult
@@ -313,6 +321,8 @@ class Session(Generic[OutputT]):
         if if_busy == "reject":
             return await self._run(prompt, live, deps, output_type)
         handler = self.on_permission or deny_unanswered
+        # (where the log stands: a queued message's turn another process runs ends after it)
+        logged = await self._agent.store.last_event_seq(self.id)
         sent = await self.submit(
             prompt,
             if_busy=if_busy,
@@ -324,12 +334,34 @@ class Session(Generic[OutputT]):
         if isinstance(sent, QueuedMessage):
             message_id = sent.id
             try:
-                sent = await self._agent.runner.queue.turn_of(self.id, message_id)
+                ran = await self._agent.runner.queue.turn_of(self.id, message_id)
             except asyncio.CancelledError:
                 # The caller gave up before the message ran: it does not run later.
                 await self.cancel_queued(message_id)
                 raise
+            if isinstance(ran, str):
+                return await self._ended_elsewhere(ran, logged)
+            sent = ran
         return await self._finish(sent)
+
+    async def _ended_elsewhere(self, turn_id: str, logged: int) -> RunResult[Any]:
+        """The result of the turn another process runs for this session (a queued message
+        of this caller's), read from the journal once the turn ended there — or was ended by
+        the recovery of its process's death; ``logged``: an event number before its start."""
+        runner, store = self._agent.runner, self._agent.store
+        while (turn := await store.get_turn(turn_id)) is None or turn.status == "running":
+            await asyncio.sleep(WATCH_EVERY)
+            await runner.recover(self.id)
+        ends = [
+            e
+            for e in await store.events_after(self.id, logged)
+            if e.turn_id == turn_id and e.type in TERMINAL_TYPES
+        ]
+        if not ends:
+            raise DroverError(f"turn {turn_id} ended without a terminal event in the journal")
+        if runner.running(self.id) is None:  # (never under a turn running here)
+            await runner.reload(self.engine)
+        return result_of(self.engine, turn_id, terminal_event(ends[-1].payload))
 
     @overload
     async def resume(

@@ -24,7 +24,7 @@ from store.conftest import pg_cluster, pg_database, pg_url
 
 from drover import Agent, ToolContext, tool
 from drover.config import Config
-from drover.errors import SessionHeldError
+from drover.errors import QueueChangedError, SessionHeldError
 from drover.handle import Session
 from drover.journal.protocol import Store
 from drover.journal.records import QueuedMessage
@@ -90,6 +90,30 @@ class Gate:
             return await original(*args, **kwargs)
 
         setattr(store, method, gated)
+
+
+class Calls:
+    """Counts the calls of ``store.<method>`` that returned or raised: :meth:`reached` waits
+    until ``n`` did."""
+
+    def __init__(self, store: Store, method: str) -> None:
+        self.done = 0
+        self._changed = asyncio.Condition()
+        original = getattr(store, method)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                async with self._changed:
+                    self.done += 1
+                    self._changed.notify_all()
+
+        setattr(store, method, counted)
+
+    async def reached(self, n: int) -> None:
+        async with asyncio.timeout(BOUND), self._changed:
+            await self._changed.wait_for(lambda: self.done >= n)
 
 
 class ToolGate:
@@ -360,6 +384,59 @@ def other_server(
 
 async def _post(c: httpx2.AsyncClient, sid: str, content: str, **more: Any) -> httpx2.Response:
     return await c.post(f"/v1/sessions/{sid}/messages", json={"content": content, **more})
+
+
+async def test_run_with_enqueue_returns_when_another_process_runs_or_cancels_the_message(
+    fake_llm: FakeLLMServer,
+    other_server: Callable[[], Served],
+    opened: Callable[[], Store],
+    tmp_path: Path,
+) -> None:
+    """``session.run(…, if_busy="enqueue")`` while another process runs the session's turn:
+    that process runs the queued message after its turn (or a client of it cancels the
+    message), and the call here returns the message's result (or raises) — it used to wait
+    for ever, for its own process's queue."""
+    fake_llm.script({"text": LONG, "stall_after": STALL}, {"text": "the queued answer"})
+    fake_llm.allow_unexpected = True  # the stalled stream is cut by the interrupt
+    server = other_server()
+    with server.client() as c:
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/messages", json={"content": "first"}).is_success
+        read_events(c, sid, until=lambda ev, _: ev.event == "text_delta")
+    store = opened()
+    # Each run here tries to start its message twice (at once, then as the queue's head),
+    # refused both times while the other process's turn runs: once both are over, only the
+    # other process can run the message.
+    starts = Calls(store, "begin_turn")
+    here = await agent_on(store, ScriptedProvider([]), tmp_path / "work")
+    try:
+        session = await here.session(sid)
+        dropped = asyncio.ensure_future(session.run("dropped", if_busy="enqueue"))
+        await starts.reached(2)
+        (message,) = await session.queued()
+        async with httpx2.AsyncClient(base_url=server.url, timeout=BOUND) as ac:
+            gone = await ac.delete(f"/v1/sessions/{sid}/queue/{message.id}")
+            assert gone.status_code == 200, gone.text
+            with pytest.raises(QueueChangedError):
+                await asyncio.wait_for(dropped, BOUND)
+
+            kept = asyncio.ensure_future(session.run("second", if_busy="enqueue"))
+            await starts.reached(4)
+            stop = await ac.post(f"/v1/sessions/{sid}/interrupt", json={})
+            assert stop.status_code == 202, stop.text
+            result = await asyncio.wait_for(kept, BOUND)
+        assert result.completed and result.text == "the queued answer"
+        stored = await here.store.queued_messages(sid, every=True)
+        assert [(m.content, m.status) for m in stored] == [
+            ("dropped", "cancelled"),
+            ("second", "started"),
+        ]
+        assert result.turn_id == stored[1].turn_id
+        turns = await here.store.turns(sid)
+        assert [t.status for t in turns] == ["interrupted", "completed"]
+        assert result.pending == ()
+    finally:
+        await here.aclose()
 
 
 async def test_a_message_posted_to_another_process_during_a_rewind_waits_for_it(
