@@ -247,20 +247,28 @@ class Session(Generic[OutputT]):
         """Stop ``busy`` (its work kept, or with ``discard`` discarded) and start the new
         message's turn (``begin`` with the hold's token), the session held from before the
         stop until that turn starts: nothing else starts in between, in any process (the
-        takeover's sweep would start a queued message, with the work a rollback drops)."""
+        takeover's sweep would start a queued message, with the work a rollback drops). When
+        the new turn does not start (refused, cancelled), the session's queue runs as after
+        the stopped turn."""
         if busy.turn_id is None:
             with contextlib.suppress(Exception):  # (it could not start: nothing to stop)
                 await busy.wait_started()
         runner = self._agent.runner
-        async with runner.holds.hold(self.id, after=busy.turn_id) as token:
-            busy.then = None  # the new message goes first; the queue runs after it
-            busy.interrupt()
-            await busy.finished()
-            if discard:
-                await runner.discard_pending(self.engine)
-            running = begin(token)
-            await running.wait_started()
-            return running
+        then, started = busy.then, False
+        try:
+            async with runner.holds.hold(self.id, after=busy.turn_id) as token:
+                busy.then = None  # the new message goes first; the queue runs after it
+                busy.interrupt()
+                await busy.finished()
+                if discard:
+                    await runner.discard_pending(self.engine)
+                running = begin(token)
+                await running.wait_started()
+                started = True
+                return running
+        finally:
+            if not started and then is not None:
+                runner.queue.follow(then)
 
     async def start_queued(
         self, *, live: Sequence[EventSink] = (), on_permission: PermissionHandler | None = None
@@ -322,7 +330,7 @@ class Session(Generic[OutputT]):
             return await self._run(prompt, live, deps, output_type)
         handler = self.on_permission or deny_unanswered
         # (where the log stands: a queued message's turn another process runs ends after it)
-        logged = await self._agent.store.last_event_seq(self.id)
+        logged = await self._agent.store.last_event_seq(self.id) if if_busy == "enqueue" else 0
         sent = await self.submit(
             prompt,
             if_busy=if_busy,

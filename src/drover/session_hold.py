@@ -59,23 +59,32 @@ class SessionHolds:
         token = uuid.uuid4().hex
         self._held[session_id] = token  # before any await: a start here sees it at once
         try:
-            await self._store.hold_session(
-                session_id, token, self._owner, self._seconds, after=after
-            )
+            try:
+                await self._store.hold_session(
+                    session_id, token, self._owner, self._seconds, after=after
+                )
+            except BaseException as exc:
+                if not isinstance(exc, DroverError):  # (refused: nothing to take back)
+                    # Cancelled: the write, once started, was made all the same.
+                    await self._release(session_id, token)
+                raise
             renewal = asyncio.get_running_loop().create_task(self._renew(session_id, token))
             try:
                 yield token
             finally:
                 renewal.cancel()
                 await asyncio.wait([renewal])
-                # (a write that has started completes even if this task is cancelled)
-                try:
-                    await self._store.release_hold(session_id, token)
-                except DroverError as exc:
-                    log.warning("could not release the hold of session %s: %s", session_id, exc)
+                await self._release(session_id, token)
         finally:
             if self._held.get(session_id) == token:
                 del self._held[session_id]
+
+    async def _release(self, session_id: str, token: str) -> None:
+        # (a write that has started completes even if this task is cancelled)
+        try:
+            await self._store.release_hold(session_id, token)
+        except DroverError as exc:
+            log.warning("could not release the hold of session %s: %s", session_id, exc)
 
     async def _renew(self, session_id: str, token: str) -> None:
         while True:

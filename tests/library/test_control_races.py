@@ -75,19 +75,22 @@ async def opened(journal: str) -> AsyncIterator[Callable[[], Store]]:
 
 
 class Gate:
-    """Holds the first call of ``store.<method>`` (before it reaches the journal) until the
-    test sets :attr:`go`; :attr:`reached` says the call is waiting."""
+    """Holds the first call of ``store.<method>`` — before it reaches the journal, or with
+    ``made`` once the journal made it — until the test sets :attr:`go`; :attr:`reached` says
+    the call is waiting."""
 
-    def __init__(self, store: Store, method: str) -> None:
+    def __init__(self, store: Store, method: str, *, made: bool = False) -> None:
         self.reached = asyncio.Event()
         self.go = asyncio.Event()
         original = getattr(store, method)
 
         async def gated(*args: Any, **kwargs: Any) -> Any:
-            if not self.reached.is_set():
-                self.reached.set()
-                await self.go.wait()
-            return await original(*args, **kwargs)
+            if self.reached.is_set():
+                return await original(*args, **kwargs)
+            result = await original(*args, **kwargs) if made else None
+            self.reached.set()
+            await self.go.wait()
+            return result if made else await original(*args, **kwargs)
 
         setattr(store, method, gated)
 
@@ -238,6 +241,30 @@ async def test_a_message_during_a_rewind_is_refused_or_queued_then_runs_after_it
         await a.aclose()
 
 
+async def test_a_rewind_cancelled_as_it_takes_its_hold_leaves_the_session_free(
+    opened: Callable[[], Store], workdir: Path
+) -> None:
+    """The hold was written, the rewind cancelled before it heard so: the hold is taken back
+    (it would have refused every turn until its lease ran out)."""
+    provider = ScriptedProvider([Reply(text="one done"), Reply(text="two done")])
+    store = opened()
+    holding = Gate(store, "hold_session", made=True)
+    agent = await agent_on(store, provider, workdir)
+    try:
+        session = await agent.session()
+        one = await session.run("one")
+        rewinding = asyncio.ensure_future(session.rewind(one.turn_id))
+        await asyncio.wait_for(holding.reached.wait(), BOUND)
+        rewinding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await rewinding
+        two = await session.run("two")
+        assert two.completed and not any(t.rewound for t in await store.turns(session.id))
+    finally:
+        holding.go.set()
+        await agent.aclose()
+
+
 # -- 5. rollback and interrupt against the takeover's sweep -----------------------------------
 
 
@@ -361,6 +388,29 @@ async def test_the_sweep_cannot_start_the_queue_before_an_interrupting_message(
         assert [t.status for t in turns] == ["interrupted", "completed", "completed"]
         said = [t.user_message.text for t in turns if t.user_message is not None]
         assert said == ["do the work", "change of plan", "queued one"]
+
+
+async def test_a_rollback_cancelled_before_its_message_starts_leaves_the_queue_running(
+    opened: Callable[[], Store], workdir: Path
+) -> None:
+    """The rollback stopped the turn and was cancelled before it discarded anything: nothing
+    was rolled back, and the queue runs after the stopped turn as it would have (the turn had
+    been told to leave it to the rollback's message)."""
+    async with busy_with_a_queue(opened, workdir, "queued one ran") as busy:
+        session = busy.session
+        discarding = busy.gate("discard_pending")
+        rollback = asyncio.ensure_future(session.submit("start over", if_busy="rollback"))
+        await asyncio.wait_for(discarding.reached.wait(), BOUND)
+        rollback.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await rollback
+        await ran(busy.mine, session.id, busy.queued.id)
+        turns = await busy.store.turns(session.id)
+        assert [(t.status, t.discarded) for t in turns] == [
+            ("interrupted", False),
+            ("completed", False),
+        ]
+        assert user_texts(busy.replies)[-1] == ["do the work", "queued one"]
 
 
 # -- across real processes: a drover serve and this one ---------------------------------------
