@@ -5,7 +5,9 @@ serve``) starts its turns here. The runner
 
 - keeps the turns running in this process, one per session (:class:`RunningTurn`: its task,
   its id once recorded, its open permission questions); a second turn on a busy session is
-  refused here, and the journal refuses one another live process runs;
+  refused here, and the journal refuses one another live process runs — and so is a turn on
+  a session held between turns (:attr:`Runner.holds`, :mod:`drover.session_hold`), but the
+  one its holder starts;
 - before a turn starts, recovers that session's turn left ``running`` by a dead process (never
   another session's: that one is its own takeover's to resume), tells followers through
   ``on_recovered``, and reloads the session's history when the journal moved on since it was
