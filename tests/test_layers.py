@@ -67,6 +67,8 @@ LAYERS: dict[str, int] = {
     "runner": 4,
     "running": 4,
     "turn_queue": 4,
+    # sessions held between turns (a rewind, a message that replaces the running turn)
+    "session_hold": 4,
     # the library's entry point, over the runner: the agent, its session handles and streams
     "result": 4,
     "handle": 5,

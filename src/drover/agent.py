@@ -32,12 +32,18 @@ from typing import TYPE_CHECKING, Any, Generic, Self, overload
 
 from pydantic import BaseModel
 
-from drover.agent_sessions import delete_idle_session, ensure_idle, kept_handle, open_handle
+from drover.agent_sessions import (
+    delete_idle_session,
+    ensure_idle,
+    kept_handle,
+    open_handle,
+    rewind_idle_session,
+)
 from drover.config import Config
 from drover.config_tables import HookSpec
-from drover.control import RewindPlan, RewindResult, apply_rewind, plan_rewind
+from drover.control import RewindPlan, RewindResult, plan_rewind
 from drover.errors import DroverError
-from drover.handle import Session
+from drover.handle import Session, deny_unanswered
 from drover.instructions import PromptParts
 from drover.journal.protocol import Store
 from drover.mcp.config import McpFile
@@ -54,7 +60,7 @@ from drover.resources import (
 from drover.result import OutputT, RunOutputT, RunResult, output_schema
 from drover.rules import Rule
 from drover.runner import LEASE_SECONDS, Runner
-from drover.running import PermissionHandler
+from drover.running import FollowUp, PermissionHandler
 from drover.stream import TurnStream
 from drover.telemetry import Telemetry
 from drover.tools.base import Tool
@@ -344,30 +350,25 @@ class Agent(Generic[OutputT]):
         """What :meth:`rewind` of ``turn_id`` would do (files, diff, what cannot be undone)."""
         opened = await self._resources()
         await ensure_idle(opened, session_id)
-        return await plan_rewind(opened.store, session_id, turn_id)
+        return await plan_rewind(opened.store, session_id, turn_id, opened.workdir)
 
     async def rewind(
         self, session_id: str, turn_id: str, *, files: bool = True, force: bool = False
     ) -> RewindResult:
         """Undo ``turn_id`` and every later turn of the session (see :mod:`drover.control`):
         the conversation goes on from before it and, with ``files``, the files its tools wrote
-        are put back — refused with :class:`~drover.control.RewindConflict` when one changed
-        outside drover since, unless ``force``. Refused with
-        :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
+        inside the working directory are put back — refused with
+        :class:`~drover.control.RewindConflict` when one changed outside drover since, unless
+        ``force``. Refused with :class:`~drover.errors.SessionBusyError` while a turn of the
+        session runs; while it works no turn starts (a message then is refused, or queued and
+        run once the rewind is done)."""
         opened = await self._resources()
-        await ensure_idle(opened, session_id)
-        plan = await plan_rewind(opened.store, session_id, turn_id)
-        runner = opened.runner
-        result = await apply_rewind(
-            opened.store,
-            plan,
-            files=files,
-            force=force,
-            logged=lambda event: runner.publish_logged(session_id, [event]),
-        )
-        kept = opened.sessions.get(session_id)
-        if kept is not None:
-            await opened.runner.reload(kept.engine)
+        result = await rewind_idle_session(opened, session_id, turn_id, files=files, force=force)
+        if await opened.store.queued_messages(session_id):
+            # Messages queued while the rewind held the session run now, as after a turn.
+            handle = await self.session(session_id)
+            handler = handle.on_permission or deny_unanswered
+            opened.runner.queue.follow(FollowUp(handle.engine, (), handler, None))
         return result
 
     async def switch_model(self, session: Session[Any], model: str) -> None:

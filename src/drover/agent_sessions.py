@@ -6,13 +6,15 @@ An agent keeps one handle per session it opened, in its
 permission handler given anew replaces its own), a new one is built over the runner, and past
 :data:`MAX_SESSIONS` the least recently used idle handles are forgotten — one whose session
 has a turn running stays. A session is deleted or rewound only while no turn of it runs in
-this process; a turn a dead process left running is recovered first.
+this process; a turn a dead process left running is recovered first. A rewind holds the
+session from its plan to its marks: no turn starts meanwhile, in any process.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from drover.control import RewindResult, apply_rewind, plan_rewind
 from drover.conversation import ConversationManager
 from drover.errors import SessionBusyError
 from drover.handle import Session, SessionOwner
@@ -99,6 +101,31 @@ async def ensure_idle(opened: Resources, session_id: str) -> None:
     if running is not None:
         raise SessionBusyError(session_id, running.turn_id or "")
     await opened.store.recover_orphans(session_id=session_id)
+
+
+async def rewind_idle_session(
+    opened: Resources, session_id: str, turn_id: str, *, files: bool, force: bool
+) -> RewindResult:
+    """Rewind ``turn_id`` of an idle session (see :meth:`~drover.agent.Agent.rewind`), held
+    from its plan to its marks (:mod:`drover.session_hold`): the turns it checks and the files
+    it puts back are those of the turns it marks, whatever another request or process does
+    meanwhile. The kept handle goes on from the rewound history."""
+    await ensure_idle(opened, session_id)
+    runner = opened.runner
+    async with runner.holds.hold(session_id) as token:
+        plan = await plan_rewind(opened.store, session_id, turn_id, opened.workdir)
+        result = await apply_rewind(
+            opened.store,
+            plan,
+            files=files,
+            force=force,
+            hold=token,
+            logged=lambda event: runner.publish_logged(session_id, [event]),
+        )
+    kept = opened.sessions.get(session_id)
+    if kept is not None:
+        await runner.reload(kept.engine)
+    return result
 
 
 async def delete_idle_session(opened: Resources, session_id: str) -> bool:

@@ -15,6 +15,13 @@ run by ``bash``, or any other tool with side effects — which :attr:`RewindPlan
 names. The files are written first, then the turns are marked in one transaction: a rewind
 cut off between the two is finished by running it again (a restored file counts as restored).
 
+A rewind reads, writes and deletes only inside the working directory, as the file tools do:
+each file's path is resolved there again (:func:`~drover.tools.workspace.resolve_in_workdir`)
+and must lead where the tool wrote, with no symbolic link on the way — a directory replaced by
+a link since (to a directory outside, or elsewhere inside) makes the file ``unreachable``: not
+read (a plan shows nothing of it), not touched (not even when forced), and named unrestorable.
+What is read or changed is opened so that a link swapped in meanwhile is refused too.
+
 :func:`plan_rewind` says what a rewind would do (with a unified diff of each file), without
 doing it; :func:`apply_rewind` does it.
 """
@@ -22,19 +29,18 @@ doing it; :func:`apply_rewind` does it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from drover.errors import DroverError, SessionBusyError
+from drover.errors import DroverError, SessionBusyError, ToolError
 from drover.journal.file_images import digest
 from drover.journal.protocol import Store
 from drover.journal.records import EventRecord, FileImageRecord
-from drover.tools.builtin.files import read_bytes, write_bytes
+from drover.tools.builtin.files import read_bytes, remove_file, write_bytes
+from drover.tools.workspace import resolve_in_workdir
 
 #: Tools whose writes a rewind puts back.
 FILE_TOOLS = frozenset({"write_file", "edit_file"})
@@ -64,8 +70,9 @@ class FileRestore:
     shown: str
     #: ``restore`` (write the content before), ``delete`` (the turns created it),
     #: ``unchanged`` (it already holds the content before), ``unrestorable`` (the content
-    #: before was over the journal's cap).
-    action: Literal["restore", "delete", "unchanged", "unrestorable"]
+    #: before was over the journal's cap), ``unreachable`` (its path no longer leads there
+    #: from inside the working directory: a symbolic link on the way; left alone, unread).
+    action: Literal["restore", "delete", "unchanged", "unrestorable", "unreachable"]
     #: It holds something else than what drover's last write left (changed outside drover).
     conflict: bool
     #: What the rewind puts back (None: delete, or unknown).
@@ -77,7 +84,7 @@ class FileRestore:
 
     def diff(self) -> str:
         """A unified diff from what the file holds now to what the rewind puts back."""
-        if self.action in ("unchanged", "unrestorable"):
+        if self.action in ("unchanged", "unrestorable", "unreachable"):
             return ""
         old, new = _text(self.current), _text(self.before)
         if old is None or new is None:
@@ -116,6 +123,8 @@ class RewindPlan:
     files: tuple[FileRestore, ...]
     #: What those turns did that a rewind cannot undo (``bash: COMMAND``, or a tool's name).
     not_rewindable: tuple[str, ...]
+    #: The working directory the files are confined to (resolved).
+    workdir: Path
 
     @property
     def conflicts(self) -> tuple[str, ...]:
@@ -123,7 +132,8 @@ class RewindPlan:
 
     @property
     def unrestorable(self) -> tuple[str, ...]:
-        return tuple(f.shown for f in self.files if f.action == "unrestorable")
+        """The files it cannot put back: content before over the cap, or now unreachable."""
+        return tuple(f.shown for f in self.files if f.action in ("unrestorable", "unreachable"))
 
     def diff(self) -> str:
         return "".join(f.diff() for f in self.files)
@@ -143,9 +153,10 @@ class RewindResult:
     not_rewindable: tuple[str, ...]
 
 
-async def plan_rewind(store: Store, session_id: str, turn_id: str) -> RewindPlan:
-    """What rewinding ``turn_id`` of ``session_id`` would do; :class:`DroverError` when the
-    turn is not the session's, or was rewound already."""
+async def plan_rewind(store: Store, session_id: str, turn_id: str, workdir: Path) -> RewindPlan:
+    """What rewinding ``turn_id`` of ``session_id`` would do to the files inside ``workdir``
+    (the working directory the tools were confined to); :class:`DroverError` when the turn is
+    not the session's, or was rewound already."""
     turns = await store.turns(session_id)
     cut = next((t for t in turns if t.id == turn_id), None)
     if cut is None:
@@ -160,7 +171,8 @@ async def plan_rewind(store: Store, session_id: str, turn_id: str) -> RewindPlan
     by_path: dict[str, list[FileImageRecord]] = {}
     for image in images:
         by_path.setdefault(image.path, []).append(image)
-    files = [await _restore_of(store, writes) for writes in by_path.values()]
+    root = await asyncio.to_thread(workdir.resolve)
+    files = [await _restore_of(store, root, writes) for writes in by_path.values()]
     skipped: list[str] = []
     for turn in undone:
         for call in await store.tool_calls(turn.id):
@@ -176,17 +188,49 @@ async def plan_rewind(store: Store, session_id: str, turn_id: str) -> RewindPlan
         prompt=prompt,
         files=tuple(files),
         not_rewindable=tuple(skipped),
+        workdir=root,
     )
 
 
-async def _restore_of(store: Store, writes: list[FileImageRecord]) -> FileRestore:
+def reachable(root: Path, image: FileImageRecord) -> Path | None:
+    """The path of ``image``'s file when it still leads there from inside ``root`` (the
+    resolved working directory) with no symbolic link on the way; None otherwise."""
+    try:
+        resolved = resolve_in_workdir(root, image.path)
+    except ToolError:  # (a PathEscapeError too)
+        return None
+    return resolved if resolved == Path(image.path) else None
+
+
+def _read_reachable(root: Path, image: FileImageRecord) -> tuple[bool, bytes | None]:
+    """Whether ``image``'s file is reachable, and what it holds (None: no such file)."""
+    path = reachable(root, image)
+    if path is None:
+        return False, None
+    try:
+        return True, read_bytes(path)
+    except ToolError:  # a link swapped in while it was opened
+        return False, None
+
+
+async def _restore_of(store: Store, root: Path, writes: list[FileImageRecord]) -> FileRestore:
     """What putting the file of ``writes`` (its writes since the turn, in order) back does."""
     first, last = writes[0], writes[-1]
-    current = await asyncio.to_thread(read_bytes, Path(first.path))
-    now = None if current is None else digest(current)
     keys = tuple((w.turn_id, w.seq) for w in writes)
+    found, current = await asyncio.to_thread(_read_reachable, root, first)
+    if not found:
+        return FileRestore(
+            path=first.path,
+            shown=first.shown,
+            action="unreachable",
+            conflict=False,
+            before=None,
+            current=None,
+            images=keys,
+        )
+    now = None if current is None else digest(current)
     before: bytes | None = None
-    action: Literal["restore", "delete", "unchanged", "unrestorable"]
+    action: Literal["restore", "delete", "unchanged", "unrestorable", "unreachable"]
     if first.before == "too_large":
         action = "unrestorable"
     elif first.before == "absent":
@@ -217,23 +261,28 @@ async def apply_rewind(
     files: bool,
     force: bool = False,
     logged: Callable[[EventRecord], None] | None = None,
+    hold: str | None = None,
 ) -> RewindResult:
     """Do what ``plan`` says: with ``files``, put the files back (refused with
     :class:`RewindConflict` when one changed outside drover, unless ``force``), then mark the
-    turns rewound; ``logged`` is told of the ``turns_rewound`` event the journal logged."""
+    turns rewound — those of the plan, else nothing is marked; ``hold``: the token of the
+    hold on the session the rewind works under, released as the turns are marked. ``logged``
+    is told of the ``turns_rewound`` event the journal logged."""
     restored: list[str] = []
     undone: list[tuple[str, int]] = []
     if files:
         if plan.conflicts and not force:
             raise RewindConflict(plan.conflicts)
         for change in plan.files:
-            if change.action == "unrestorable":
+            if change.action in ("unrestorable", "unreachable"):
                 continue
             if change.action != "unchanged":
-                await asyncio.to_thread(_put_back, change)
+                await asyncio.to_thread(_put_back, plan.workdir, change)
                 restored.append(change.shown)
             undone += change.images
-    rewound, event = await store.rewind_turns(plan.session_id, plan.turn_id, undone)
+    rewound, event = await store.rewind_turns(
+        plan.session_id, plan.turn_id, undone, hold=hold, planned=plan.turns
+    )
     if event is not None and logged is not None:
         logged(event)
     return RewindResult(
@@ -246,16 +295,22 @@ async def apply_rewind(
     )
 
 
-def _put_back(change: FileRestore) -> None:
-    path = Path(change.path)
-    if change.action == "delete":
-        with contextlib.suppress(FileNotFoundError):
-            if path.is_symlink() or not path.is_file():
-                raise DroverError(f"not rewound: '{change.shown}' is no longer a regular file")
-            os.unlink(path)
-        return
-    assert change.before is not None
+def _put_back(root: Path, change: FileRestore) -> None:
+    # Resolved again: the plan is a moment old, and a link planted since must not be followed.
     try:
+        path = resolve_in_workdir(root, change.path)
+    except ToolError:
+        path = None
+    if path != Path(change.path):
+        raise DroverError(
+            f"not rewound: '{change.shown}' now leads outside the working directory, or "
+            "through a symbolic link"
+        )
+    try:
+        if change.action == "delete":
+            remove_file(path, change.shown)
+            return
+        assert change.before is not None
         write_bytes(path, change.shown, change.before)
     except DroverError as exc:
         raise DroverError(f"could not put '{change.shown}' back: {exc}") from None

@@ -13,6 +13,7 @@
     │   └── PathEscapeError        a path from the model points outside the working directory
     ├── TurnLimitError         the turn used all its model calls (a resumable pause)
     ├── SessionBusyError       another live process (or task) is running a turn on the session
+    │   └── SessionHeldError       none runs, but a rewind (or a message replacing one) holds it
     ├── QueueChangedError      the queued message to run next is no longer next (taken, cancelled)
     └── StoreError             the journal could not be opened or written
         └── LeaseLostError         another process took over the turn this one was running
@@ -129,6 +130,21 @@ class SessionBusyError(DroverError):
         )
         self.session_id = session_id
         self.turn_id = turn_id
+
+
+class SessionHeldError(SessionBusyError):
+    """No turn of the session runs, but it is held for a moment by a rewind (from its plan to
+    its marks) or by a message that stops the running turn to go next: a turn is refused."""
+
+    def __init__(self, session_id: str) -> None:
+        DroverError.__init__(
+            self,
+            f"session {session_id} is busy: a rewind, or a message replacing its turn, holds it "
+            "for a moment (send again once it is done, or queue the message)",
+        )
+        self.session_id = session_id
+        #: No turn runs (the hold is not a turn).
+        self.turn_id = ""
 
 
 class QueueChangedError(DroverError):

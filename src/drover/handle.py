@@ -18,8 +18,9 @@ A session handle belongs to the agent that made it and to one event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, overload
 
 from pydantic import BaseModel
@@ -34,12 +35,20 @@ from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
 from drover.loop import TurnOptions
 from drover.messages import Message, Prompt, refuse_unsendable
 from drover.output import OutputSchema
-from drover.result import OutputT, RunOutputT, RunResult, output_schema, result_of
+from drover.result import (
+    TERMINAL_TYPES,
+    OutputT,
+    RunOutputT,
+    RunResult,
+    output_schema,
+    result_of,
+    terminal_event,
+)
 from drover.runner import Runner
 from drover.running import FollowUp, PermissionHandler, RunningTurn
 from drover.session import AgentSession
 from drover.sinks import EventSink
-from drover.turn_queue import IfBusy
+from drover.turn_queue import WATCH_EVERY, IfBusy
 
 if TYPE_CHECKING:
     from drover.control import RewindResult
@@ -138,13 +147,16 @@ class Session(Generic[OutputT]):
         output_type: type[BaseModel | str] | None = None,
         webhook: str | None = None,
         follow: bool = True,
+        hold: str | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task that outlives the caller; see
         :meth:`drover.runner.Runner.start`. ``on_permission`` overrides the session's;
         ``deps`` reach its tools as ``ctx.deps``; ``output_type`` overrides the session's;
         ``webhook`` (a URL) is where the turn's end is announced (see
         :mod:`drover.server.webhooks`). ``follow=False``: the session's queued messages do not
-        run after it on their own (the caller runs them, :meth:`start_queued`).
+        run after it on their own (the caller runs them, :meth:`start_queued`). ``hold``: the
+        token of this process's hold on the session (:mod:`drover.session_hold`), which the
+        turn takes over as it starts.
 
         A blank prompt (empty or white space only, no image) raises
         :class:`~drover.errors.BlankPromptError` (a ``ValueError``) before anything starts."""
@@ -159,6 +171,7 @@ class Session(Generic[OutputT]):
             options=TurnOptions(deps=deps, output=output),
             webhook=webhook,
             follow=follow,
+            hold=hold,
         )
 
     async def submit(
@@ -185,7 +198,7 @@ class Session(Generic[OutputT]):
         refused first, as by :meth:`start`: a running turn is not interrupted for it."""
         refuse_unsendable(prompt)
 
-        def begin() -> RunningTurn:
+        def begin(hold: str | None = None) -> RunningTurn:
             return self.start(
                 prompt,
                 live=live,
@@ -194,17 +207,14 @@ class Session(Generic[OutputT]):
                 output_type=output_type,
                 follow=follow,
                 webhook=webhook,
+                hold=hold,
             )
 
         runner = self._agent.runner
         busy = self.running
         if if_busy in ("interrupt", "rollback") and busy is not None:
-            busy.then = None  # the new message goes first; the queue runs after it
-            busy.interrupt()
-            await busy.finished()
-            if if_busy == "rollback":
-                await runner.discard_pending(self.engine)
-        elif if_busy == "enqueue":
+            return await self._replace(busy, if_busy == "rollback", begin)
+        if if_busy == "enqueue":
             if busy is None and not await self.queued():
                 try:
                     running = begin()
@@ -214,7 +224,7 @@ class Session(Generic[OutputT]):
                     pass  # running in another process: queue it
             if not isinstance(prompt, str):
                 raise DroverError("a message with images cannot be queued: send it once idle")
-            message = await runner.queue.enqueue(self.id, prompt)
+            message = await runner.queue.enqueue(self.id, prompt, webhook=webhook)
             if self.running is None:  # nothing here will run it after a turn: start it now
                 then = FollowUp(
                     self.engine,
@@ -230,6 +240,35 @@ class Session(Generic[OutputT]):
         running = begin()
         await running.wait_started()
         return running
+
+    async def _replace(
+        self, busy: RunningTurn, discard: bool, begin: Callable[[str], RunningTurn]
+    ) -> RunningTurn:
+        """Stop ``busy`` (its work kept, or with ``discard`` discarded) and start the new
+        message's turn (``begin`` with the hold's token), the session held from before the
+        stop until that turn starts: nothing else starts in between, in any process (the
+        takeover's sweep would start a queued message, with the work a rollback drops). When
+        the new turn does not start (refused, cancelled), the session's queue runs as after
+        the stopped turn."""
+        if busy.turn_id is None:
+            with contextlib.suppress(Exception):  # (it could not start: nothing to stop)
+                await busy.wait_started()
+        runner = self._agent.runner
+        then, started = busy.then, False
+        try:
+            async with runner.holds.hold(self.id, after=busy.turn_id) as token:
+                busy.then = None  # the new message goes first; the queue runs after it
+                busy.interrupt()
+                await busy.finished()
+                if discard:
+                    await runner.discard_pending(self.engine)
+                running = begin(token)
+                await running.wait_started()
+                started = True
+                return running
+        finally:
+            if not started and then is not None:
+                runner.queue.follow(then)
 
     async def start_queued(
         self, *, live: Sequence[EventSink] = (), on_permission: PermissionHandler | None = None
@@ -290,6 +329,8 @@ class Session(Generic[OutputT]):
         if if_busy == "reject":
             return await self._run(prompt, live, deps, output_type)
         handler = self.on_permission or deny_unanswered
+        # (where the log stands: a queued message's turn another process runs ends after it)
+        logged = await self._agent.store.last_event_seq(self.id) if if_busy == "enqueue" else 0
         sent = await self.submit(
             prompt,
             if_busy=if_busy,
@@ -301,12 +342,34 @@ class Session(Generic[OutputT]):
         if isinstance(sent, QueuedMessage):
             message_id = sent.id
             try:
-                sent = await self._agent.runner.queue.turn_of(self.id, message_id)
+                ran = await self._agent.runner.queue.turn_of(self.id, message_id)
             except asyncio.CancelledError:
                 # The caller gave up before the message ran: it does not run later.
                 await self.cancel_queued(message_id)
                 raise
+            if isinstance(ran, str):
+                return await self._ended_elsewhere(ran, logged)
+            sent = ran
         return await self._finish(sent)
+
+    async def _ended_elsewhere(self, turn_id: str, logged: int) -> RunResult[Any]:
+        """The result of the turn another process runs for this session (a queued message
+        of this caller's), read from the journal once the turn ended there — or was ended by
+        the recovery of its process's death; ``logged``: an event number before its start."""
+        runner, store = self._agent.runner, self._agent.store
+        while (turn := await store.get_turn(turn_id)) is None or turn.status == "running":
+            await asyncio.sleep(WATCH_EVERY)
+            await runner.recover(self.id)
+        ends = [
+            e
+            for e in await store.events_after(self.id, logged)
+            if e.turn_id == turn_id and e.type in TERMINAL_TYPES
+        ]
+        if not ends:
+            raise DroverError(f"turn {turn_id} ended without a terminal event in the journal")
+        if runner.running(self.id) is None:  # (never under a turn running here)
+            await runner.reload(self.engine)
+        return result_of(self.engine, turn_id, terminal_event(ends[-1].payload))
 
     @overload
     async def resume(

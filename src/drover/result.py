@@ -8,14 +8,14 @@ handle (:mod:`drover.handle`) and a turn's stream (:mod:`drover.stream`) both gi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
-from drover.events import Done, EndReason, TerminalEvent, TurnStatus, turn_status
+from drover.events import Done, EndReason, Error, Incomplete, TerminalEvent, TurnStatus, turn_status
 from drover.messages import Message, Usage
 from drover.output import OutputSchema
 from drover.session import AgentSession
@@ -87,4 +87,23 @@ def result_of(session: AgentSession, turn_id: str, event: TerminalEvent) -> RunR
         reason=event.reason,
         error=event.error,
         retryable=event.retryable,
+    )
+
+
+#: The types of the events that end a turn, as the journal's log names them.
+TERMINAL_TYPES = frozenset({"done", "incomplete", "error"})
+
+
+def terminal_event(payload: Mapping[str, Any]) -> TerminalEvent:
+    """The terminal event a turn ended with, from its logged form (a turn another process
+    ran; a ``done``'s output is its text)."""
+    usage = Usage.from_dict(payload.get("usage") or {})
+    if payload["type"] == "done":
+        return Done(text=str(payload.get("text", "")), usage=usage)
+    kind = Incomplete if payload["type"] == "incomplete" else Error
+    return kind(
+        reason=payload["reason"],
+        error=str(payload.get("error") or ""),
+        usage=usage,
+        retryable=bool(payload.get("retryable", True)),
     )

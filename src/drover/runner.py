@@ -5,7 +5,9 @@ serve``) starts its turns here. The runner
 
 - keeps the turns running in this process, one per session (:class:`RunningTurn`: its task,
   its id once recorded, its open permission questions); a second turn on a busy session is
-  refused here, and the journal refuses one another live process runs;
+  refused here, and the journal refuses one another live process runs — and so is a turn on
+  a session held between turns (:attr:`Runner.holds`, :mod:`drover.session_hold`), but the
+  one its holder starts;
 - before a turn starts, recovers that session's turn left ``running`` by a dead process (never
   another session's: that one is its own takeover's to resume), tells followers through
   ``on_recovered``, and reloads the session's history when the journal moved on since it was
@@ -59,6 +61,7 @@ from drover.permissions import PermissionPolicy
 from drover.providers.base import Provider
 from drover.running import FollowUp, PermissionHandler, RunningTurn, TurnWatcher
 from drover.session import AgentSession, JournalMark, TurnOutcome
+from drover.session_hold import SessionHolds
 from drover.sinks import EventSink, Fanout
 from drover.telemetry.logs import TURN_LOG, TurnLog
 from drover.telemetry.setup import Telemetry
@@ -150,15 +153,18 @@ class Runner:
         self._closing = False
         #: The sessions' queued messages: queued, cancelled, and run after each turn.
         self.queue = TurnQueue(self)
+        #: Sessions held between turns here (a rewind; a message replacing the running turn).
+        self.holds = SessionHolds(store, self.owner, lease_seconds)
 
     # -- sessions ------------------------------------------------------------------------------
 
     async def discard_pending(self, session: AgentSession) -> None:
-        """Drop the session's unfinished work, in memory and in the journal."""
+        """Drop the session's unfinished work, in the journal and then in memory (a journal
+        that could not mark it keeps it pending, here too)."""
         if session.id in self._running:
             raise SessionBusyError(session.id, self._running[session.id].turn_id or "")
-        session.discard_pending()
         await self.store.discard_pending(session.id)
+        session.discard_pending()
         session.journal_mark = journal_mark(await self.store.last_turn(session.id))
 
     async def recover(self, session_id: str | None = None) -> dict[str, str]:
@@ -283,6 +289,7 @@ class Runner:
         webhook: str | None = None,
         claim: str | None = None,
         follow: bool = True,
+        hold: str | None = None,
     ) -> RunningTurn:
         """Start a turn (``prompt=None`` resumes) in a task of its own, which outlives its
         caller; :meth:`RunningTurn.wait_started` gives its id once recorded. ``options`` (the
@@ -293,19 +300,23 @@ class Runner:
         task raises :class:`~drover.errors.QueueChangedError` when it is no longer the next).
         With ``follow``, the session's queued messages run after the turn, one turn each, with
         the same live sinks, handler and options (:class:`~drover.turn_queue.TurnQueue`).
+        ``hold``: the token of a hold on the session (:attr:`holds`) the turn takes over.
 
         Raises :class:`~drover.errors.SessionBusyError` at once when this process runs a turn
-        on the session (the task raises it when another live process does). Permission
-        questions go to ``on_permission`` when given, else wait for :meth:`decide` or a live
-        sink's answer.
+        on the session or holds it other than by ``hold`` (the task raises it when another
+        live process runs a turn or holds the session). Permission questions go to
+        ``on_permission`` when given, else wait for :meth:`decide` or a live sink's answer.
         """
         if self._closing:
             raise DroverError("shutting down: no new turns")
         busy = self._running.get(session.id)
         if busy is not None:
             raise SessionBusyError(session.id, busy.turn_id or "")
+        self.holds.check(session.id, hold)
         loop = asyncio.get_running_loop()
-        running = RunningTurn(session_id=session.id, started=loop.create_future(), claim=claim)
+        running = RunningTurn(
+            session_id=session.id, started=loop.create_future(), claim=claim, hold=hold
+        )
         if follow:
             running.then = FollowUp(session, tuple(live), on_permission, options)
         self._running[session.id] = running  # before any await: a second start sees it
@@ -407,7 +418,7 @@ class Runner:
             stored_message = self.redactor.redact_message(stored_message)
         watch = None if self.telemetry is None else self._watch(session)
         begin = asyncio.ensure_future(
-            self._begin(session, stored_message, watch, webhook, running.claim)
+            self._begin(session, stored_message, watch, webhook, running.claim, running.hold)
         )
         try:
             turn = await asyncio.shield(begin)
@@ -421,6 +432,8 @@ class Runner:
                 started = await begin
                 await self._end_unrecorded(session.id, started.id)
             raise
+        if running.hold is not None:
+            self.holds.taken(session.id, running.hold)
         TURN_LOG.set(TurnLog(session.id, turn.id) if watch is None else watch.log_fields(turn.id))
         if watch is not None:
             live = (*live, *watch.sinks)
@@ -500,12 +513,19 @@ class Runner:
         watch: TurnWatch | None,
         webhook: str | None,
         claim: str | None = None,
+        hold: str | None = None,
     ) -> TurnRecord:
         """Record the turn's start (with the ``webhook`` its end is announced to); with traces,
         keep where its span is and link it to the span of the unfinished turn it continues (the
         session's last, when work is pending)."""
         turn = await self.store.begin_turn(
-            session.id, message, self.owner, self.lease_seconds, webhook=webhook, claim=claim
+            session.id,
+            message,
+            self.owner,
+            self.lease_seconds,
+            webhook=webhook,
+            claim=claim,
+            hold=hold,
         )
         if watch is not None:
             mark = session.journal_mark

@@ -68,6 +68,9 @@ class RunningTurn:
     end: TerminalEvent | None = None
     #: The queued message the turn runs (None: a message given directly, or a resume).
     claim: str | None = None
+    #: The token of the hold on the session the turn takes over as it starts (see
+    #: :mod:`drover.session_hold`).
+    hold: str | None = None
     #: What runs the session's queued messages once this turn ends (None: nothing; the
     #: front door does, or the next message must come first).
     then: FollowUp | None = None

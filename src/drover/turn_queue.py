@@ -50,6 +50,9 @@ Forward = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 #: How often a queue's event is tried again when the turn it was given to ended meanwhile.
 ANNOUNCE_ATTEMPTS = 5
+#: How often (seconds) a caller waiting for its queued message's turn reads the journal: the
+#: process that runs or cancels it may be another one, which tells this one nothing.
+WATCH_EVERY = 0.2
 
 
 class TurnQueue:
@@ -66,9 +69,14 @@ class TurnQueue:
 
     # -- queueing ------------------------------------------------------------------------------
 
-    async def enqueue(self, session_id: str, content: str) -> QueuedMessage:
-        """Queue ``content`` durably and announce it (``message_queued``)."""
-        message, running, logged = await self._runner.store.enqueue_message(session_id, content)
+    async def enqueue(
+        self, session_id: str, content: str, *, webhook: str | None = None
+    ) -> QueuedMessage:
+        """Queue ``content`` durably, with the ``webhook`` its turn's end is announced to
+        (whichever process runs it), and announce it (``message_queued``)."""
+        message, running, logged = await self._runner.store.enqueue_message(
+            session_id, content, webhook=webhook
+        )
         self.count("queued")
         await self._announce(session_id, queued_event(message), running, logged)
         return message
@@ -193,16 +201,46 @@ class TurnQueue:
                 waiter.set_result(running)
             return running
 
-    async def turn_of(self, session_id: str, message_id: str) -> RunningTurn:
-        """The turn that runs the queued message (started here, now or later); raises
-        :class:`~drover.errors.QueueChangedError` when it is cancelled."""
+    async def turn_of(self, session_id: str, message_id: str) -> RunningTurn | str:
+        """The turn that runs the queued message: started here (now or later), or the id of
+        the turn another process started for it — read from the journal every
+        :data:`WATCH_EVERY` seconds, as that process tells this one nothing. Raises
+        :class:`~drover.errors.QueueChangedError` when it is cancelled, here or elsewhere."""
         running = self._runner.running(session_id)
         if running is not None and running.claim == message_id:
             return running
+        loop = asyncio.get_running_loop()
         waiter = self._waiting.get(message_id)
         if waiter is None:
-            waiter = self._waiting[message_id] = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(waiter)
+            waiter = self._waiting[message_id] = loop.create_future()
+        watch = loop.create_task(self._watch(session_id, message_id))
+        either: set[asyncio.Future[Any]] = {waiter, watch}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            await asyncio.wait([watch])
+        if waiter.done():
+            return waiter.result()
+        if self._waiting.get(message_id) is waiter:
+            del self._waiting[message_id]
+        return watch.result()
+
+    async def _watch(self, session_id: str, message_id: str) -> str:
+        """The id of the turn another process started for the queued message, once the
+        journal shows it (:class:`~drover.errors.QueueChangedError`: it was cancelled)."""
+        runner = self._runner
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            every = await runner.store.queued_messages(session_id, every=True)
+            message = next((m for m in every if m.id == message_id), None)
+            if message is None or message.status == "cancelled":
+                raise QueueChangedError(f"queued message {message_id} was cancelled")
+            if message.status != "started" or message.turn_id is None:
+                continue
+            local = runner.running(session_id)
+            if local is None or local.claim != message_id:  # (else it starts here: the waiter)
+                return message.turn_id
 
     async def waiting(self, limit: int = 100) -> list[str]:
         """Sessions with queued messages and no running turn (a crash left them so)."""

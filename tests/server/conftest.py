@@ -15,7 +15,7 @@ from support.pg import pg_cluster, pg_database, pg_url
 from drover.testing.server import FakeLLMServer
 
 from .nginx import PUBLIC_NAME, Proxied, certificates, nginx_binary, start_nginx
-from .support import Served, clean_env, start_server
+from .support import Served, clean_env, servers, start_server
 
 __all__ = ["pg_cluster", "pg_database", "pg_url"]  # (fixtures, shared with the store suite)
 
@@ -23,16 +23,8 @@ __all__ = ["pg_cluster", "pg_database", "pg_url"]  # (fixtures, shared with the 
 @pytest.fixture
 def serve(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """``serve(*flags)`` starts a server (stopped at teardown, SIGKILL if SIGTERM hangs)."""
-    started: list[Served] = []
-
-    def start(*flags: str) -> Served:
-        served = start_server(fake_llm, tmp_path, *flags)
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        served.close()
+    with servers(fake_llm, tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ reducer (what a browser does with the events), all blocking with timeouts as fai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -113,6 +114,24 @@ def start_server(
         raise AssertionError(f"drover serve did not start: {line!r} {served.stderr}")
     served.url = line[len(prefix) :].strip()
     return served
+
+
+@contextlib.contextmanager
+def servers(fake: FakeLLMServer, tmp: Path) -> Iterator[Callable[..., Served]]:
+    """``start(*flags, env=None)`` starts a server on ``tmp``'s journal and workdir
+    (:func:`start_server`); each is stopped when the block ends (SIGKILL if SIGTERM hangs)."""
+    started: list[Served] = []
+
+    def start(*flags: str, env: dict[str, str] | None = None) -> Served:
+        served = start_server(fake, tmp, *flags, env=env)
+        started.append(served)
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in started:
+            served.close()
 
 
 def _drain(stream: Any, into: list[str]) -> None:

@@ -20,7 +20,7 @@ from drover.store.sqlite import SqliteStore
 from drover.testing.scripted import request_problems
 from drover.testing.server import FakeLLMServer
 
-from .support import Served, Sse, clean_env, read_events, start_server
+from .support import Served, Sse, clean_env, read_events, servers
 
 #: An answer of many deltas (8 characters each), and the stream frame it stalls after: inside
 #: its text on each of the three protocols.
@@ -60,17 +60,12 @@ def _count(events: list[Sse], kind: str) -> int:
 def serve_stalled(fake_llm: FakeLLMServer, tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """``serve(*flags, key=)``: a server whose model streams may stall as long as a test needs
     (a stalled reply is how a turn is held running); stopped at teardown."""
-    started: list[Served] = []
+    with servers(fake_llm, tmp_path) as start:
 
-    def start(*flags: str, key: str = "ANTHROPIC_API_KEY") -> Served:
-        env = clean_env(DROVER_STALL_TIMEOUT="600", **{key: "test"})
-        served = start_server(fake_llm, tmp_path, *flags, env=env)
-        started.append(served)
-        return served
+        def stalled(*flags: str, key: str = "ANTHROPIC_API_KEY") -> Served:
+            return start(*flags, env=clean_env(DROVER_STALL_TIMEOUT="600", **{key: "test"}))
 
-    yield start
-    for served in started:
-        served.close()
+        yield stalled
 
 
 @pytest.mark.parametrize("takeover", ["resume", "end"])

@@ -19,7 +19,7 @@ import pytest
 from drover.server.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 from drover.testing.server import FakeLLMServer
 
-from .support import BOUND, Served, read_events, start_server
+from .support import BOUND, Served, clean_env, read_events, start_server
 
 SECRET = "s3cret-for-tests"
 
@@ -211,3 +211,43 @@ def test_a_message_names_its_own_webhook_under_an_allowed_origin(
     finally:
         served.close()
     assert [path for path, *_ in receiver.got] == ["/mine"]
+
+
+def test_a_queued_message_keeps_its_own_webhook_across_a_restart(
+    fake_llm: FakeLLMServer, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A message queued with its own webhook announces its turn's end there, whichever process
+    runs it: here the process that queued it is SIGKILLed, and the restarted one runs both
+    queued messages — the one that named a webhook announces there, the other (and the turn
+    cut off) at the server's."""
+    long = "Working through the request step by step, and this goes on for a while. " * 2
+    fake_llm.script(
+        {"text": long, "stall_after": 7}, {"text": "second done"}, {"text": "third done"}
+    )
+    env = clean_env(DROVER_STALL_TIMEOUT="600")
+    flags = ("--webhook", receiver.url + "/hook", "--webhook-secret", SECRET)
+    first = start_server(fake_llm, tmp_path, *flags, env=env)
+    try:
+        with first.client() as c:
+            sid = c.post("/v1/sessions", json={}).json()["id"]
+            cut = c.post(f"/v1/sessions/{sid}/messages", json={"content": "first"})
+            read_events(c, sid, until=lambda ev, _: ev.event == "text_delta")  # stalled
+            for content, more in (("second", {"webhook": receiver.url + "/mine"}), ("third", {})):
+                body = {"content": content, "if_busy": "enqueue", **more}
+                reply = c.post(f"/v1/sessions/{sid}/messages", json=body)
+                assert reply.status_code == 202 and reply.json()["queued"] is True, reply.text
+        first.stop(signal.SIGKILL)
+    finally:
+        first.close()
+    restarted = start_server(fake_llm, tmp_path, *flags, env=env)
+    try:
+        receiver.wait_for(3)
+        with restarted.client() as c:
+            turns = c.get(f"/v1/sessions/{sid}").json()["turns"]
+    finally:
+        restarted.close()
+    assert [t["status"] for t in turns] == ["interrupted", "completed", "completed"]
+    assert turns[0]["id"] == cut.json()["turn_id"]
+    paths = {str(json.loads(body)["turn_id"]): path for path, _, body, _ in receiver.got}
+    assert paths == {turns[0]["id"]: "/hook", turns[1]["id"]: "/mine", turns[2]["id"]: "/hook"}
+    _check_signed(receiver)

@@ -140,17 +140,47 @@ class TurnLeases(Protocol):
         *,
         webhook: str | None = None,
         claim: str | None = None,
+        hold: str | None = None,
     ) -> TurnRecord:
         """A new ``running`` turn at the end of the session, leased to ``owner``. With
         ``webhook`` (a URL), whatever ends the turn also writes its announcement to the
         outbox, in the same transaction (see :class:`WebhookOutbox`).
 
         Raises :class:`~drover.errors.SessionBusyError` when a turn of the session is still
-        ``running`` (checked and created atomically: never two running turns in a session).
+        ``running`` (checked and created atomically: never two running turns in a session),
+        and :class:`~drover.errors.SessionHeldError` while a live hold of the session
+        (:meth:`hold_session`) is not ``hold``'s; a hold of ``hold``'s ends as the turn starts.
         With ``claim`` the turn runs that queued message: it must be the session's next
         queued one, and becomes ``started`` by this turn in the same transaction, else
-        :class:`~drover.errors.QueueChangedError` and no turn starts.
+        :class:`~drover.errors.QueueChangedError` and no turn starts; the webhook the message
+        was queued with, if any, replaces ``webhook``.
         """
+        ...
+
+    async def hold_session(
+        self,
+        session_id: str,
+        token: str,
+        owner: str,
+        seconds: float,
+        *,
+        after: str | None = None,
+    ) -> None:
+        """Hold the session for ``token`` (``owner``'s, leased for ``seconds``): until it is
+        released, every turn start but one given ``token`` is refused, in any process. Refused
+        with :class:`~drover.errors.SessionBusyError` while a turn of the session runs — but
+        the turn ``after``, which the hold is to follow — and with
+        :class:`~drover.errors.SessionHeldError` while another live hold is on it. A hold whose
+        owner is dead or whose lease ran out counts for nothing; holding again with the same
+        token renews it."""
+        ...
+
+    async def renew_hold(self, session_id: str, token: str, seconds: float) -> bool:
+        """Extend ``token``'s hold; False when it holds the session no more."""
+        ...
+
+    async def release_hold(self, session_id: str, token: str) -> None:
+        """End ``token``'s hold (nothing when it holds the session no more)."""
         ...
 
     async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
@@ -184,10 +214,11 @@ class MessageQueue(Protocol):
     then the running turn's journal, the log's one writer, logs them."""
 
     async def enqueue_message(
-        self, session_id: str, content: str
+        self, session_id: str, content: str, *, webhook: str | None = None
     ) -> tuple[QueuedMessage, str | None, EventRecord | None]:
-        """Queue ``content`` after the session's other queued messages: the message, the id
-        of the turn running on the session (None: none runs) and the ``message_queued``
+        """Queue ``content`` after the session's other queued messages, with the ``webhook``
+        its turn's end is announced to (see :meth:`TurnLeases.begin_turn`): the message, the
+        id of the turn running on the session (None: none runs) and the ``message_queued``
         event logged (None: a turn runs, the caller has its journal log it)."""
         ...
 
@@ -368,13 +399,22 @@ class SessionControl(Protocol):
         ...
 
     async def rewind_turns(
-        self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
+        self,
+        session_id: str,
+        turn_id: str,
+        restored: Sequence[tuple[str, int]] = (),
+        *,
+        hold: str | None = None,
+        planned: Sequence[str] | None = None,
     ) -> tuple[list[str], EventRecord | None]:
         """Mark ``turn_id`` and every later turn of the session rewound (and discarded:
         history skips them), and the file images ``restored`` (``(turn_id, seq)``) put back,
         and log ``turns_rewound``, in one transaction; the ids of the turns newly rewound and
         the event logged (None when none was). Refused with
-        :class:`~drover.errors.SessionBusyError` while a turn of the session runs."""
+        :class:`~drover.errors.SessionBusyError` while a turn of the session runs or another
+        than ``hold`` holds it (a hold of ``hold``'s ends here), and with
+        :class:`~drover.errors.StoreError` when the turns to mark are not ``planned`` (the
+        ids a plan named, in order) — then nothing is marked."""
         ...
 
 

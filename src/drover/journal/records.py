@@ -194,6 +194,9 @@ class QueuedMessage:
     status: str
     turn_id: str | None
     created_at: float
+    #: Where the end of the message's turn is announced (its own webhook; None: the
+    #: server's, if any).
+    webhook: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -81,7 +81,10 @@ or not:
                                                        another process runs is stopped there
                                                        first, its queue kept for after this
                                                        message; 409 when it has not ended
-                                                       within 30 s); 422
+                                                       within 30 s); 409 ``session_busy``
+                                                       without a ``turn_id`` while a rewind or
+                                                       a message replacing the turn holds the
+                                                       session (``enqueue`` queues it); 422
                                                        ``webhook_refused`` when ``webhook`` is
                                                        not under an origin the server allows
                                                        (below)
@@ -177,8 +180,9 @@ awaiting-permission|running|output-available|output-error|denied|interrupted``.
 Webhooks
 --------
 With ``--webhook URL`` every turn's end is POSTed to URL; a message's ``webhook`` replaces it
-for that turn, but only under an origin the operator allowed (``--webhook-origin``, and the
-``--webhook`` URL's own): a client never makes the server call another address. The body is
+for that turn (a queued message keeps it in the journal, for whichever process runs it), but
+only under an origin the operator allowed (``--webhook-origin``, and the ``--webhook`` URL's
+own): a client never makes the server call another address. The body is
 ``{"id", "type": "turn.ended", "session_id", "turn_id", "status", "reason", "error", "usage":
 Usage|null, "ended_at"}``; ``X-Drover-Signature: sha256=<hex>`` is HMAC-SHA256 of the exact
 body bytes with the server's secret (``--webhook-secret`` or ``DROVER_WEBHOOK_SECRET``,
@@ -205,10 +209,12 @@ refused (``rewind_conflict``, ``paths`` naming them) when a file holds neither w
 last write left nor its content before — it changed outside drover — unless ``force``, which
 overwrites it. ``not_rewindable`` names what the turns did that a rewind cannot undo (``bash:
 COMMAND`` for each command, the name of any other tool with side effects); ``unrestorable`` the
-files whose content before was not kept. With ``dry_run`` nothing is done and the answer is
-``{"session_id", "turn_id", "dry_run": true, "turns", "prompt", "files": [{"path", "action",
-"conflict"}], "diff", "unrestorable", "not_rewindable"}``: ``action`` is
-``restore|delete|unchanged|unrestorable``, ``diff`` a unified diff from the files now to what
+files whose content before was not kept, or which now lie behind a symbolic link (a rewind
+touches nothing outside the working directory, nor through a link). With ``dry_run`` nothing
+is done and the answer is ``{"session_id", "turn_id", "dry_run": true, "turns", "prompt",
+"files": [{"path", "action", "conflict"}], "diff", "unrestorable", "not_rewindable"}``:
+``action`` is ``restore|delete|unchanged|unrestorable|unreachable``, ``diff`` a unified diff
+from the files now to what
 the rewind would put back, ``prompt`` the user message of ``turn_id``. The rewind is logged in
 the session's event stream as ``turns_rewound`` (in the same transaction), so a client
 following the session sees it live where a replay serves it.

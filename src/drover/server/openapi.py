@@ -310,7 +310,11 @@ def schema() -> dict[str, Any]:
                         "the turn started, or the message queued",
                     ),
                     "404": _NOT_FOUND,
-                    "409": error_response("a turn is running on the session (turn_id says which)"),
+                    "409": error_response(
+                        "a turn is running on the session (turn_id says which), or none runs but "
+                        "a rewind or a message replacing the turn holds it for a moment (no "
+                        "turn_id)"
+                    ),
                     **BAD_BODY,
                     "422": error_response(
                         "the body does not match the schema, or its webhook is not one this "
@@ -511,7 +515,15 @@ def _control_paths(sid: str) -> dict[str, Any]:
                 "items": object_schema(
                     {
                         "path": {"type": "string"},
-                        "action": {"enum": ["restore", "delete", "unchanged", "unrestorable"]},
+                        "action": {
+                            "enum": [
+                                "restore",
+                                "delete",
+                                "unchanged",
+                                "unrestorable",
+                                "unreachable",
+                            ]
+                        },
                         "conflict": {"type": "boolean"},
                     },
                     ["path", "action", "conflict"],
@@ -548,7 +560,9 @@ def _control_paths(sid: str) -> dict[str, Any]:
                     ),
                     "404": no_turn,
                     "409": error_response(
-                        "a turn is running (session_busy), a file changed outside drover since "
+                        "a turn is running, or the session is held for a moment by another "
+                        "rewind or a message replacing its turn (session_busy), a file changed "
+                        "outside drover since "
                         "(rewind_conflict, paths names them; force overwrites), or the turn was "
                         "rewound already (already_rewound)"
                     ),

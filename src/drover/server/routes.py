@@ -200,8 +200,7 @@ async def delete_session(request: Request) -> Response:
     try:
         await _service(request).delete(record)
     except SessionBusyError as exc:
-        message = f"turn {exc.turn_id} is running on this session: interrupt it first"
-        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+        raise _busy(exc, "interrupt it first") from None
     return JSONResponse({"id": record.id, "deleted": True})
 
 
@@ -224,13 +223,21 @@ async def post_message(request: Request) -> Response:
     except WebhookRefused as exc:
         raise ApiError(422, "webhook_refused", str(exc)) from None
     except SessionBusyError as exc:
-        message = f"turn {exc.turn_id} is running on this session"
-        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+        raise _busy(exc) from None
     except DroverError as exc:
         raise ApiError(409, "turn_not_started", str(exc)) from None
     if isinstance(sent, QueuedMessage):
         return JSONResponse({"queued": True, "message_id": sent.id}, status_code=202)
     return JSONResponse({"turn_id": sent}, status_code=202)
+
+
+def _busy(exc: SessionBusyError, advice: str = "") -> ApiError:
+    """409 ``session_busy``, naming the running turn (none: the session is held for a moment
+    by a rewind or a message replacing its turn, :class:`~drover.errors.SessionHeldError`)."""
+    if not exc.turn_id:
+        return ApiError(409, "session_busy", str(exc))
+    message = f"turn {exc.turn_id} is running on this session" + (f": {advice}" if advice else "")
+    return ApiError(409, "session_busy", message, turn_id=exc.turn_id)
 
 
 async def cancel_queued(request: Request) -> Response:
@@ -353,8 +360,7 @@ async def rewind(request: Request) -> Response:
             dry_run=data.get("dry_run", False),
         )
     except SessionBusyError as exc:
-        message = f"turn {exc.turn_id} is running on this session: interrupt it first"
-        raise ApiError(409, "session_busy", message, turn_id=exc.turn_id) from None
+        raise _busy(exc, "interrupt it first") from None
     except RewindConflict as exc:
         raise ApiError(409, "rewind_conflict", str(exc), paths=list(exc.paths)) from None
     except DroverError as exc:

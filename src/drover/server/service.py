@@ -177,6 +177,9 @@ class Service:
             raise SessionBusyError(record.id, running)
         if dry_run:
             return await self.agent.plan_rewind(record.id, turn_id)
+        # (the handle's questions go to this server's clients: messages queued while the
+        # rewind held the session run once it is done)
+        await self._handle(record)
         return await self.agent.rewind(record.id, turn_id, files=files, force=force)
 
     async def list_sessions(self, owner: str | None, limit: int) -> list[SessionRecord]:
@@ -286,22 +289,27 @@ class Service:
     ) -> RunningTurn | QueuedMessage:
         """:meth:`Session.submit`; with ``interrupt`` or ``rollback`` a turn another process
         runs is stopped first (:mod:`drover.server.remote_stop`), its work kept or discarded
-        here before the message's turn starts."""
+        here before the message's turn starts — the session held from before the stop until
+        that turn starts (:mod:`drover.session_hold`), so that nothing starts in between."""
         try:
             return await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
         except SessionBusyError as busy:
             stops = self._stops
-            if if_busy not in ("interrupt", "rollback") or stops is None:
+            if if_busy not in ("interrupt", "rollback") or stops is None or not busy.turn_id:
                 raise
-            if not await stops.stop(handle.id, busy.turn_id):
+            refused, turn_id = busy, busy.turn_id
+        async with self.runner.holds.hold(handle.id, after=turn_id) as token:
+            if not await stops.stop(handle.id, turn_id):
                 # Named: the turn that runs now, which may have started while this one stopped.
                 now = await self.any_running_turn_id(handle.id)
-                if now is not None and now != busy.turn_id:
-                    raise SessionBusyError(handle.id, now) from busy
-                raise
-        if if_busy == "rollback":
-            await handle.discard()
-        return await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
+                if now is not None and now != turn_id:
+                    raise SessionBusyError(handle.id, now) from refused
+                raise refused
+            if if_busy == "rollback":
+                await handle.discard()
+            running = handle.start(content, live=live, webhook=webhook, hold=token)
+            await running.wait_started()
+            return running
 
     async def cancel_queued(self, record: SessionRecord, message_id: str) -> bool:
         """Cancel a queued message of the session; False when it is not queued (any more)."""

@@ -481,6 +481,24 @@ MIGRATIONS: tuple[tuple[str, tuple[Step, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "0017_session_holds",
+        (
+            # A queued message's own webhook, taken by the turn that runs it (whichever
+            # process starts it).
+            "ALTER TABLE queued_messages ADD COLUMN webhook TEXT",
+            # A session held between turns — by a rewind from its plan to its marks, by a
+            # message that stops the running turn until its own turn starts — refuses every
+            # other turn start, as a running turn does; leased to a process like a turn.
+            """CREATE TABLE session_holds (
+                session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+                token TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                expires_at {time} NOT NULL,
+                created_at {time} NOT NULL
+            ){no_rowid}""",
+        ),
+    ),
 )
 
 

@@ -7,8 +7,10 @@ happens; the content before is stored once per SHA-256 in ``file_blobs`` (two wr
 same content share a row), and a blob no image names any more goes with the last session that
 named it — never while a write not committed yet names it: the write holds the blob's row, and
 the deleter skips held rows and looks again before it deletes (:func:`drop_unused_blobs`). A
-rewind marks turns rewound (and discarded, so history skips them) and the images a
-rewind put back restored, in one transaction, refused while a turn of the session runs.
+rewind marks turns rewound (and discarded, so history skips them) and the images a rewind put
+back restored, in one transaction, refused while a turn of the session runs or another holds
+the session (the rewind's own hold, :mod:`drover.store.sql_holds`, ends there), and only when
+the turns are still those it planned to mark.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import hashlib
 from collections.abc import Callable
 
 from drover.errors import SessionBusyError, StoreError
+from drover.journal.owners import owner_alive
 from drover.journal.records import EventRecord, FileImageRecord, SessionRecord, TurnRecord
 from drover.journal.rules import rewound_event
 from drover.journal.writes import KeepFileImage
+from drover.store import sql_holds
 from drover.store.dialect import Dialect
 from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, execute, rows
@@ -232,11 +236,15 @@ def rewind_turns(
     turn_id: str,
     restored: list[tuple[str, int]],
     now: float,
+    hold: str | None = None,
+    planned: tuple[str, ...] | None = None,
+    alive: Callable[[str], bool] = owner_alive,
 ) -> Plan[tuple[list[str], EventRecord | None]]:
     """Mark the turn ``turn_id`` of the session and every later one not yet rewound rewound
     (and discarded), and the file images ``restored`` (``(turn_id, seq)``) restored; the ids
     of the turns rewound and the ``turns_rewound`` event logged (None: none was rewound).
-    Refused while a turn of the session runs."""
+    Refused while a turn of the session runs, while another holds the session than ``hold``
+    (whose hold ends here), and when the turns to mark are not the ``planned`` ones."""
     if not (yield from lock_session(d, session_id)):
         raise StoreError(f"no session {session_id}")
     running = yield from rows(
@@ -244,6 +252,9 @@ def rewind_turns(
     )
     if running:
         raise SessionBusyError(session_id, str(running[0]["id"]))
+    if (yield from sql_holds.check(session_id, hold, now, alive)):
+        assert hold is not None
+        yield from sql_holds.drop(session_id, hold)
     cut = yield from rows(
         "SELECT seq FROM turns WHERE id = ? AND session_id = ?", turn_id, session_id
     )
@@ -256,6 +267,13 @@ def rewind_turns(
         session_id,
         seq,
     )
+    if planned is not None and tuple(str(r["id"]) for r in found) != planned:
+        # (a turn started, or another rewind marked some, since the plan: what the rewind
+        # checked and put back is not what it would mark)
+        raise StoreError(
+            f"session {session_id} changed since the rewind was planned: nothing was marked "
+            "(plan it again)"
+        )
     yield from execute(
         "UPDATE turns SET rewound_at = ?, discarded = TRUE, updated_at = ? "
         "WHERE session_id = ? AND seq >= ? AND rewound_at IS NULL",

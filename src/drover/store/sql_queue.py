@@ -30,6 +30,7 @@ def _message(row: Row) -> QueuedMessage:
         status=str(row["status"]),
         turn_id=None if row["turn_id"] is None else str(row["turn_id"]),
         created_at=float(row["created_at"]),
+        webhook=row["webhook"],
     )
 
 
@@ -62,18 +63,23 @@ def log_idle(d: Dialect, session_id: str, event: dict[str, Any], now: float) -> 
 
 
 def enqueue(
-    d: Dialect, message_id: str, session_id: str, content: str, now: float
+    d: Dialect,
+    message_id: str,
+    session_id: str,
+    content: str,
+    now: float,
+    webhook: str | None = None,
 ) -> Plan[tuple[QueuedMessage, str | None, EventRecord | None]]:
-    """Queue ``content``: the message, the id of the turn running on the session (None: none
-    runs), and the ``message_queued`` event logged (None when a turn runs: its journal logs
-    it)."""
+    """Queue ``content`` (with the ``webhook`` its turn's end is announced to): the message,
+    the id of the turn running on the session (None: none runs), and the ``message_queued``
+    event logged (None when a turn runs: its journal logs it)."""
     yield from need_session(d, session_id)
     seq = yield from numbered(
         d,
         "queued_messages",
-        "id, content, status, created_at, updated_at, session_id",
-        "?, ?, 'queued', ?, ?, ?",
-        (message_id, d.clean(content), now, now, session_id),
+        "id, content, status, created_at, updated_at, webhook, session_id",
+        "?, ?, 'queued', ?, ?, ?, ?",
+        (message_id, d.clean(content), now, now, webhook, session_id),
         ("session_id = ?",),
     )
     message = QueuedMessage(
@@ -84,6 +90,7 @@ def enqueue(
         status="queued",
         turn_id=None,
         created_at=now,
+        webhook=webhook,
     )
     running, logged = yield from _log_if_idle(d, session_id, queued_event(message), now)
     return message, running, logged
@@ -140,20 +147,23 @@ def waiting_sessions(limit: int) -> Plan[list[str]]:
     return [str(r["session_id"]) for r in found]
 
 
-def claim(d: Dialect, session_id: str, message_id: str, turn_id: str, now: float) -> Plan[bool]:
-    """Take the session's next queued message for ``turn_id`` (inside its start); False when
-    ``message_id`` is not the next one any more. The caller holds the session's lock."""
+def claim(
+    d: Dialect, session_id: str, message_id: str, turn_id: str, now: float
+) -> Plan[QueuedMessage | None]:
+    """Take the session's next queued message for ``turn_id`` (inside its start): the message
+    as it was queued; None when ``message_id`` is not the next one any more. The caller holds
+    the session's lock."""
     head = yield from rows(
-        "SELECT id FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+        "SELECT * FROM queued_messages WHERE session_id = ? AND status = 'queued' "
         "ORDER BY seq LIMIT 1",
         session_id,
     )
     if not head or str(first_value(head, "id")) != message_id:
-        return False
+        return None
     yield from execute(
         "UPDATE queued_messages SET status = 'started', turn_id = ?, updated_at = ? WHERE id = ?",
         turn_id,
         now,
         message_id,
     )
-    return True
+    return _message(head[0])

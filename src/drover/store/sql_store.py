@@ -3,7 +3,8 @@ dialect and a connection.
 
 :class:`SqlStore` holds no SQL of its own: each method builds a plan from the module of its
 concern — sessions and grants (:mod:`~drover.store.sql_sessions`), turns, leases and recovery
-(:mod:`~drover.store.sql_turns`), the turn's messages and tool calls
+(:mod:`~drover.store.sql_turns`), holds on a session between turns
+(:mod:`~drover.store.sql_holds`), the turn's messages and tool calls
 (:mod:`~drover.store.sql_work`) and streamed text (:mod:`~drover.store.sql_text`), a batch of
 writes (:mod:`~drover.store.sql_batch`), the event log (:mod:`~drover.store.sql_log`),
 retention (:mod:`~drover.store.sql_gc`) and the webhook outbox
@@ -39,6 +40,7 @@ from drover.messages import Message, Usage
 from drover.store import (
     sql_files,
     sql_gc,
+    sql_holds,
     sql_log,
     sql_outbox,
     sql_queue,
@@ -169,6 +171,7 @@ class SqlStore:
         *,
         webhook: str | None = None,
         claim: str | None = None,
+        hold: str | None = None,
     ) -> TurnRecord:
         now = self._clock()
         import uuid
@@ -183,8 +186,30 @@ class SqlStore:
             now,
             webhook,
             claim,
+            hold,
         )
         return await self.connection.perform(plan, "write")
+
+    async def hold_session(
+        self,
+        session_id: str,
+        token: str,
+        owner: str,
+        seconds: float,
+        *,
+        after: str | None = None,
+    ) -> None:
+        plan = sql_holds.hold(
+            self.dialect, session_id, token, owner, seconds, after, self._clock(), owner_alive
+        )
+        await self.connection.perform(plan, "write")
+
+    async def renew_hold(self, session_id: str, token: str, seconds: float) -> bool:
+        plan = sql_holds.renew(session_id, token, seconds, self._clock())
+        return await self.connection.perform(plan, "write") > 0
+
+    async def release_hold(self, session_id: str, token: str) -> None:
+        await self.connection.perform(sql_holds.release(self.dialect, session_id, token), "write")
 
     async def renew_lease(self, turn_id: str, owner: str, lease_seconds: float) -> bool:
         plan = sql_turns.renew_lease(turn_id, owner, lease_seconds, self._clock())
@@ -235,11 +260,13 @@ class SqlStore:
     # -- queued messages -----------------------------------------------------------------------
 
     async def enqueue_message(
-        self, session_id: str, content: str
+        self, session_id: str, content: str, *, webhook: str | None = None
     ) -> tuple[QueuedMessage, str | None, EventRecord | None]:
         import uuid
 
-        plan = sql_queue.enqueue(self.dialect, uuid.uuid4().hex, session_id, content, self._clock())
+        plan = sql_queue.enqueue(
+            self.dialect, uuid.uuid4().hex, session_id, content, self._clock(), webhook
+        )
         return await self.connection.perform(plan, "write")
 
     async def cancel_queued(
@@ -294,10 +321,22 @@ class SqlStore:
         return await self.connection.perform(sql_files.file_blob(digest), "read")
 
     async def rewind_turns(
-        self, session_id: str, turn_id: str, restored: Sequence[tuple[str, int]] = ()
+        self,
+        session_id: str,
+        turn_id: str,
+        restored: Sequence[tuple[str, int]] = (),
+        *,
+        hold: str | None = None,
+        planned: Sequence[str] | None = None,
     ) -> tuple[list[str], EventRecord | None]:
         plan = sql_files.rewind_turns(
-            self.dialect, session_id, turn_id, list(restored), self._clock()
+            self.dialect,
+            session_id,
+            turn_id,
+            list(restored),
+            self._clock(),
+            hold,
+            None if planned is None else tuple(planned),
         )
         return await self.connection.perform(plan, "write")
 

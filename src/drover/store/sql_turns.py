@@ -18,7 +18,7 @@ from typing import Any
 
 from drover.errors import QueueChangedError, SessionBusyError, StoreError
 from drover.events import AssistantMessage, Error, Incomplete, ToolStateChanged, event_to_dict
-from drover.journal.owners import holder_gone
+from drover.journal.owners import holder_gone, owner_alive
 from drover.journal.records import EventRecord, StoredMessage, TurnRecord
 from drover.journal.rules import (
     ORPHAN_ERROR,
@@ -29,7 +29,7 @@ from drover.journal.rules import (
 )
 from drover.journal.writes import EndTurn
 from drover.messages import Message, Usage, message_to_dict
-from drover.store import sql_queue
+from drover.store import sql_holds, sql_queue
 from drover.store.dialect import Dialect
 from drover.store.keys import TURN_NUM
 from drover.store.plan import Plan, Row, atomic, execute, rows
@@ -61,9 +61,14 @@ def begin_turn(
     now: float,
     webhook: str | None = None,
     claim: str | None = None,
+    hold: str | None = None,
+    alive: Callable[[str], bool] = owner_alive,
 ) -> Plan[TurnRecord]:
     """A new running turn; with ``claim``, the turn of that queued message, which must be
-    the session's next one (taken in the same transaction, else ``QueueChangedError``)."""
+    the session's next one (taken in the same transaction, else ``QueueChangedError``; its
+    own webhook, if it named one, replaces ``webhook``). Refused while another turn runs, or
+    while the session is held other than by ``hold`` (:mod:`drover.store.sql_holds`); the
+    turn takes over a hold of ``hold``'s."""
     body = None if user_message is None else d.json(message_to_dict(user_message))
     yield from need_session(d, session_id)
     running = yield from rows(
@@ -71,8 +76,14 @@ def begin_turn(
     )
     if running:
         raise SessionBusyError(session_id, str(first_value(running, "id")))
-    if claim is not None and not (yield from sql_queue.claim(d, session_id, claim, turn_id, now)):
-        raise QueueChangedError(f"queued message {claim} is no longer the next to run")
+    if (yield from sql_holds.check(session_id, hold, now, alive)):
+        assert hold is not None
+        yield from sql_holds.drop(session_id, hold)
+    if claim is not None:
+        taken = yield from sql_queue.claim(d, session_id, claim, turn_id, now)
+        if taken is None:
+            raise QueueChangedError(f"queued message {claim} is no longer the next to run")
+        webhook = taken.webhook or webhook
     yield from numbered(
         d,
         "turns",

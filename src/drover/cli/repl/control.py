@@ -66,8 +66,14 @@ async def rewind_command(
         for change in plan.files:
             for line in change.diff().splitlines():
                 out.append((line, _diff_style(line)))
-        for shown in plan.unrestorable:
-            out.append((f"cannot restore {shown}: its content before was over the cap", "yellow"))
+        for change in plan.files:
+            if change.action == "unrestorable":
+                why = "its content before was over the cap"
+            elif change.action == "unreachable":
+                why = "it now lies behind a symbolic link (left alone)"
+            else:
+                continue
+            out.append((f"cannot restore {change.shown}: {why}", "yellow"))
         for shown in plan.conflicts:
             note = "will be overwritten (--force)" if force else "changed outside drover since"
             out.append((f"{shown}: {note}", "red" if not force else "yellow"))

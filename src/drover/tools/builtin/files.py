@@ -176,16 +176,48 @@ def write_bytes(path: Path, shown: str, data: bytes) -> bool:
 
 
 def read_bytes(path: Path) -> bytes | None:
-    """What the regular file ``path`` holds now (None: there is no such file, or it is not a
-    regular file); read without following a final symbolic link."""
+    """What the regular file ``path`` (resolved) holds now (None: there is no such file, or it
+    is not a regular file); read without following a final symbolic link. A
+    :class:`~drover.errors.ToolError` when the file opened is not ``path`` (a link on the way
+    was swapped in)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
+        if not opened_as(handle.fileno(), path):
+            raise ToolError(f"'{path}' changed while being opened (a symbolic link on the way?)")
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return None
         return handle.read()
+
+
+def remove_file(path: Path, shown: str) -> None:
+    """Delete the regular file ``path`` (resolved; nothing when it is gone), reached from its
+    directory as opened, so that a symbolic link swapped in on the way is refused, not
+    followed. A :class:`~drover.errors.ToolError` says why it could not."""
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if os.path.islink(path.parent):
+            raise ToolError(f"'{shown}' changed while being deleted (a symbolic link)") from None
+        raise ToolError(f"cannot delete '{shown}': {exc.strerror or exc}") from None
+    try:
+        if not opened_as(parent, path.parent):
+            raise ToolError(f"'{shown}' changed while being deleted (a symbolic link on the way?)")
+        try:
+            info = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"'{shown}' is no longer a regular file")
+            os.unlink(path.name, dir_fd=parent)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise ToolError(f"cannot delete '{shown}': {exc.strerror or exc}") from None
+    finally:
+        os.close(parent)
 
 
 def _edited(path: Path, shown: str, old_string: str, new_string: str) -> tuple[str, str]:
