@@ -45,7 +45,8 @@ from common import (
     words,
 )
 
-from drover.events import event_to_dict
+from drover.core.events import event_to_dict
+from drover.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.journal.writes import (
     AppendEvent,
     AppendMessage,
@@ -54,7 +55,6 @@ from drover.journal.writes import (
     JournalWrite,
     UpsertToolCall,
 )
-from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.store import SqliteStore
 
 COPIED = ("sessions", "turns", "messages", "tool_calls", "events", "partial_text")
@@ -102,7 +102,7 @@ async def write(store: SqliteStore, value: JournalWrite) -> None:
 
 
 def event_to_dict_message(message: Message) -> dict[str, object]:
-    from drover.events import AssistantMessage
+    from drover.core.events import AssistantMessage
 
     return event_to_dict(AssistantMessage(message=message))
 

@@ -402,15 +402,15 @@ async def run_drover(
     The timed part is the turn itself (``Runner.run`` / ``AgentSession.run``, journal close
     included); opening the store and creating the session are set-up and are not timed.
     """
-    from drover.loop import LoopSettings
-    from drover.permissions import PermissionPolicy
-    from drover.runner import Runner
-    from drover.session import AgentSession
+    from drover.runtime.runner import Runner
     from drover.store import SqliteStore
+    from drover.turn.loop import LoopSettings
+    from drover.turn.permissions import PermissionPolicy
+    from drover.turn.state import AgentSession
 
     try:
-        from drover.conversation import ConversationManager
-        from drover.sinks import EventRecorder
+        from drover.core.conversation import ConversationManager
+        from drover.core.sinks import EventRecorder
     except ImportError:  # a --before source from before these modules were renamed
         from drover.channel import EventRecorder  # type: ignore[no-redef]
         from drover.convo import ConversationManager  # type: ignore[no-redef]

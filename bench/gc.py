@@ -31,12 +31,12 @@ from pathlib import Path
 from admin_scale import copy_sessions, record_one
 from common import REPO, median, print_environment, src_env, table
 
+from drover.core.messages import user_message
 from drover.journal.retention import GAP_SECONDS, STEP_SECONDS, Policy, PruneReport, prune
 from drover.journal.writes import AppendEvent, EndTurn
-from drover.messages import user_message
 from drover.store import SqliteStore
-from drover.store.postgres import PostgresStore
-from drover.store.sql_store import SqlStore
+from drover.store.postgres.store import PostgresStore
+from drover.store.sql.store import SqlStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # support.pg
 

@@ -76,8 +76,8 @@ async def fetch_page(ctx: ToolContext, n: int) -> str:
 
 
 def _history_json(db: Path) -> bytes:
-    from drover.messages import message_to_dict
-    from drover.runner import load_history
+    from drover.core.messages import message_to_dict
+    from drover.runtime.runner import load_history
     from drover.store import SqliteStore
 
     async def load() -> bytes:

@@ -4,7 +4,7 @@
 takes the journal's share as the difference of two modes; that difference moves by ±0.25 M from
 one run to the next. This script counts only what the journal and the SQLite store do: one
 turn's steps sent straight to a :class:`~drover.journal.journal.Journal` on a
-:class:`~drover.store.sqlite.SqliteStore` (no network, no provider), each step as a streamed
+:class:`~drover.store.sqlite.store.SqliteStore` (no network, no provider), each step as a streamed
 tool step's events arrive — ``step_started``, ``--deltas`` text deltas, the assistant message
 (text and one tool call), the call's four states (its output ``--output`` characters) and the
 results message. The flush gates run at step ends only (the time and size gates set out of
@@ -40,7 +40,7 @@ from common import (
 
 async def child(steps: int, deltas: int, output: int) -> None:
     """The steps, in this process (the one valgrind counts)."""
-    from drover.events import (
+    from drover.core.events import (
         AssistantMessage,
         StepStarted,
         TextDelta,
@@ -48,8 +48,7 @@ async def child(steps: int, deltas: int, output: int) -> None:
         ToolStateChanged,
         TurnStarted,
     )
-    from drover.journal.journal import Journal
-    from drover.messages import (
+    from drover.core.messages import (
         TextBlock,
         ToolResultBlock,
         ToolUseBlock,
@@ -57,7 +56,8 @@ async def child(steps: int, deltas: int, output: int) -> None:
         tool_result_message,
         user_message,
     )
-    from drover.store.sqlite import SqliteStore
+    from drover.journal.journal import Journal
+    from drover.store.sqlite.store import SqliteStore
 
     pieces = [f"{w} " for w in words(deltas * 8, seed=1).split()][:deltas]
     out = words(output, seed=2)

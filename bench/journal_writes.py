@@ -46,10 +46,10 @@ from common import (
     words,
 )
 
-from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted
+from drover.core.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
 from drover.journal import Journal
-from drover.messages import TextBlock, Usage, assistant_message, user_message
-from drover.runner import owner_id
+from drover.runtime.runner import owner_id
 from drover.store import SqliteStore
 
 KIB = 1024

@@ -2,12 +2,13 @@
 
 One turn of 200 steps — each step the model streams ~200 characters of text and one call of a
 cheap read-only tool (``ping``), then a final ~400-character answer — runs through the real
-:class:`drover.loop.AgentLoop`, a real provider (the official SDK, streaming) and drover's fake
+:class:`drover.turn.loop.AgentLoop`, a real provider (the official SDK, streaming) and drover's fake
 LLM server (in its own process, over 127.0.0.1), in two ways:
 
-* **on**: :class:`drover.runner.Runner` with a :class:`drover.store.SqliteStore` (a fresh file
+* **on**: :class:`drover.runtime.runner.Runner` with a :class:`drover.store.SqliteStore` (a fresh
+file
   per run): every event goes through the :class:`drover.journal.Journal`;
-* **off**: a plain :class:`drover.session.AgentSession` whose only sink records the events in
+* **off**: a plain :class:`drover.turn.state.AgentSession` whose only sink records the events in
   memory.
 
 The runs alternate on/off/off/on… (ABBA, so drift hits both alike) after one untimed warm-up of

@@ -8,8 +8,9 @@ the fake runs in its own process on 127.0.0.1): 50 steps, each ~200 characters o
 call of a tool ``lookup`` whose output is 2 KiB, then a final 2 KiB answer — 51 model calls.
 It is run by
 
-* **drover** — :class:`drover.runner.Runner` + :class:`drover.store.SqliteStore` (persistence
-  off: a plain :class:`drover.session.AgentSession`), Chat Completions provider;
+* **drover** — :class:`drover.runtime.runner.Runner` + :class:`drover.store.SqliteStore`
+(persistence
+  off: a plain :class:`drover.turn.state.AgentSession`), Chat Completions provider;
 * **langgraph** — ``create_react_agent`` with ``ChatOpenAI(streaming=True)`` and an
   ``AsyncSqliteSaver`` checkpointer (off: no checkpointer), consumed with
   ``astream(stream_mode="messages")``;
@@ -252,8 +253,8 @@ def _sql(db: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 async def survived_drover(db: Path) -> Survival:
     """Recovered the way drover's next process would: orphan recovery, then the history."""
-    from drover.messages import TextBlock, ToolResultBlock
-    from drover.runner import Runner, load_history
+    from drover.core.messages import TextBlock, ToolResultBlock
+    from drover.runtime.runner import Runner, load_history
     from drover.store import SqliteStore
 
     raw_outputs = _sql(db, "SELECT COUNT(*) FROM tool_calls WHERE state = 'output-available'")

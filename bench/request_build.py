@@ -33,8 +33,8 @@ from typing import Any
 import httpx2
 from common import forbid_network, median, print_environment, table, words
 
-from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.model_stream import ModelRequest, ToolSpec
+from drover.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
+from drover.core.model_stream import ModelRequest, ToolSpec
 
 PROTOCOLS = ("openai", "openai-responses", "anthropic")
 TOOL = ToolSpec(

@@ -6,7 +6,7 @@ text and one tool call whose output is ~2 KiB) is written into a real SQLite fil
 The last turn is left ``running`` by a dead owner and recovered, so what is resumed carries
 pending work too. Then, timed, as the next turn would do it:
 
-* **load** — :func:`drover.runner.load_history` (turns, their messages, the session's tool
+* **load** — :func:`drover.runtime.runner.load_history` (turns, their messages, the session's tool
   calls) from a freshly opened store;
 * **repair** — included in ``load`` (``build_history`` repairs as it builds); shown separately
   by re-running :func:`drover.journal.history.repair_history` over the loaded messages;
@@ -41,10 +41,10 @@ from typing import Any
 
 from common import forbid_network, median, print_environment, table, words
 
+from drover.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
 from drover.journal.history import repair_history
 from drover.journal.writes import AppendMessage, EndTurn, UpsertToolCall
-from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.runner import load_history
+from drover.runtime.runner import load_history
 from drover.store import SqliteStore
 
 
@@ -161,7 +161,7 @@ async def request_rows(
     SDK's own work, JSON encoding) up to the transport, and load + that request."""
     from request_build import PROTOCOLS, TOOL, Probe, converter, provider_for, time_request
 
-    from drover.model_stream import ModelRequest
+    from drover.core.model_stream import ModelRequest
 
     rows = []
     request = ModelRequest(system="system", messages=messages, tools=(TOOL,))

@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, json, sys, time
     from pathlib import Path
-    from drover.permissions import PermissionPolicy
+    from drover.turn.permissions import PermissionPolicy
     from drover.tools.base import ToolContext
     from drover.tools.builtin import builtin_tools, search_tools
 

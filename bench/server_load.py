@@ -73,7 +73,7 @@ class StampingProvider:
     async def stream(self, request: Any) -> AsyncGenerator[Any, None]:
         from dataclasses import replace
 
-        from drover.model_stream import BlockDelta
+        from drover.core.model_stream import BlockDelta
 
         async for event in self._inner.stream(request):
             if isinstance(event, BlockDelta) and event.kind == "text":
@@ -123,7 +123,7 @@ class Diagnosis:
 def child_serve(argv: list[str]) -> int:
     from drover.cli.main import build_subparser
     from drover.cli.serve import run_serve
-    from drover.config import load_config
+    from drover.config.settings import load_config
     from drover.providers.factory import create_provider
 
     args = build_subparser("serve").parse_args(argv)

@@ -246,7 +246,7 @@ class StoreThreadClock:
         self.calls = 0
 
     def install(self) -> None:
-        from drover.store.sqlite_conn import SqliteConnection
+        from drover.store.sqlite.connection import SqliteConnection
 
         for name, counted in (("_run", True), ("_begin_here", False), ("_finish_here", True)):
             setattr(SqliteConnection, name, self._timed(getattr(SqliteConnection, name), counted))

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from drover.config import DEFAULT_MODEL, Config, default_config_path, list_models, load_config
+from drover.config.settings import (
+    DEFAULT_MODEL,
+    Config,
+    default_config_path,
+    list_models,
+    load_config,
+)
 from drover.errors import ConfigError
 
 FULL = """

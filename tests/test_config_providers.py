@@ -10,8 +10,8 @@ import pytest
 
 from drover.cli.build import with_flags
 from drover.cli.parsers import build_parser, build_subparser
-from drover.config import load_config
-from drover.config_providers import ProviderSettings, header_flag
+from drover.config.provider_tables import ProviderSettings, header_flag
+from drover.config.settings import load_config
 from drover.errors import ConfigError
 
 SECRET = "gw-secret-7f3a9c1e5b"

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from support.images import png_bytes, write_png
 
-from drover.errors import ConfigError
-from drover.events import TurnStarted, event_to_dict
-from drover.images import MAX_BYTES, image_paths, prompt_with_images, read_image
-from drover.messages import (
+from drover.agent.images import MAX_BYTES, image_paths, prompt_with_images, read_image
+from drover.core.events import TurnStarted, event_to_dict
+from drover.core.messages import (
     ImageBlock,
     message_from_dict,
     message_to_dict,
 )
-from drover.messages import (
+from drover.core.messages import (
     message_of_prompt as as_message,
 )
+from drover.errors import ConfigError
 
 
 def test_the_type_comes_from_the_bytes_not_the_name(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.instructions import MAX_CHARS, PromptParts, find_instructions
+from drover.agent.instructions import MAX_CHARS, PromptParts, find_instructions
 from drover.testing.scripted import Reply, ScriptedProvider
 
 

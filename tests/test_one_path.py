@@ -17,9 +17,9 @@ from typing import Any
 from server.support import TERMINAL, clean_env, read_events, start_server
 
 from drover import Agent
-from drover.config import Config
-from drover.messages import message_to_dict
-from drover.store.sqlite import SqliteStore
+from drover.config.settings import Config
+from drover.core.messages import message_to_dict
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 PROMPT = "write the lighthouse notes"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from drover.permissions import PERMISSION_MODES, PermissionMode, PermissionPolicy
 from drover.tools.base import ToolContext, ToolOutput
+from drover.turn.permissions import PERMISSION_MODES, PermissionMode, PermissionPolicy
 
 
 @dataclass

@@ -121,7 +121,7 @@ def test_no_module_reaches_into_another_modules_privates() -> None:
     [
         ("store._perform(plan)", ["store._perform"]),
         ("def f(s):\n    return s._select('x')", ["s._select"]),
-        ("from drover.store.sql_log import _row", ["from drover.store.sql_log import _row"]),
+        ("from drover.store.sql.log import _row", ["from drover.store.sql.log import _row"]),
         ("getattr(store, '_conn')", ["getattr(store, '_conn')"]),
         # Its own privates, and another object's of a class this module defines, are its own.
         ("class A:\n    def f(self, other):\n        return self._x + other._y\n    _y = 1", []),

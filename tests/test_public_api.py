@@ -15,7 +15,7 @@ import pytest
 
 import drover
 from drover import Agent, DroverError, Event, PermissionRequest, TextDelta, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
 from drover.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.testing.server import FakeLLMServer

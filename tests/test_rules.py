@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from drover.core.rules import Rule, always_rule, main_argument
 from drover.errors import ConfigError
-from drover.rules import Rule, always_rule, main_argument
 
 WORKDIR = "/work/project"
 

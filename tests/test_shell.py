@@ -1,11 +1,11 @@
-"""How drover.shell reads a command: the plain view allow rules match, and every command a deny
+"""How drover.core.shell reads a command: the plain view allow rules match, and every command a deny
 rule or a hook's scope looks at."""
 
 from __future__ import annotations
 
 import pytest
 
-from drover.shell import Statement, command_words, parse_command
+from drover.core.shell import Statement, command_words, parse_command
 
 
 def plain(command: str) -> list[str] | None:

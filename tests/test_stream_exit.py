@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from drover import Agent, Event, ToolContext, tool
-from drover.config import Config
-from drover.events import TERMINAL_TOOL_STATES, is_terminal
+from drover.config.settings import Config
+from drover.core.events import TERMINAL_TOOL_STATES, is_terminal
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 
 NOTES: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drover.summaries import INPUT_SUMMARY_LIMIT, summarise_input, summarise_output
+from drover.core.summaries import INPUT_SUMMARY_LIMIT, summarise_input, summarise_output
 
 
 @pytest.mark.parametrize(

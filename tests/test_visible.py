@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import drover
-from drover.visible import visible
+from drover.core.visible import visible
 
 VISIBLE_JS = Path(drover.__file__).parent / "server" / "static" / "visible.js"
 

@@ -212,14 +212,14 @@ def _event_stream() -> str:
 
 #: Headings of the library reference, by the module that defines the names.
 _GROUPS = {
-    "drover.agent": "The agent",
-    "drover.handle": "Sessions and results",
-    "drover.result": "Sessions and results",
-    "drover.stream": "Streaming a turn",
+    "drover.agent.agent": "The agent",
+    "drover.agent.session": "Sessions and results",
+    "drover.agent.result": "Sessions and results",
+    "drover.agent.turn_stream": "Streaming a turn",
     "drover.tools.decorator": "Tools",
     "drover.tools.base": "Tools",
-    "drover.events": "Events",
-    "drover.messages": "Messages",
+    "drover.core.events": "Events",
+    "drover.core.messages": "Messages",
     "drover.errors": "Errors",
 }
 

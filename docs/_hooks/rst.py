@@ -1,7 +1,7 @@
 """The reStructuredText of drover's docstrings, as Markdown the site renders.
 
 drover's docstrings use a small part of reStructuredText: ``literal`` spans, roles such as
-:class:`~drover.agent.Agent`, simple tables drawn with ``=`` rules, section titles underlined
+:class:`~drover.agent.agent.Agent`, simple tables drawn with ``=`` rules, section titles underlined
 with ``-`` or ``=`` (made second-level headings), and paragraphs ending in ``::`` before an
 indented block. The site shows docstrings in two places — the library reference
 (through the griffe extension in ``griffe_rst.py``) and the HTTP contract, read from the server

@@ -15,16 +15,11 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from drover.agent import Agent, PermissionCallback
-    from drover.errors import (
-        ConfigError,
-        DroverError,
-        ProviderError,
-        SessionBusyError,
-        StoreError,
-        ToolError,
-    )
-    from drover.events import (
+    from drover.agent.agent import Agent, PermissionCallback
+    from drover.agent.result import RunResult
+    from drover.agent.session import Session
+    from drover.agent.turn_stream import TurnStream
+    from drover.core.events import (
         AssistantMessage,
         Decision,
         Done,
@@ -42,8 +37,7 @@ if _typing.TYPE_CHECKING:
         TurnStatus,
         event_to_dict,
     )
-    from drover.handle import Session
-    from drover.messages import (
+    from drover.core.messages import (
         ContentBlock,
         Message,
         TextBlock,
@@ -52,8 +46,14 @@ if _typing.TYPE_CHECKING:
         ToolUseBlock,
         Usage,
     )
-    from drover.result import RunResult
-    from drover.stream import TurnStream
+    from drover.errors import (
+        ConfigError,
+        DroverError,
+        ProviderError,
+        SessionBusyError,
+        StoreError,
+        ToolError,
+    )
     from drover.tools.base import Tool, ToolContext, ToolOutput
     from drover.tools.decorator import tool
 
@@ -100,43 +100,43 @@ __all__ = [
 
 #: Where each public name is defined.
 _ORIGINS: dict[str, str] = {
-    "Agent": "drover.agent",
-    "AssistantMessage": "drover.events",
+    "Agent": "drover.agent.agent",
+    "AssistantMessage": "drover.core.events",
     "ConfigError": "drover.errors",
-    "ContentBlock": "drover.messages",
-    "Decision": "drover.events",
-    "Done": "drover.events",
+    "ContentBlock": "drover.core.messages",
+    "Decision": "drover.core.events",
+    "Done": "drover.core.events",
     "DroverError": "drover.errors",
-    "EndReason": "drover.events",
-    "Error": "drover.events",
-    "Event": "drover.events",
-    "Incomplete": "drover.events",
-    "Message": "drover.messages",
-    "PermissionCallback": "drover.agent",
-    "PermissionRequest": "drover.events",
+    "EndReason": "drover.core.events",
+    "Error": "drover.core.events",
+    "Event": "drover.core.events",
+    "Incomplete": "drover.core.events",
+    "Message": "drover.core.messages",
+    "PermissionCallback": "drover.agent.agent",
+    "PermissionRequest": "drover.core.events",
     "ProviderError": "drover.errors",
-    "RunResult": "drover.result",
-    "Session": "drover.handle",
+    "RunResult": "drover.agent.result",
+    "Session": "drover.agent.session",
     "SessionBusyError": "drover.errors",
     "StoreError": "drover.errors",
-    "TextBlock": "drover.messages",
-    "TextDelta": "drover.events",
-    "ThinkingBlock": "drover.messages",
+    "TextBlock": "drover.core.messages",
+    "TextDelta": "drover.core.events",
+    "ThinkingBlock": "drover.core.messages",
     "Tool": "drover.tools.base",
     "ToolContext": "drover.tools.base",
-    "ToolDone": "drover.events",
+    "ToolDone": "drover.core.events",
     "ToolError": "drover.errors",
     "ToolOutput": "drover.tools.base",
-    "ToolProgress": "drover.events",
-    "ToolResultBlock": "drover.messages",
-    "ToolStart": "drover.events",
-    "ToolStateChanged": "drover.events",
-    "ToolUseBlock": "drover.messages",
-    "TurnStarted": "drover.events",
-    "TurnStatus": "drover.events",
-    "TurnStream": "drover.stream",
-    "Usage": "drover.messages",
-    "event_to_dict": "drover.events",
+    "ToolProgress": "drover.core.events",
+    "ToolResultBlock": "drover.core.messages",
+    "ToolStart": "drover.core.events",
+    "ToolStateChanged": "drover.core.events",
+    "ToolUseBlock": "drover.core.messages",
+    "TurnStarted": "drover.core.events",
+    "TurnStatus": "drover.core.events",
+    "TurnStream": "drover.agent.turn_stream",
+    "Usage": "drover.core.messages",
+    "event_to_dict": "drover.core.events",
     "tool": "drover.tools.decorator",
 }
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import drover.agent as agent_module
-import drover.resources as resources_module
-from drover.agent import Agent
-from drover.config import load_config
+import drover.agent.agent as agent_module
+import drover.agent.resources as resources_module
+from drover.agent.agent import Agent
+from drover.config.settings import load_config
 from drover.errors import DroverError
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider

@@ -17,9 +17,9 @@ from support import pg
 from support import redis as redis_support
 from support.ports import free_port
 
-from drover.store.migrations import SQLITE_MIGRATIONS
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.store.migrations.steps import SQLITE_MIGRATIONS
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 from drover.tools.sandbox import probe_sandbox, sandbox_settings
 
 from .helpers import clean_env, run_drover

@@ -8,8 +8,8 @@ import asyncio
 import time
 from pathlib import Path
 
+from drover.core.messages import user_message
 from drover.journal.writes import EndTurn
-from drover.messages import user_message
 from drover.store import SqliteStore
 
 from .helpers import clean_env, run_drover

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from support.images import png_bytes, write_png
 
-from drover.images import MAX_BYTES
+from drover.agent.images import MAX_BYTES
 from drover.testing.server import FakeLLMServer
 
 from .helpers import DROVER, base_args, clean_env, run_drover

@@ -13,9 +13,9 @@ import pytest
 from support import pg
 from support.writes import append_message, end_turn
 
-from drover.messages import Message, TextBlock, user_message
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.core.messages import Message, TextBlock, user_message
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 from .helpers import base_args, clean_env, run_drover
@@ -100,8 +100,8 @@ print("loaded:", *[name for name in NAMES if name in sys.modules], file=sys.stde
 READERS_DO_NOT_LOAD = (
     "drover.journal.journal",
     "drover.journal.history",
-    "drover.agent",
-    "drover.config",
+    "drover.agent.agent",
+    "drover.config.settings",
     "anthropic",
     "openai",
     "httpx2",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.config import Config
+from drover.config.settings import Config
 from drover.errors import ConfigError
 from drover.mcp.approval import Approvals, ask_once, project_servers
 from drover.mcp.config import McpFile, load_servers

@@ -8,7 +8,7 @@ import asyncio
 import subprocess
 from pathlib import Path
 
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 from .helpers import DROVER, base_args, clean_env

@@ -20,8 +20,7 @@ from drover.cli.repl.status import (
     status_text,
 )
 from drover.cli.tui import TurnView, describe_kept, split_markdown
-from drover.errors import ConfigError
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Compacted,
     Decision,
@@ -42,7 +41,7 @@ from drover.events import (
     UsageReport,
     WorkerEvent,
 )
-from drover.messages import (
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -51,6 +50,7 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.errors import ConfigError
 
 
 class Screen:

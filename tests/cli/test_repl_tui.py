@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from drover.journal.records import QueuedMessage
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 from .helpers import base_args, clean_env, run_drover

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from drover.accumulate import Accumulator, parse_tool_input
-from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock, Usage
-from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
+from drover.core.accumulate import Accumulator, parse_tool_input
+from drover.core.messages import TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from drover.core.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
 
 
 def _end(reason: str = "end_turn") -> StreamEnd:

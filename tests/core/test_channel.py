@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from drover.events import Done, TextDelta, ToolStateChanged
-from drover.messages import Usage
-from drover.sinks import EventChannel, EventRecorder, Fanout
+from drover.core.events import Done, TextDelta, ToolStateChanged
+from drover.core.messages import Usage
+from drover.core.sinks import EventChannel, EventRecorder, Fanout
 
 
 async def test_full_channel_drops_deltas_but_never_terminal_or_tool_events() -> None:

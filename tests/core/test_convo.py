@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from drover.conversation import SUMMARY_SENTINEL, ConversationManager, safe_cut
-from drover.messages import (
+from drover.core.conversation import SUMMARY_SENTINEL, ConversationManager, safe_cut
+from drover.core.messages import (
     Message,
     TextBlock,
     ToolResultBlock,

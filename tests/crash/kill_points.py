@@ -11,7 +11,7 @@ from typing import Any
 from support.frames import Progress, first_cut, render
 
 from drover.cli.render import NO_TERMINAL_TEXT
-from drover.events import ToolState
+from drover.core.events import ToolState
 
 from .watch import (
     Trigger,

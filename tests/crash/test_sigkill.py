@@ -41,9 +41,9 @@ from typing import Any
 
 import pytest
 
-from drover.events import TERMINAL_TOOL_STATES
+from drover.core.events import TERMINAL_TOOL_STATES
+from drover.core.messages import TextBlock, ToolResultBlock
 from drover.journal.redact import HOLD_MAX
-from drover.messages import TextBlock, ToolResultBlock
 from drover.testing import FakeLLMServer, RecordedRequest, Scenario
 
 from .gate import CREDENTIAL_CHARS, flush_delays, flushes_by_step

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from support.mcp_servers import EVERYTHING, everything, require_node, write_config
 
-from drover.events import MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT
-from drover.messages import ToolResultBlock
+from drover.core.events import MAY_HAVE_RUN_TEXT, READ_ONLY_CUT_TEXT
+from drover.core.messages import ToolResultBlock
 from drover.testing import FakeLLMServer, Scenario
 
 from .launch import ForkServer, drover_argv, drover_env, launcher_for

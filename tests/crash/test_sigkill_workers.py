@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from drover.events import TERMINAL_TOOL_STATES
+from drover.core.events import TERMINAL_TOOL_STATES
+from drover.runtime.workers import RESULT_HEADER, worker_states
 from drover.testing import FakeLLMServer, Scenario
-from drover.workers import RESULT_HEADER, worker_states
 
 from .kill_points import MODELS, RESUME_TEXT
 from .launch import ForkServer, drover_argv, drover_env, launcher_for

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from drover.journal.records import EventRecord, StoredMessage, ToolCallRecord, TurnRecord
-from drover.runner import SplitHistory, load_history
+from drover.runtime.runner import SplitHistory, load_history
 from drover.store import open_store
 
 from .launch import DEADLINE, POLL_INTERVAL, STDERR_TAIL, Launcher

@@ -18,7 +18,10 @@ def _rst() -> ModuleType:
 
 
 def test_literals_and_roles_become_code_spans_across_line_ends() -> None:
-    text = "Use ``a\nb`` and :class:`~drover.agent.Agent` or :func:`drover.tools.decorator.tool`."
+    text = (
+        "Use ``a\nb`` and :class:`~drover.agent.agent.Agent` or "
+        ":func:`drover.tools.decorator.tool`."
+    )
     assert _rst().to_markdown(text) == ("Use `a\nb` and `Agent` or `drover.tools.decorator.tool`.")
 
 

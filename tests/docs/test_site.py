@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 import drover
-from drover import config
 from drover.cli import main
+from drover.config import settings as config
 from drover.server.openapi import schema
 
 ROOT = Path(__file__).resolve().parents[2]

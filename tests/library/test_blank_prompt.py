@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
+from drover.core.messages import Message, TextBlock
 from drover.errors import BlankPromptError, DroverError, PromptTextError
-from drover.messages import Message, TextBlock
-from drover.running import RunningTurn
+from drover.runtime.turns import RunningTurn
 from drover.testing.scripted import Reply, ScriptedProvider, call
 
 #: Seconds: a failure bound for a wait, never a synchronisation.

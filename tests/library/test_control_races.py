@@ -23,13 +23,13 @@ from server.support import Served, clean_env, read_events, servers
 from store.conftest import pg_cluster, pg_database, pg_url
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
+from drover.agent.session import Session
+from drover.config.settings import Config
 from drover.errors import QueueChangedError, SessionHeldError
-from drover.handle import Session
 from drover.journal.protocol import Store
 from drover.journal.records import QueuedMessage
-from drover.runner import load_history
-from drover.running import RunningTurn
+from drover.runtime.runner import load_history
+from drover.runtime.turns import RunningTurn
 from drover.store import open_store
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 from drover.testing.server import FakeLLMServer

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drover import Agent, Event, TextDelta, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
+from drover.runtime.workers import Coordinator
 from drover.testing.scripted import Reply, ScriptedProvider, call
-from drover.workers import Coordinator
 
 
 @dataclass

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.control import RewindConflict
+from drover.agent.rewind import RewindConflict
+from drover.config.settings import Config
 from drover.errors import DroverError, ToolError
 from drover.journal.file_images import MAX_IMAGE_BYTES, TurnFiles
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems

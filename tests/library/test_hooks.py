@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.config_tables import HookSpec
-from drover.messages import ToolResultBlock
-from drover.rules import Rule
+from drover.config.settings import Config
+from drover.config.tables import HookSpec
+from drover.core.messages import ToolResultBlock
+from drover.core.rules import Rule
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.sandbox import SandboxSettings, probe_sandbox
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
+from drover.agent.session import Session
+from drover.config.settings import Config
+from drover.core.events import Event, StepStarted, TextDelta, ToolStateChanged
 from drover.errors import SessionBusyError
-from drover.events import Event, StepStarted, TextDelta, ToolStateChanged
-from drover.handle import Session
 from drover.journal.records import QueuedMessage
-from drover.running import RunningTurn
+from drover.runtime.turns import RunningTurn
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 
 #: Seconds: a failure bound for a wait, never a synchronisation.

@@ -10,7 +10,7 @@ from pathlib import Path
 from support.images import png_bytes
 
 from drover import Agent
-from drover.messages import ImageBlock, user_message
+from drover.core.messages import ImageBlock, user_message
 from drover.testing.scripted import Reply, ScriptedProvider
 
 

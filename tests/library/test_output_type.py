@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from drover import Agent, Done, Event, RunResult, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.testing.server import FakeLLMServer
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
-from drover.events import PermissionRequest
-from drover.handle import NO_HANDLER_TEXT
-from drover.messages import ToolResultBlock
-from drover.rules import Rule
+from drover.agent.session import NO_HANDLER_TEXT
+from drover.config.settings import Config
+from drover.core.events import PermissionRequest
+from drover.core.messages import ToolResultBlock
+from drover.core.rules import Rule
 from drover.testing.scripted import Reply, ScriptedProvider, call
-from drover.toolrun import DENIED_TEXT
+from drover.turn.tool_batch import DENIED_TEXT
 
 
 def make_tools(ran: list[str]) -> list[object]:

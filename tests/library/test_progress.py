@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drover import Agent, ToolContext, ToolProgress, tool
-from drover.config import Config
+from drover.config.settings import Config
 from drover.testing.scripted import Reply, ScriptedProvider, call
 
 #: ``os.fsdecode(b"caf\xe9.txt")`` on a UTF-8 system: the byte kept as a lone surrogate.

@@ -50,33 +50,33 @@ async def wrong(ctx: ToolContext[Deps], key: str) -> str:
 
 async def main() -> None:
     plain = Agent("openai:gpt-x", tools=[lookup, untyped])
-    reveal_type(plain)  # -> drover.agent.Agent[str]
+    reveal_type(plain)  # -> drover.agent.agent.Agent[str]
     text = await plain.run("hi", deps=Deps({"a": 1}))
-    reveal_type(text)  # -> drover.result.RunResult[str]
+    reveal_type(text)  # -> drover.agent.result.RunResult[str]
     reveal_type(text.output)  # -> str | None
     reason: EndReason | None = text.reason
-    reveal_type(text.pending)  # -> tuple[drover.messages.Message, ...]
+    reveal_type(text.pending)  # -> tuple[drover.core.messages.Message, ...]
     once = await plain.run("hi", output_type=Answer)
     reveal_type(once.output)  # -> typed_api.Answer | None
 
     typed = Agent("openai:gpt-x", output_type=Answer)
-    reveal_type(typed)  # -> drover.agent.Agent[typed_api.Answer]
+    reveal_type(typed)  # -> drover.agent.agent.Agent[typed_api.Answer]
     answer = await typed.run("hi")
     reveal_type(answer.output)  # -> typed_api.Answer | None
     other = await typed.run("hi", output_type=Other)
     reveal_type(other.output)  # -> typed_api.Other | None
     resumed = await typed.resume("id", deps=Deps({}))
-    reveal_type(resumed)  # -> drover.result.RunResult[typed_api.Answer]
-    reveal_type(typed.run_sync("hi"))  # -> drover.result.RunResult[typed_api.Answer]
+    reveal_type(resumed)  # -> drover.agent.result.RunResult[typed_api.Answer]
+    reveal_type(typed.run_sync("hi"))  # -> drover.agent.result.RunResult[typed_api.Answer]
 
     session = await typed.session()
-    reveal_type(session)  # -> drover.handle.Session[typed_api.Answer]
+    reveal_type(session)  # -> drover.agent.session.Session[typed_api.Answer]
     other_run = await session.run("hi", output_type=Other)
-    reveal_type(other_run)  # -> drover.result.RunResult[typed_api.Other]
+    reveal_type(other_run)  # -> drover.agent.result.RunResult[typed_api.Other]
     async with typed.run_stream("hi") as stream:
         async for _ in stream:
             pass
-    reveal_type(stream.result)  # -> drover.result.RunResult[typed_api.Answer]
+    reveal_type(stream.result)  # -> drover.agent.result.RunResult[typed_api.Answer]
     async with session.run_stream("hi", output_type=Other) as other_stream:
         pass
     reveal_type(other_stream.result.output)  # -> typed_api.Other | None

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from drover.events import Decision, Event, PermissionRequest
-from drover.loop import LoopSettings
-from drover.permissions import PermissionPolicy
+from drover.core.events import Decision, Event, PermissionRequest
+from drover.core.sinks import EventRecorder
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
-from drover.session import AgentSession
-from drover.sinks import EventRecorder
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry, default_registry
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 PROTOCOLS = ("anthropic", "openai", "openai-responses")
 

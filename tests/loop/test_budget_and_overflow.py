@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drover.conversation import ConversationManager
+from drover.core.conversation import ConversationManager
+from drover.core.events import Compacted, Retry
+from drover.core.messages import TextBlock, assistant_message, user_message
 from drover.errors import ContextOverflowError, ProviderHTTPError
-from drover.events import Compacted, Retry
-from drover.loop import LoopSettings
-from drover.messages import TextBlock, assistant_message, user_message
-from drover.session import AgentSession
 from drover.testing.scripted import Reply, ScriptedProvider
 from drover.tools.registry import ToolRegistry
+from drover.turn.loop import LoopSettings
+from drover.turn.state import AgentSession
 
 from .turn_rig import Recorder
 

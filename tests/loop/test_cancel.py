@@ -10,11 +10,11 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from drover.events import Event, Incomplete, PermissionRequest, TextDelta, ToolStart
-from drover.permissions import PermissionPolicy
+from drover.core.events import Event, Incomplete, PermissionRequest, TextDelta, ToolStart
 from drover.providers.base import Provider
-from drover.session import AgentSession
 from drover.testing.server import FakeLLMServer
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 from .conftest import Waiting, new_session
 

@@ -23,16 +23,16 @@ from typing import Any, Literal, TypeVar
 
 import pytest
 
-from drover import runner
+from drover.core.events import Event
 from drover.errors import StoreError
-from drover.events import Event
 from drover.journal.journal import Journal
-from drover.loop import TurnControl
-from drover.runner import Runner
-from drover.store.dialect import SQLITE
-from drover.store.sql_store import SqlStore
-from drover.store.sqlite_conn import SqliteConnection
+from drover.runtime import runner
+from drover.runtime.runner import Runner
+from drover.store.sql.dialect import SQLITE
+from drover.store.sql.store import SqlStore
+from drover.store.sqlite.connection import SqliteConnection
 from drover.testing.scripted import Reply, ScriptedProvider, request_problems
+from drover.turn.loop import TurnControl
 
 from .turn_rig import Recorder, Rig, check_record, durable_history, terminal
 

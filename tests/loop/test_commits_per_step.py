@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
-from drover import runner as runner_module
-from drover.conversation import ConversationManager
-from drover.events import AssistantMessage, Event, ToolStateChanged
+from drover.core.conversation import ConversationManager
+from drover.core.events import AssistantMessage, Event, ToolStateChanged
 from drover.journal.journal import Journal
-from drover.loop import LoopSettings
-from drover.permissions import PermissionPolicy
-from drover.runner import Runner
-from drover.store.sqlite import SqliteStore
+from drover.runtime import runner as runner_module
+from drover.runtime.runner import Runner
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import ToolContext
 from drover.tools.decorator import tool
 from drover.tools.registry import ToolRegistry
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
 
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 

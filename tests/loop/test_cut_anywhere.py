@@ -18,11 +18,11 @@ import httpx2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drover.events import Done, Error, Incomplete, ToolStart
-from drover.loop import LoopSettings
-from drover.messages import TextBlock
-from drover.sinks import EventRecorder
+from drover.core.events import Done, Error, Incomplete, ToolStart
+from drover.core.messages import TextBlock
+from drover.core.sinks import EventRecorder
 from drover.testing.server import FakeLLMServer
+from drover.turn.loop import LoopSettings
 
 from .conftest import PROTOCOLS, make_provider, new_session
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support.frames import Progress, first_cut, progress, render
 
-from drover.events import (
+from drover.core.events import (
     Decision,
     Event,
     PermissionRequest,
@@ -25,13 +25,13 @@ from drover.events import (
     ToolStart,
     ToolStateChanged,
 )
-from drover.loop import LoopSettings
-from drover.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from drover.permissions import PermissionMode, PermissionPolicy
+from drover.core.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from drover.providers.base import Provider
-from drover.session import AgentSession
 from drover.testing.server import FakeLLMServer
-from drover.toolrun import DENIED_TEXT
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionMode, PermissionPolicy
+from drover.turn.state import AgentSession
+from drover.turn.tool_batch import DENIED_TEXT
 
 from .conftest import FAST, Answering, Waiting, new_session
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Done,
     Error,
@@ -19,12 +19,12 @@ from drover.events import (
     ToolStateChanged,
     UsageReport,
 )
-from drover.loop import LoopSettings
-from drover.messages import TextBlock, ToolResultBlock
-from drover.permissions import PermissionPolicy
+from drover.core.messages import TextBlock, ToolResultBlock
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 from drover.tools import ToolContext, ToolRegistry, tool
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
 
 from .conftest import Answering, new_session
 

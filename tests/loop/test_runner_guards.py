@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from drover.conversation import ConversationManager
+from drover.core.conversation import ConversationManager
+from drover.core.events import Event, TextDelta
 from drover.errors import SessionBusyError
-from drover.events import Event, TextDelta
 from drover.journal.records import TurnRecord
-from drover.permissions import PermissionPolicy
-from drover.runner import Runner
-from drover.session import AgentSession
-from drover.store.sqlite import SqliteStore
+from drover.runtime.runner import Runner
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider
 from drover.tools.registry import ToolRegistry
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 from .turn_rig import SETTINGS, Recorder
 

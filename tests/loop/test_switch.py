@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.events import Done, Incomplete
+from drover.core.events import Done, Incomplete
 from drover.testing.server import FakeLLMServer
 
 from .conftest import PROTOCOLS, Answering, make_provider, new_session

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drover.conversation import ConversationManager
-from drover.errors import ProviderHTTPError
-from drover.events import (
+from drover.core.conversation import ConversationManager
+from drover.core.events import (
     MAY_HAVE_RUN_TEXT,
     NOT_RUN_TEXT,
     READ_ONLY_CUT_TEXT,
@@ -26,18 +25,19 @@ from drover.events import (
     PermissionRequest,
     TerminalEvent,
 )
+from drover.core.messages import Message, ToolResultBlock, user_message
+from drover.core.sinks import EventSink
+from drover.errors import ProviderHTTPError
 from drover.journal.protocol import Store
-from drover.loop import LoopSettings
-from drover.messages import Message, ToolResultBlock, user_message
-from drover.permissions import PermissionPolicy
-from drover.runner import Runner, load_history
-from drover.session import AgentSession, TurnOutcome
-from drover.sinks import EventSink
-from drover.store.sqlite import SqliteStore
+from drover.runtime.runner import Runner, load_history
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 from drover.tools.base import ToolContext
 from drover.tools.decorator import tool
 from drover.tools.registry import ToolRegistry
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession, TurnOutcome
 
 SETTINGS = LoopSettings(stream_retry_delay=0.0, compaction=False)
 #: What a call cut off while running says (it may have had effects, or was read-only).

@@ -13,7 +13,7 @@ import pytest
 from support.mcp_servers import require_node
 
 from drover import Agent
-from drover.config import Config
+from drover.config.settings import Config
 from drover.testing import FakeLLMServer
 
 CONFIG = Config(api_keys={"anthropic": "test", "openai": "test", "openai-responses": "test"})

@@ -22,7 +22,7 @@ from support.mcp_servers import (
     wait_for,
 )
 
-from drover.events import ToolProgress, ToolStateChanged
+from drover.core.events import ToolProgress, ToolStateChanged
 from drover.testing import FakeLLMServer
 
 from .conftest import call, make_agent

@@ -12,7 +12,7 @@ import pytest
 from drover.mcp.config import parse_server
 from drover.mcp.connection import McpConnection
 from drover.mcp.tool import McpTool
-from drover.permissions import PermissionMode, PermissionPolicy
+from drover.turn.permissions import PermissionMode, PermissionPolicy
 
 
 def mcp_tool(tmp_path: Path, name: str, **marks: Any) -> McpTool:

@@ -12,7 +12,7 @@ import pytest
 from support.mcp_servers import alive, everything, everything_http, filesystem, read_pid
 from support.tool_rules import PROTOCOLS
 
-from drover.events import ToolProgress, ToolStateChanged
+from drover.core.events import ToolProgress, ToolStateChanged
 from drover.testing import FakeLLMServer
 
 from .conftest import call, make_agent

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from drover.accumulate import Accumulator
-from drover.config import HTTP_CLIENTS
-from drover.messages import Message, user_message
-from drover.model_stream import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
+from drover.config.settings import HTTP_CLIENTS
+from drover.core.accumulate import Accumulator
+from drover.core.messages import Message, user_message
+from drover.core.model_stream import ModelRequest, RetryBudget, RetryNotice, StreamEvent, ToolSpec
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider

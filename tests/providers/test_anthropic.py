@@ -8,14 +8,14 @@ import pytest
 from anthropic._models import construct_type  # how the SDK itself builds stream events
 from anthropic.types import RawMessageStreamEvent
 
-from drover.errors import StreamError
-from drover.messages import (
+from drover.core.messages import (
     ThinkingBlock,
     ToolResultBlock,
     tool_result_message,
     user_message,
 )
-from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
+from drover.core.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, UsageUpdate
+from drover.errors import StreamError
 from drover.providers.anthropic import AnthropicEvents, AnthropicProvider
 from drover.testing.server import FakeLLMServer
 

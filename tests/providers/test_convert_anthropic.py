@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from drover.messages import (
+from drover.core.messages import (
     Message,
     TextBlock,
     ThinkingBlock,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     Message,
     TextBlock,

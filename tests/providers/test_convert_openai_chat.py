@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from drover.messages import (
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.messages import (
+from drover.core.messages import (
     Message,
     TextBlock,
     ThinkingBlock,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from drover.messages import ToolResultBlock, tool_result_message, user_message
+from drover.core.messages import ToolResultBlock, tool_result_message, user_message
 from drover.testing.server import FakeLLMServer
 
 from .conftest import PROTOCOLS, collect, make_provider, request

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from drover.config import Config, parse_model_spec
+from drover.config.settings import Config, parse_model_spec
 from drover.errors import ConfigError
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.factory import PLACEHOLDER_KEY, create_provider

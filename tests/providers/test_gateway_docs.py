@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.litellm import documented_blocks
 
-from drover.config import load_config
+from drover.config.settings import load_config
 from drover.providers.factory import PLACEHOLDER_KEY, create_provider
 from drover.testing.server import FakeLLMServer
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from drover.core.events import Done, Retry
+from drover.core.model_stream import BlockDelta
+from drover.core.sinks import EventRecorder
 from drover.errors import StreamError
-from drover.events import Done, Retry
-from drover.loop import LoopSettings
-from drover.model_stream import BlockDelta
-from drover.permissions import PermissionPolicy
-from drover.session import AgentSession
-from drover.sinks import EventRecorder
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import default_registry
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 from .conftest import drain, make_provider, request
 

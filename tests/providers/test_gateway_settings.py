@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from drover.config import Config, load_config
-from drover.config_providers import header_flag
+from drover.config.provider_tables import header_flag
+from drover.config.settings import Config, load_config
+from drover.core.messages import user_message
+from drover.core.model_stream import RetryNotice
 from drover.errors import ProviderHTTPError
-from drover.messages import user_message
-from drover.model_stream import RetryNotice
 from drover.providers.factory import create_provider
 from drover.testing.server import FakeLLMServer
 

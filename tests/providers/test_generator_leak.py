@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from drover.model_stream import BlockDelta
+from drover.core.model_stream import BlockDelta
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drover.config import Config
+from drover.config.settings import Config
 from drover.errors import ConfigError
 from drover.providers import factory
 from drover.providers.factory import create_provider, server_config

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.images import png_bytes
 
-from drover.messages import ImageBlock, Message, TextBlock, assistant_message, user_message
+from drover.core.messages import ImageBlock, Message, TextBlock, assistant_message, user_message
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 from drover.testing.validate import validate_anthropic, validate_chat, validate_responses

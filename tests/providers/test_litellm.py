@@ -36,16 +36,16 @@ from support.litellm import (
     start_litellm,
 )
 
-from drover.config import Config, load_config
-from drover.events import Done, Error, Retry
-from drover.loop import LoopSettings
-from drover.permissions import PermissionPolicy
+from drover.config.settings import Config, load_config
+from drover.core.events import Done, Error, Retry
+from drover.core.sinks import EventRecorder
 from drover.providers.factory import create_provider
-from drover.session import AgentSession
-from drover.sinks import EventRecorder
 from drover.testing.app import RecordedRequest
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 #: Where the page's drover config expects the proxy.
 DOC_PROXY = "http://localhost:4000"

@@ -8,14 +8,14 @@ import pytest
 from openai._models import construct_type
 from openai.types.chat import ChatCompletionChunk
 
-from drover.errors import StreamError
-from drover.messages import (
+from drover.core.messages import (
     ThinkingBlock,
     ToolResultBlock,
     tool_result_message,
     user_message,
 )
-from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
+from drover.core.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
+from drover.errors import StreamError
 from drover.providers.openai_chat import ChatEvents, OpenAIChatProvider
 from drover.testing.server import FakeLLMServer
 

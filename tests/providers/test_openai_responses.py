@@ -10,8 +10,7 @@ import pytest
 from openai._models import construct_type  # how the SDK itself builds stream events
 from openai.types.responses import ResponseStreamEvent
 
-from drover.errors import StreamError
-from drover.messages import (
+from drover.core.messages import (
     Message,
     ThinkingBlock,
     ToolResultBlock,
@@ -19,7 +18,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
+from drover.core.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd
+from drover.errors import StreamError
 from drover.providers.openai_responses import (
     OpenAIResponsesProvider,
     ResponsesEvents,

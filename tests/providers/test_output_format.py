@@ -15,7 +15,7 @@ from openai.lib._parsing._completions import type_to_response_format_param
 from openai.lib._parsing._responses import type_to_text_format_param
 from pydantic import BaseModel, Field, RootModel
 
-from drover.output import OutputSchema
+from drover.core.output import OutputSchema
 from drover.providers.anthropic import anthropic_output_format
 from drover.providers.output_format import (
     chat_response_format,

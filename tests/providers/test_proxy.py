@@ -17,8 +17,8 @@ import asyncio
 import pytest
 from support.ports import free_port
 
+from drover.core.model_stream import BlockDelta, StreamEnd
 from drover.errors import ProviderConnectionError
-from drover.model_stream import BlockDelta, StreamEnd
 from drover.testing.server import FakeLLMServer
 
 from .conftest import BOUND, ON_BOTH_CLIENTS, drain, make_provider, request, turns

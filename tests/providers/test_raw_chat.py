@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from drover.core.model_stream import BlockDelta, BlockStart, StreamEnd
 from drover.errors import StreamError
-from drover.model_stream import BlockDelta, BlockStart, StreamEnd
 from drover.providers import sse
 from drover.testing.server import FakeLLMServer
 

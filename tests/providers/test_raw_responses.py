@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from drover.core.messages import TextBlock, ThinkingBlock, ToolUseBlock
 from drover.errors import ContextOverflowError, StreamError
-from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock
 from drover.testing.server import FakeLLMServer
 
 from .conftest import Outcome, drain, make_provider, request

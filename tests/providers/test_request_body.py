@@ -15,8 +15,8 @@ import httpx2
 import openai
 import pytest
 
-from drover.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
-from drover.model_stream import ModelRequest, OutputSpec
+from drover.core.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, user_message
+from drover.core.model_stream import ModelRequest, OutputSpec
 from drover.providers.anthropic import AnthropicProvider, anthropic_output_format
 from drover.providers.convert_anthropic import to_anthropic_messages, to_anthropic_tools
 from drover.providers.convert_openai_chat import to_chat_messages, to_chat_tools
@@ -217,7 +217,7 @@ async def test_anthropic_posts_the_request_create_would_send(
 async def test_anthropic_leaves_a_body_json_cannot_encode_to_create() -> None:
     from types import MappingProxyType
 
-    from drover.model_stream import ToolSpec
+    from drover.core.model_stream import ToolSpec
 
     odd = ToolSpec(
         name="read_file",
@@ -238,7 +238,7 @@ async def test_anthropic_leaves_a_body_json_cannot_encode_to_create() -> None:
 async def test_openai_leaves_a_body_json_cannot_encode_to_create(protocol: str) -> None:
     from datetime import datetime
 
-    from drover.model_stream import ToolSpec
+    from drover.core.model_stream import ToolSpec
 
     odd = ToolSpec(  # a datetime: the SDK's own encoder writes it in ISO form, json refuses it
         name="read_file",

@@ -9,21 +9,21 @@ from collections.abc import AsyncGenerator, Callable
 
 import pytest
 
-from drover.errors import (
-    ContextOverflowError,
-    ProviderConnectionError,
-    ProviderError,
-    ProviderHTTPError,
-    StreamError,
-)
-from drover.messages import Usage
-from drover.model_stream import (
+from drover.core.messages import Usage
+from drover.core.model_stream import (
     BlockDelta,
     BlockStart,
     RetryBudget,
     RetryNotice,
     StreamEnd,
     StreamEvent,
+)
+from drover.errors import (
+    ContextOverflowError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderHTTPError,
+    StreamError,
 )
 from drover.providers.retry import (
     STARTED,

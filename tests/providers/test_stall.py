@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from drover.config import Config
+from drover.config.settings import Config
+from drover.core.model_stream import RetryBudget
 from drover.errors import ProviderConnectionError, StreamError
-from drover.model_stream import RetryBudget
 from drover.providers.base import Provider
 from drover.providers.factory import create_provider
 from drover.testing.server import FakeLLMServer

@@ -12,9 +12,9 @@ import contextlib
 
 import pytest
 
+from drover.core.messages import TextBlock, ThinkingBlock, ToolUseBlock
+from drover.core.model_stream import BlockDelta, BlockStart, RetryNotice, StreamEnd
 from drover.errors import ProviderConnectionError, ProviderHTTPError, StreamError
-from drover.messages import TextBlock, ThinkingBlock, ToolUseBlock
-from drover.model_stream import BlockDelta, BlockStart, RetryNotice, StreamEnd
 from drover.providers.base import Provider
 from drover.testing.server import FakeLLMServer
 

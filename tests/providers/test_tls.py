@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from drover.core.model_stream import BlockDelta, StreamEnd
 from drover.errors import ProviderConnectionError
-from drover.model_stream import BlockDelta, StreamEnd
 from drover.testing.server import FakeLLMServer
 
 from .conftest import BOUND, ON_BOTH_CLIENTS, Outcome, drain, make_provider, request, turns

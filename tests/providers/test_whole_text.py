@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from drover import Agent
-from drover.accumulate import parse_tool_input
-from drover.events import TextDelta
-from drover.messages import Usage
-from drover.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, StreamEvent
+from drover.core.accumulate import parse_tool_input
+from drover.core.events import TextDelta
+from drover.core.messages import Usage
+from drover.core.model_stream import BlockDelta, BlockStart, BlockStop, StreamEnd, StreamEvent
 from drover.providers.whole_text import REPLACEMENT, WholeText
 from drover.testing.server import FakeLLMServer
 

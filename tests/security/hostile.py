@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.messages import ToolResultBlock
+from drover.config.settings import Config
+from drover.core.messages import ToolResultBlock
 from drover.testing.scripted import Reply, ScriptedProvider, call
 
 REQUIRE_ENV = "DROVER_REQUIRE_SANDBOX"

@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from drover import Agent
-from drover.config import Config
-from drover.handle import NO_HANDLER_TEXT
-from drover.messages import ToolResultBlock
-from drover.rules import Rule
+from drover.agent.session import NO_HANDLER_TEXT
+from drover.config.settings import Config
+from drover.core.messages import ToolResultBlock
+from drover.core.rules import Rule
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.sandbox import SandboxSettings, probe_sandbox
 

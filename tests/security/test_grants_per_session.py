@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drover import Agent, PermissionRequest, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
 from drover.testing.scripted import Reply, ScriptedProvider, call
 
 DONE: list[str] = []

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.config_tables import HookSpec
-from drover.messages import ToolResultBlock
-from drover.rules import Rule
+from drover.config.settings import Config
+from drover.config.tables import HookSpec
+from drover.core.messages import ToolResultBlock
+from drover.core.rules import Rule
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.sandbox import SandboxSettings, probe_sandbox
 
@@ -121,7 +121,7 @@ async def test_the_model_cannot_disarm_a_hook_by_rewriting_its_script(tmp_path: 
 
 
 def test_the_scripts_of_hooks_are_what_their_commands_name(tmp_path: Path) -> None:
-    from drover.hooks import hook_scripts  # (here: the attacks above also run on older code)
+    from drover.turn.hooks import hook_scripts  # (here: the attacks above also run on older code)
 
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "lint.py").write_text("")

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
+from drover.agent.session import NO_HANDLER_TEXT
+from drover.config.settings import Config
+from drover.core.messages import ToolResultBlock
 from drover.errors import ToolError
-from drover.handle import NO_HANDLER_TEXT
-from drover.messages import ToolResultBlock
-from drover.permissions import PermissionPolicy
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import ToolContext
 from drover.tools.builtin import file_tools, search_tools
 from drover.tools.workspace import PathRules
+from drover.turn.permissions import PermissionPolicy
 
 CANARY = "canary-7f3a"
 CI = "#!/bin/sh\nmake test\n"
@@ -127,7 +127,9 @@ async def test_a_link_swapped_in_after_the_check_is_caught_when_the_tool_runs(
 ) -> None:
     """The interleaving a parallel batch allows: the policy allows ``src/gen/out`` while
     ``src/gen`` is a directory; a command then swaps in a link to ``.ci``; the write runs."""
-    from drover.permissions import CallPolicy  # (here: the attacks above run on older code too)
+    from drover.turn.permissions import (
+        CallPolicy,  # (here: the attacks above run on older code too)
+    )
 
     work = repository(tmp_path)
     (work / "src" / "gen").mkdir()

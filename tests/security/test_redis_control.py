@@ -27,8 +27,8 @@ from support import redis as redis_support
 
 from drover.cluster.relay import Relay, control_key, events_key
 from drover.cluster.signing import Seal, cluster_key
-from drover.server.hub import Hub
-from drover.store.sqlite import SqliteStore
+from drover.runtime.hub import Hub
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 BOUND = 60.0

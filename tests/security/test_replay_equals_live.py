@@ -34,11 +34,18 @@ from server.support import (
 )
 from support.sse import sse_lines
 
-from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted, WorkerEvent
+from drover.core.events import (
+    AssistantMessage,
+    Done,
+    StepStarted,
+    TextDelta,
+    TurnStarted,
+    WorkerEvent,
+)
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
 from drover.journal.journal import Journal
-from drover.messages import TextBlock, Usage, assistant_message, user_message
 from drover.server.replay import expand
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 
 BOUND = 60.0  # seconds: a failure bound, never a synchronisation

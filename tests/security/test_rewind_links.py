@@ -15,7 +15,7 @@ from server.support import BOUND, start_server
 
 from drover import Agent
 from drover.cli.repl.control import rewind_command
-from drover.config import Config
+from drover.config.settings import Config
 from drover.errors import ToolError
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.testing.server import FakeLLMServer

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drover.config import Config
+from drover.config.settings import Config
 
 from .hostile import hostile_turn
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from drover.config import load_config
+from drover.agent.resources import sandbox_settings_for
+from drover.config.settings import load_config
 from drover.errors import PathEscapeError, ToolError
-from drover.resources import sandbox_settings_for
 from drover.testing.server import FakeLLMServer
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.builtin import builtin_tools

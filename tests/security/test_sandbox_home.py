@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.config import Config
+from drover.config.settings import Config
 
 from .hostile import hostile_turn
 

@@ -24,8 +24,7 @@ import pytest
 from store.conftest import pg_cluster, pg_database, pg_url
 from support import pg
 
-from drover.errors import LeaseLostError
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Done,
     StepStarted,
@@ -34,13 +33,14 @@ from drover.events import (
     TurnStarted,
     WorkerEvent,
 )
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
+from drover.errors import LeaseLostError
 from drover.journal.journal import Journal
 from drover.journal.numbering import RESERVE_BLOCK
 from drover.journal.protocol import Store
-from drover.messages import TextBlock, Usage, assistant_message, user_message
-from drover.server.hub import Hub
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.runtime.hub import Hub
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 
 from .commit_ack_proxy import CommitAckProxy
 

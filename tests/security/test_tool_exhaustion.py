@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.events import ToolStart
+from drover.config.settings import Config
+from drover.core.events import ToolStart
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.builtin import search, search_tools
@@ -106,7 +106,7 @@ SPARSE_ATTACK = textwrap.dedent(
 
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     from drover import Agent
-    from drover.config import Config
+    from drover.config.settings import Config
     from drover.testing.scripted import Reply, ScriptedProvider, call
 
     work = Path(sys.argv[1])

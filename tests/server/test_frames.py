@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from drover.journal.records import EventRecord
+from drover.runtime.hub import SessionFeed, make_frame
 from drover.server.gc_settings import YOUNG_THRESHOLD
-from drover.server.hub import SessionFeed, make_frame
 from drover.server.replay import continuable, expand
-from drover.store.rows import decode_marks, encode_marks
+from drover.store.sql.rows import decode_marks, encode_marks
 
 TEXTS = [
     "plain",

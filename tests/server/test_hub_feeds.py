@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from drover import Agent
-from drover.config import Config
-from drover.control import RewindResult
+from drover.agent.rewind import RewindResult
+from drover.config.settings import Config
+from drover.core.messages import user_message
 from drover.journal.records import SessionRecord
-from drover.messages import user_message
+from drover.runtime.hub import Frame, Hub
 from drover.server.doors import log_position
 from drover.server.follow import Follower, Reset, frame_event
-from drover.server.hub import Frame, Hub
 from drover.server.service import Service
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.builtin.files import write_file

@@ -12,7 +12,7 @@ import pytest
 from support.sse import split_lines
 from support.writes import end_turn
 
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Done,
     Retry,
@@ -20,12 +20,12 @@ from drover.events import (
     TextDelta,
     TurnStarted,
 )
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
 from drover.journal.journal import Journal
 from drover.journal.numbering import RESERVE_BLOCK
-from drover.messages import TextBlock, Usage, assistant_message, user_message
-from drover.server.hub import Frame, SessionFeed, make_frame
+from drover.runtime.hub import Frame, SessionFeed, make_frame
 from drover.server.replay import backlog, continuable, expand
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 Published = list[tuple[int, str | None, dict[str, Any]]]
 

@@ -14,9 +14,9 @@ from typing import Any
 import httpx2
 import pytest
 
-from drover.messages import Message
-from drover.runner import load_history
-from drover.store.sqlite import SqliteStore
+from drover.core.messages import Message
+from drover.runtime.runner import load_history
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.scripted import request_problems
 from drover.testing.server import FakeLLMServer
 

@@ -28,16 +28,16 @@ from hypothesis import strategies as st
 from store.conftest import pg_cluster, pg_database, pg_url
 
 from drover import Agent
-from drover.config import Config
-from drover.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted
+from drover.config.settings import Config
+from drover.core.events import AssistantMessage, Done, StepStarted, TextDelta, TurnStarted
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
 from drover.journal.journal import Journal
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.journal.redact import Redactor
-from drover.messages import TextBlock, Usage, assistant_message, user_message
+from drover.runtime.hub import Hub, TransientFrame
 from drover.server.doors import replay_response, start_seq
 from drover.server.follow import Batch, Follower, Reset, frame_event
-from drover.server.hub import Hub, TransientFrame
 from drover.server.service import Service
 from drover.store import open_store
 from drover.testing.scripted import ScriptedProvider

@@ -1,4 +1,4 @@
-"""The asking side of a stop across processes (:class:`drover.server.remote_stop.RemoteStops`)
+"""The asking side of a stop across processes (:class:`drover.cluster.remote_stop.RemoteStops`)
 in the cases the two-process test in ``tests/scale/test_scale.py`` cannot reach in its time:
 the other process never answers, its answer is lost, another turn starts meanwhile, the control
 channel fails, the asking request is cancelled mid-wait; and, through the service, which turn
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from drover import Agent
-from drover.config import Config
+from drover.cluster.remote_stop import RemoteStops
+from drover.config.settings import Config
+from drover.core.messages import user_message
 from drover.errors import SessionBusyError
-from drover.messages import user_message
-from drover.runner import Runner
-from drover.server.hub import Hub
-from drover.server.remote_stop import RemoteStops
+from drover.runtime.hub import Hub
+from drover.runtime.runner import Runner
 from drover.server.service import Service
 from drover.store import open_store
 from drover.testing.scripted import ScriptedProvider

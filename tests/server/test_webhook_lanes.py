@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import support.writes as writes
 
+from drover.core.messages import user_message
 from drover.journal.protocol import Store
-from drover.messages import user_message
 from drover.server.webhooks import Deliverer
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 from .support import BOUND
 

@@ -15,8 +15,8 @@ import pytest
 from support.pg import pg_cluster, pg_database, pg_url
 
 from drover.journal.protocol import Store
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 
 StoreFactory = Callable[..., Store]
 

@@ -18,7 +18,7 @@ from drover.journal.writes import (
     with_message,
     with_output,
 )
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 
 class FakeClock:

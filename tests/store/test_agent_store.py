@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from drover import Agent
-from drover.config import Config
+from drover.config.settings import Config
 from drover.errors import DroverError, SessionBusyError
-from drover.store.postgres import PostgresStore
+from drover.store.postgres.store import PostgresStore
 from drover.testing.scripted import Reply, ScriptedProvider
 
 

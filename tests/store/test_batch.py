@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.errors import LeaseLostError
 from drover.journal.protocol import Store
 from drover.journal.writes import (
@@ -17,8 +18,7 @@ from drover.journal.writes import (
     EndTurn,
     UpsertToolCall,
 )
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 from .helpers import traced
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from drover.core.messages import user_message
 from drover.errors import LeaseLostError
 from drover.journal.protocol import Store
 from drover.journal.records import ToolCallRecord
 from drover.journal.writes import AppendEvent, EndTurn, JournalWrite, UpsertToolCall
-from drover.messages import user_message
-from drover.store.sql_log import ROWS_PER_INSERT
+from drover.store.sql.log import ROWS_PER_INSERT
 
 OWNER = "test-host:1:1"
 

@@ -20,13 +20,13 @@ from typing import Any, TypeVar, cast
 import psycopg
 import pytest
 
-from drover.control import plan_rewind
+from drover.agent.rewind import plan_rewind
+from drover.core.messages import user_message
 from drover.journal.protocol import Store
 from drover.journal.writes import EndTurn
-from drover.messages import user_message
-from drover.store.plan import Exec, Mode, Plan, Query
-from drover.store.postgres import PostgresStore
-from drover.store.sql_store import SqlStore
+from drover.store.postgres.store import PostgresStore
+from drover.store.sql.plan import Exec, Mode, Plan, Query
+from drover.store.sql.store import SqlStore
 
 from .conftest import StoreFactory
 from .test_fork_rewind_store import _ended_turn, _image

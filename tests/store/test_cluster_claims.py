@@ -13,9 +13,9 @@ import pytest
 from support.writes import end_turn
 
 from drover.cluster.claims import is_shared
-from drover.messages import user_message
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.core.messages import user_message
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 
 BOUND = 30
 

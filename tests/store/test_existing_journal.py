@@ -9,10 +9,10 @@ from pathlib import Path
 
 from support.writes import end_turn
 
-from drover.events import MAY_HAVE_RUN_TEXT
-from drover.messages import user_message
-from drover.store.migrations import SQLITE_MIGRATIONS
-from drover.store.sqlite import SqliteStore
+from drover.core.events import MAY_HAVE_RUN_TEXT
+from drover.core.messages import user_message
+from drover.store.migrations.steps import SQLITE_MIGRATIONS
+from drover.store.sqlite.store import SqliteStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "journal_0004.sql"
 

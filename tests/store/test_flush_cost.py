@@ -17,15 +17,15 @@ from typing import Any, TypeVar, cast
 import pytest
 from support.writes import append_event, append_partial_text
 
-from drover.events import AssistantMessage, UsageReport, event_to_dict
+from drover.core.events import AssistantMessage, UsageReport, event_to_dict
+from drover.core.messages import TextBlock, Usage, assistant_message, user_message
 from drover.journal.writes import AppendEvent, AppendMessage, referring
-from drover.messages import TextBlock, Usage, assistant_message, user_message
-from drover.store import sqlite_conn
-from drover.store.dialect import SQLITE
-from drover.store.plan import Mode, Plan
-from drover.store.sql_store import SqlStore
-from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import SqliteConnection
+from drover.store.sql.dialect import SQLITE
+from drover.store.sql.plan import Mode, Plan
+from drover.store.sql.store import SqlStore
+from drover.store.sqlite import connection as sqlite_conn
+from drover.store.sqlite.connection import SqliteConnection
+from drover.store.sqlite.store import SqliteStore
 
 T = TypeVar("T")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.events import AssistantMessage, StepStarted, TextDelta, ToolStateChanged
+from drover.core.events import AssistantMessage, StepStarted, TextDelta, ToolStateChanged
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.journal.journal import Journal
 from drover.journal.protocol import Store
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.server.replay import backlog
 
 from .helpers import FakeClock

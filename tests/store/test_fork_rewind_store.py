@@ -11,14 +11,14 @@ from typing import TypeVar, cast
 import pytest
 import support.writes as writes
 
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.errors import DroverError, SessionBusyError, StoreError
 from drover.journal.protocol import Store
 from drover.journal.writes import EndTurn, KeepFileImage
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
-from drover.store import sql_files
-from drover.store.plan import Atomic, Plan, rows
-from drover.store.sql_common import lock_session
-from drover.store.sql_store import SqlStore
+from drover.store.sql import files as sql_files
+from drover.store.sql.common import lock_session
+from drover.store.sql.plan import Atomic, Plan, rows
+from drover.store.sql.store import SqlStore
 
 T = TypeVar("T")
 

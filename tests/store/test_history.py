@@ -7,10 +7,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT, ToolState, TurnStatus
-from drover.journal.history import CallsConsulted, build_history, repair_history
-from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
-from drover.messages import (
+from drover.core.events import (
+    MAY_HAVE_RUN_TEXT,
+    NOT_RUN_TEXT,
+    READ_ONLY_CUT_TEXT,
+    ToolState,
+    TurnStatus,
+)
+from drover.core.messages import (
     ContentBlock,
     Message,
     TextBlock,
@@ -21,6 +25,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.journal.history import CallsConsulted, build_history, repair_history
+from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
 
 
 def turn(seq: int, status: TurnStatus, prompt: str | None, **kw: Any) -> TurnRecord:

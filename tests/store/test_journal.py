@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from drover.errors import LeaseLostError, StoreError
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Compacted,
     Done,
@@ -30,8 +29,7 @@ from drover.events import (
     TurnStarted,
     UsageReport,
 )
-from drover.journal.journal import Journal
-from drover.messages import (
+from drover.core.messages import (
     Message,
     TextBlock,
     ToolResultBlock,
@@ -41,6 +39,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.errors import LeaseLostError, StoreError
+from drover.journal.journal import Journal
 
 from .helpers import FakeClock, RecordingStore
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     StepStarted,
     TextDelta,
@@ -18,11 +18,7 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
 )
-from drover.journal.journal import Journal
-from drover.journal.numbering import Numbering
-from drover.journal.redact import REDACTED, Redactor
-from drover.journal.writes import MESSAGE_OF, OUTPUT_OF
-from drover.messages import (
+from drover.core.messages import (
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -31,8 +27,12 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.log_shapes import unpack
-from drover.store.sqlite import SqliteStore
+from drover.journal.journal import Journal
+from drover.journal.numbering import Numbering
+from drover.journal.redact import REDACTED, Redactor
+from drover.journal.writes import MESSAGE_OF, OUTPUT_OF
+from drover.store.sql.log_shapes import unpack
+from drover.store.sqlite.store import SqliteStore
 
 from .helpers import RecordingStore
 

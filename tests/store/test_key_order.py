@@ -13,7 +13,7 @@ from typing import Any
 
 from support.writes import append_message, replace_message, upsert_tool_call
 
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 
 #: Keys no sorting keeps in this order (longest first, then a nested object the same way).
 INPUT = {

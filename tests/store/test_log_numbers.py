@@ -17,15 +17,15 @@ import psycopg
 import pytest
 from support.writes import append_event
 
+from drover.core.messages import message_to_dict, user_message
 from drover.journal.writes import AppendEvent, UpsertToolCall
-from drover.messages import message_to_dict, user_message
-from drover.store.migrations import SQLITE_MIGRATIONS, migrate
-from drover.store.pg_migrations import PG_MIGRATIONS
-from drover.store.pg_migrations import migrate as pg_migrate
-from drover.store.postgres import PostgresStore
-from drover.store.sql_store import SqlStore
-from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import PAGE_SIZE
+from drover.store.migrations.postgres import PG_MIGRATIONS
+from drover.store.migrations.postgres import migrate as pg_migrate
+from drover.store.migrations.steps import SQLITE_MIGRATIONS, migrate
+from drover.store.postgres.store import PostgresStore
+from drover.store.sql.store import SqlStore
+from drover.store.sqlite.connection import PAGE_SIZE
+from drover.store.sqlite.store import SqliteStore
 
 _CUT = [m.name for m in SQLITE_MIGRATIONS].index("0015_log_numbers")
 A, B = "a" * 32, "b" * 32

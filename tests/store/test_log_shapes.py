@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from drover.errors import StoreError
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Done,
     StepStarted,
@@ -24,8 +23,7 @@ from drover.events import (
     TurnStarted,
     UsageReport,
 )
-from drover.journal.journal import Journal
-from drover.messages import (
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -34,10 +32,12 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.server.hub import Frame, make_frame
+from drover.errors import StoreError
+from drover.journal.journal import Journal
+from drover.runtime.hub import Frame, make_frame
 from drover.server.replay import expand
-from drover.store.log_shapes import SHAPES, pack, unpack
-from drover.store.sqlite import SqliteStore
+from drover.store.sql.log_shapes import SHAPES, pack, unpack
+from drover.store.sqlite.store import SqliteStore
 
 #: The types whose every row a tool loop logs packed (all but a turn's first and last rows).
 FREQUENT = {

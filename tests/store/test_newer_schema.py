@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from drover.errors import StoreError
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 
 FUTURE = "9999_from_a_newer_drover"
 

@@ -8,8 +8,8 @@ import json
 
 import support.writes as writes
 
+from drover.core.messages import Usage, user_message
 from drover.journal.protocol import Store
-from drover.messages import Usage, user_message
 
 from .conftest import StoreFactory
 from .test_store_recovery import dead_process, this_process

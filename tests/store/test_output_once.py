@@ -11,10 +11,14 @@ from typing import Any
 
 from support.writes import replace_message
 
-from drover.events import AssistantMessage, StepStarted, ToolResults, ToolStateChanged, TurnStarted
-from drover.journal.journal import Journal
-from drover.journal.writes import OUTPUT_OF, AppendEvent, AppendMessage, EndTurn, UpsertToolCall
-from drover.messages import (
+from drover.core.events import (
+    AssistantMessage,
+    StepStarted,
+    ToolResults,
+    ToolStateChanged,
+    TurnStarted,
+)
+from drover.core.messages import (
     Message,
     TextBlock,
     ToolResultBlock,
@@ -23,10 +27,12 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.runner import load_history
-from drover.store.log_shapes import unpack
-from drover.store.result_refs import OUTPUT_IN_CALL, SHORTEST_REFERRED
-from drover.store.sqlite import SqliteStore
+from drover.journal.journal import Journal
+from drover.journal.writes import OUTPUT_OF, AppendEvent, AppendMessage, EndTurn, UpsertToolCall
+from drover.runtime.runner import load_history
+from drover.store.sql.log_shapes import unpack
+from drover.store.sql.result_refs import OUTPUT_IN_CALL, SHORTEST_REFERRED
+from drover.store.sqlite.store import SqliteStore
 
 OUTPUT = "page " * 400  # ~2 KB, as a fetched page
 

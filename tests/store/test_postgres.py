@@ -17,12 +17,12 @@ from support import pg
 from support.ports import free_port
 from support.writes import append_event, append_partial_text, end_turn, upsert_tool_call
 
+from drover.core.messages import TextBlock, user_message
 from drover.errors import StoreError
-from drover.messages import TextBlock, user_message
 from drover.store import open_store
-from drover.store.migrations import SQLITE_MIGRATIONS
-from drover.store.pg_migrations import PG_MIGRATIONS, applied_migrations, migrate
-from drover.store.postgres import PostgresStore
+from drover.store.migrations.postgres import PG_MIGRATIONS, applied_migrations, migrate
+from drover.store.migrations.steps import SQLITE_MIGRATIONS
+from drover.store.postgres.store import PostgresStore
 
 from .test_store_recovery import dead_process, this_process
 
@@ -32,7 +32,7 @@ N = 40
 _CHILD = """
 import asyncio, json, sys
 from drover.journal.writes import AppendEvent, AppendPartialText
-from drover.store.postgres import PostgresStore
+from drover.store.postgres.store import PostgresStore
 
 async def main():
     url, job, session_id, turn_id, who = sys.argv[1:6]
@@ -241,9 +241,9 @@ async def test_a_write_cancelled_while_it_waits_for_a_lock_completes(
 
 _KILLED = """
 import asyncio, os, socket, sys
-from drover.messages import user_message
+from drover.core.messages import user_message
 from drover.journal.writes import AppendPartialText, UpsertToolCall
-from drover.store.postgres import PostgresStore
+from drover.store.postgres.store import PostgresStore
 
 async def main():
     with open(f"/proc/{os.getpid()}/stat") as f:

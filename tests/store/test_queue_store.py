@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from support.writes import end_turn
 
+from drover.core.messages import user_message
 from drover.errors import QueueChangedError, SessionBusyError
 from drover.journal.protocol import Store
-from drover.messages import user_message
 
 from .conftest import StoreFactory
 

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drover.errors import ConfigError
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Incomplete,
     StepStarted,
@@ -19,16 +18,7 @@ from drover.events import (
     ToolStateChanged,
     TurnStarted,
 )
-from drover.journal.journal import Journal
-from drover.journal.redact import (
-    _BUILTIN_MARKS,
-    _BUILTIN_PATTERNS,
-    REDACTED,
-    Redactor,
-    StreamRedactor,
-    _has_mark,
-)
-from drover.messages import (
+from drover.core.messages import (
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -38,7 +28,17 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.sqlite import SqliteStore
+from drover.errors import ConfigError
+from drover.journal.journal import Journal
+from drover.journal.redact import (
+    _BUILTIN_MARKS,
+    _BUILTIN_PATTERNS,
+    REDACTED,
+    Redactor,
+    StreamRedactor,
+    _has_mark,
+)
+from drover.store.sqlite.store import SqliteStore
 
 from .helpers import FakeClock
 

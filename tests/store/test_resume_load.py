@@ -6,8 +6,8 @@ from pathlib import Path
 
 from support.writes import append_message, end_turn, upsert_tool_call
 
-from drover.events import MAY_HAVE_RUN_TEXT
-from drover.messages import (
+from drover.core.events import MAY_HAVE_RUN_TEXT
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -15,8 +15,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.runner import load_history
-from drover.store.sqlite import SqliteStore
+from drover.runtime.runner import load_history
+from drover.store.sqlite.store import SqliteStore
 
 
 class CountingStore(SqliteStore):

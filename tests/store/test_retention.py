@@ -10,13 +10,13 @@ from pathlib import Path
 import psycopg
 import support.writes as writes
 
+from drover.core.messages import user_message
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, prune
-from drover.messages import user_message
-from drover.store.plan import rows
-from drover.store.postgres import PostgresStore
-from drover.store.sql_store import SqlStore
-from drover.store.sqlite import SqliteStore
+from drover.store.postgres.store import PostgresStore
+from drover.store.sql.plan import rows
+from drover.store.sql.store import SqlStore
+from drover.store.sqlite.store import SqliteStore
 
 from .conftest import StoreFactory
 

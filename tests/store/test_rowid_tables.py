@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from drover.messages import message_to_dict, user_message
-from drover.store.migrations import SQLITE_MIGRATIONS, migrate
-from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import PAGE_SIZE
+from drover.core.messages import message_to_dict, user_message
+from drover.store.migrations.steps import SQLITE_MIGRATIONS, migrate
+from drover.store.sqlite.connection import PAGE_SIZE
+from drover.store.sqlite.store import SqliteStore
 
 OLD = SQLITE_MIGRATIONS[: [m.name for m in SQLITE_MIGRATIONS].index("0013_messages_rowid")]
 S, T = "s" * 36, "t" * 36

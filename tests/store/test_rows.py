@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drover.store.rows import decode_marks, encode_marks, json_value
+from drover.store.sql.rows import decode_marks, encode_marks, json_value
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import socket
 
 import pytest
 
+from drover.core.messages import user_message
 from drover.errors import SessionBusyError, SessionHeldError, StoreError
 from drover.journal.protocol import Store
 from drover.journal.writes import EndTurn
-from drover.messages import user_message
 
 OWNER = "test-host:1:1"
 #: A process of this machine that is not running (its pid is past any pid Linux hands out).

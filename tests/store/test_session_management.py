@@ -8,10 +8,8 @@ import asyncio
 import pytest
 import support.writes as writes
 
-from drover.errors import SessionBusyError, StoreError
-from drover.events import UsageReport, event_to_dict
-from drover.journal.protocol import Store
-from drover.messages import (
+from drover.core.events import UsageReport, event_to_dict
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -20,9 +18,11 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store import sql_sessions
-from drover.store.plan import Plan, execute, rows
-from drover.store.sql_store import SqlStore
+from drover.errors import SessionBusyError, StoreError
+from drover.journal.protocol import Store
+from drover.store.sql import sessions as sql_sessions
+from drover.store.sql.plan import Plan, execute, rows
+from drover.store.sql.store import SqlStore
 
 from .conftest import StoreFactory
 

@@ -1,4 +1,4 @@
-"""Writes on the calling thread (see :mod:`drover.store.sqlite_conn`): made there only when
+"""Writes on the calling thread (see :mod:`drover.store.sqlite.connection`): made there only when
 nothing can make them wait — no call queued on the worker, the write lock free at once — and
 never at the cost of the order of calls, a blocked event loop or an unbounded WAL."""
 
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from support.writes import append_event
 
+from drover.core.messages import TextBlock, assistant_message, user_message
 from drover.journal.writes import AppendMessage
-from drover.messages import TextBlock, assistant_message, user_message
-from drover.store.sql_batch import BULK_CHARS
-from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn
+from drover.store.sql.batch import BULK_CHARS
+from drover.store.sqlite.connection import CHECKPOINT_EVERY, WAL_SIZE_LIMIT, Conn
+from drover.store.sqlite.store import SqliteStore
 
 from .helpers import traced
 

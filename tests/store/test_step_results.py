@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from drover.events import AssistantMessage, ToolResults, ToolStateChanged
-from drover.journal.journal import Journal
-from drover.messages import (
+from drover.core.events import AssistantMessage, ToolResults, ToolStateChanged
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -15,7 +14,8 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
-from drover.store.sqlite import SqliteStore
+from drover.journal.journal import Journal
+from drover.store.sqlite.store import SqliteStore
 
 from .helpers import FakeClock
 

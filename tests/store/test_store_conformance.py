@@ -15,12 +15,8 @@ from support.writes import (
     upsert_tool_call,
 )
 
-from drover.errors import LeaseLostError, SessionBusyError, StoreError
-from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT
-from drover.journal.protocol import Store
-from drover.journal.records import TurnRecord
-from drover.journal.rules import TITLE_CHARS
-from drover.messages import (
+from drover.core.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT
+from drover.core.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -29,6 +25,10 @@ from drover.messages import (
     tool_result_message,
     user_message,
 )
+from drover.errors import LeaseLostError, SessionBusyError, StoreError
+from drover.journal.protocol import Store
+from drover.journal.records import TurnRecord
+from drover.journal.rules import TITLE_CHARS
 
 from .conftest import StoreFactory
 

@@ -9,18 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drover.events import MAY_HAVE_RUN_TEXT
+from drover.core.events import MAY_HAVE_RUN_TEXT
 from drover.journal.history import build_history
 from drover.journal.numbering import RESERVE_BLOCK
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 _CHILD = """
 import asyncio, os, socket, sys
-from drover.events import (AssistantMessage, StepStarted, TextDelta, ToolStateChanged,
+from drover.core.events import (AssistantMessage, StepStarted, TextDelta, ToolStateChanged,
                            TurnStarted)
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.journal.journal import Journal
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 def owner():
     with open(f"/proc/{os.getpid()}/stat") as f:

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 import pytest
 from support.writes import append_message, append_partial_text, upsert_tool_call
 
-from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT
+from drover.core.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, READ_ONLY_CUT_TEXT
+from drover.core.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 from drover.journal.history import build_history
 from drover.journal.owners import owner_alive
 from drover.journal.protocol import Store
 from drover.journal.rules import ORPHAN_ERROR
-from drover.messages import TextBlock, ToolUseBlock, assistant_message, user_message
 
 from .conftest import StoreFactory
 from .helpers import FakeClock

@@ -15,9 +15,9 @@ from support.writes import append_event
 
 from drover.errors import StoreError
 from drover.store import default_db_path, open_store
-from drover.store.migrations import SQLITE_MIGRATIONS, Migration, applied_migrations, migrate
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.store.migrations.steps import SQLITE_MIGRATIONS, Migration, applied_migrations, migrate
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 
 from .conftest import StoreFactory
 
@@ -73,7 +73,7 @@ _CHILD = """
 import asyncio, sys
 from pathlib import Path
 from drover.journal.writes import AppendEvent
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 async def main():
     async with SqliteStore(Path(sys.argv[1])) as store:

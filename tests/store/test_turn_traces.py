@@ -6,7 +6,7 @@ from __future__ import annotations
 import support.writes as writes
 
 from drover.journal.protocol import Store
-from drover.store.turn_traces import TurnTraces
+from drover.store.sql.turn_traces import TurnTraces
 
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

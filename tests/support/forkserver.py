@@ -175,7 +175,7 @@ def _fork_server_main(fd: int) -> None:
         "drover.cli.main",
         "drover.cli.headless",
         "drover.cli.build",
-        "drover.agent",
+        "drover.agent.agent",
         "drover.providers.factory",
         "drover.providers.anthropic",
         "drover.providers.openai_chat",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.model_stream import ToolSpec
+from drover.core.model_stream import ToolSpec
 from drover.providers.convert_anthropic import to_anthropic_tools
 from drover.providers.convert_openai_chat import to_chat_tools
 from drover.providers.convert_openai_responses import to_responses_tools

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from drover.core.messages import Message
 from drover.journal.protocol import TurnJournal
 from drover.journal.records import EventRecord
 from drover.journal.writes import (
@@ -22,7 +23,6 @@ from drover.journal.writes import (
     ReplaceMessage,
     UpsertToolCall,
 )
-from drover.messages import Message
 
 
 async def write(store: TurnJournal, value: JournalWrite) -> Any:

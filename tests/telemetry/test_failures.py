@@ -12,11 +12,11 @@ import pytest
 from support.otlp import Collector
 
 from drover import Agent
-from drover.config import Config
+from drover.config.settings import Config
 from drover.errors import StoreError
 from drover.providers.anthropic import AnthropicProvider
-from drover.runner import Runner
-from drover.store.sqlite import SqliteStore
+from drover.runtime.runner import Runner
+from drover.store.sqlite.store import SqliteStore
 from drover.telemetry import Telemetry
 from drover.telemetry.metrics import Metrics
 from drover.testing.server import FakeLLMServer

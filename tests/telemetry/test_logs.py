@@ -15,7 +15,7 @@ from server.support import BOUND, DROVER, clean_env
 from support.otlp import Collector
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
 from drover.providers.anthropic import AnthropicProvider
 from drover.telemetry import Telemetry
 from drover.telemetry.logs import JsonFormatter, configure_logging

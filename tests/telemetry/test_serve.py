@@ -20,7 +20,7 @@ from server.support import BOUND, Served, clean_env, parse_sse, read_events, sta
 from support.otlp import Collector, Span
 from support.sse import sse_lines
 
-from drover.store.log_shapes import unpack
+from drover.store.sql.log_shapes import unpack
 from drover.testing.server import FakeLLMServer
 
 TOKEN = "metrics-token"
@@ -72,7 +72,7 @@ def test_the_requests_traceparent_is_the_turns_parent(
     spans = collector.wait_for(lambda s: turn_id in turns_named(s))
     turn = turns_named(spans)[turn_id]
     assert (turn.trace_id, turn.parent_id) == (PARENT_TRACE, PARENT_SPAN)
-    assert turn.attributes["drover.session.id"] == sid
+    assert turn.attributes["drover.turn.state.id"] == sid
     assert turn.attributes["drover.turn.status"] == "completed"
 
 
@@ -137,7 +137,7 @@ def test_sigkill_then_takeover_links_the_resumed_turn_to_the_dead_one(
     ]
     assert resumed.parent_id == ""  # the takeover's own, not a request's
     assert [(x.trace_id, x.span_id) for x in resumed.links] == [(dead_trace, dead_span)]
-    assert resumed.attributes["drover.session.id"] == sid
+    assert resumed.attributes["drover.turn.state.id"] == sid
 
     with second.client() as c:
         metrics = scrape(c)

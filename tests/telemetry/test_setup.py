@@ -10,7 +10,7 @@ import pytest
 from server.support import BOUND, DROVER, clean_env
 from support.otlp import Collector
 
-from drover.config import load_config
+from drover.config.settings import load_config
 from drover.errors import ConfigError
 from drover.telemetry import Telemetry, sdk_tracer_provider, traces_wanted
 from drover.testing.server import FakeLLMServer

@@ -16,10 +16,10 @@ import pytest
 from support.otlp import Collector, Span, children
 
 from drover import Agent, ToolContext, tool
-from drover.config import Config
+from drover.config.settings import Config
+from drover.core.sinks import EventRecorder
 from drover.providers.anthropic import AnthropicProvider
-from drover.sinks import EventRecorder
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 from drover.telemetry import Telemetry
 from drover.testing.server import FakeLLMServer
 from drover.tools.base import Tool
@@ -99,7 +99,7 @@ async def test_a_tool_turn_is_a_turn_span_with_model_and_tool_calls(
     attrs = turn.attributes
     assert attrs["gen_ai.operation.name"] == "invoke_agent"
     assert attrs["gen_ai.provider.name"] == "anthropic"
-    assert attrs["drover.session.id"] == attrs["gen_ai.conversation.id"] == result.session_id
+    assert attrs["drover.turn.state.id"] == attrs["gen_ai.conversation.id"] == result.session_id
     assert attrs["drover.turn.id"] == result.turn_id
     assert attrs["drover.turn.status"] == "completed"
     assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (80, 12)
@@ -294,7 +294,7 @@ async def test_the_callers_span_is_the_turns_parent(
 async def test_without_telemetry_a_turn_has_no_observer(
     fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import drover.runner as runner_module
+    import drover.runtime.runner as runner_module
 
     made: list[object] = []
     original = runner_module.TurnWatch

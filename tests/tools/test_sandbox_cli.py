@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli.helpers import DROVER, base_args, clean_env, run_drover
 
-from drover.store.log_shapes import unpack
+from drover.store.sql.log_shapes import unpack
 from drover.testing.server import FakeLLMServer
 from drover.tools.sandbox import SandboxStatus
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.config import domain_entry
+from drover.config.settings import domain_entry
 from drover.errors import ConfigError
 from drover.tools.sandbox_home import sanitized_gitconfig
 from drover.tools.sandbox_proxy import (

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from drover.agent import Agent
-from drover.config import load_config
+from drover.agent.agent import Agent
+from drover.config.settings import load_config
 from drover.errors import ConfigError, ToolError
-from drover.permissions import PermissionPolicy
 from drover.tools.base import ToolContext
 from drover.tools.builtin.bash import BashTool
 from drover.tools.registry import default_registry
@@ -29,6 +28,7 @@ from drover.tools.sandbox import (
     sandbox_settings,
     settings_from_config,
 )
+from drover.turn.permissions import PermissionPolicy
 
 ACTIVE = SandboxStatus(
     settings=SandboxSettings(),

@@ -11,14 +11,14 @@ from typing import Annotated, Any, Literal, Optional
 import pytest
 from pydantic import BaseModel, Field
 
+from drover.core.sinks import EventRecorder
 from drover.errors import ToolError
-from drover.session import AgentSession
-from drover.sinks import EventRecorder
 from drover.testing.scripted import Reply, ScriptedProvider, call
 from drover.tools.base import Tool, ToolContext, ToolOutput
 from drover.tools.decorator import FunctionTool, tool
 from drover.tools.registry import ToolRegistry
 from drover.tools.workspace import MAX_OUTPUT_CHARS
+from drover.turn.state import AgentSession
 
 
 def schema_of(fn: Any) -> dict[str, Any]:

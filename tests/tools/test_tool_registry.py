@@ -7,7 +7,7 @@ import json
 import pytest
 
 import drover.tools
-from drover.model_stream import ToolSpec
+from drover.core.model_stream import ToolSpec
 from drover.tools import BashTool, ToolContext, ToolRegistry, default_registry, tool
 
 BUILTINS = ["read_file", "write_file", "edit_file", "bash", "glob", "grep"]

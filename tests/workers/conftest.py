@@ -13,25 +13,25 @@ from typing import Any
 import pytest
 from support import pg
 
-from drover.conversation import ConversationManager
-from drover.events import Event, PermissionRequest, WorkerEvent
+from drover.core.conversation import ConversationManager
+from drover.core.events import Event, PermissionRequest, WorkerEvent
+from drover.core.messages import TextBlock
+from drover.core.model_stream import ModelRequest, StreamEvent
+from drover.core.sinks import EventRecorder
 from drover.journal.protocol import Store
-from drover.loop import LoopSettings
-from drover.messages import TextBlock
-from drover.model_stream import ModelRequest, StreamEvent
-from drover.permissions import PermissionPolicy
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
 from drover.providers.openai_chat import OpenAIChatProvider
 from drover.providers.openai_responses import OpenAIResponsesProvider
-from drover.runner import Runner
-from drover.session import AgentSession
-from drover.sinks import EventRecorder
-from drover.store.postgres import PostgresStore
-from drover.store.sqlite import SqliteStore
+from drover.runtime.runner import Runner
+from drover.runtime.workers import Coordinator, WorkerSettings, add_task_tool
+from drover.store.postgres.store import PostgresStore
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.server import FakeLLMServer
 from drover.tools.registry import ToolRegistry, default_registry
-from drover.workers import Coordinator, WorkerSettings, add_task_tool
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
+from drover.turn.state import AgentSession
 
 PROTOCOLS = ("anthropic", "openai", "openai-responses")
 SETTINGS = LoopSettings(stream_retry_delay=0.0, compaction=False)

@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 
-from drover.conversation import ConversationManager
-from drover.events import TERMINAL_TOOL_STATES, Event
-from drover.loop import LoopSettings
-from drover.messages import user_message
-from drover.permissions import PermissionPolicy
-from drover.runner import Runner, load_history
-from drover.sinks import EventRecorder
-from drover.store.sqlite import SqliteStore
+from drover.core.conversation import ConversationManager
+from drover.core.events import TERMINAL_TOOL_STATES, Event
+from drover.core.messages import user_message
+from drover.core.sinks import EventRecorder
+from drover.runtime.runner import Runner, load_history
+from drover.runtime.workers import RESULT_HEADER, Coordinator, add_task_tool, worker_states
+from drover.store.sqlite.store import SqliteStore
 from drover.testing.scripted import Reply, ScriptedProvider, call, request_problems
 from drover.tools.base import ToolContext
 from drover.tools.decorator import tool
 from drover.tools.registry import ToolRegistry
-from drover.workers import RESULT_HEADER, Coordinator, add_task_tool, worker_states
+from drover.turn.loop import LoopSettings
+from drover.turn.permissions import PermissionPolicy
 
 from .conftest import Routed, marker
 

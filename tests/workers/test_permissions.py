@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from drover.events import Done, PermissionRequest, ToolStateChanged
-from drover.permissions import PermissionPolicy
-from drover.runner import Runner
+from drover.core.events import Done, PermissionRequest, ToolStateChanged
+from drover.runtime.runner import Runner
 from drover.testing.server import FakeLLMServer
+from drover.turn.permissions import PermissionPolicy
 
 from .conftest import Rig, Watcher, marker
 

@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-from drover.events import Done, TextDelta, ToolStart
-from drover.messages import user_message
-from drover.runner import Runner, load_history
-from drover.session import RESUME_NOTE
+from drover.core.events import Done, TextDelta, ToolStart
+from drover.core.messages import user_message
+from drover.runtime.runner import Runner, load_history
+from drover.runtime.workers import RESULT_HEADER
 from drover.testing.scripted import request_problems
 from drover.testing.server import FakeLLMServer
 from drover.tools.base import ToolContext
 from drover.tools.decorator import tool
-from drover.workers import RESULT_HEADER
+from drover.turn.state import RESUME_NOTE
 
 from .conftest import Rig, Watcher
 from .test_workers import PROMPT, body, reader_script, task_call

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from drover.events import Done, ToolDone, ToolStart, event_to_dict
-from drover.messages import user_message
-from drover.runner import Runner, load_history
+from drover.core.events import Done, ToolDone, ToolStart, event_to_dict
+from drover.core.messages import user_message
+from drover.runtime.runner import Runner, load_history
+from drover.runtime.workers import RESULT_HEADER
 from drover.testing.scripted import request_problems
 from drover.testing.server import FakeLLMServer
-from drover.workers import RESULT_HEADER
 
 from .conftest import Rig, Watcher, marker
 

@@ -22,29 +22,29 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from drover.cli.session_ids import resolve_session
+from drover.core.events import TERMINAL_TOOL_STATES
+from drover.core.messages import message_to_dict
+from drover.core.visible import visible
 from drover.errors import DroverError
-from drover.events import TERMINAL_TOOL_STATES
 from drover.journal.owners import holder_gone
 from drover.journal.protocol import Store
 from drover.journal.records import ToolCallRecord, TurnRecord
 from drover.journal.worker_log import worker_call_prefix
-from drover.messages import message_to_dict
 from drover.store import open_store
-from drover.store.dialect import SQLITE
-from drover.store.sql_store import SqlStore
-from drover.store.sqlite import SqliteStore
-from drover.store.sqlite_conn import InlineSqliteConnection
-from drover.visible import visible
+from drover.store.sql.dialect import SQLITE
+from drover.store.sql.store import SqlStore
+from drover.store.sqlite.connection import InlineSqliteConnection
+from drover.store.sqlite.store import SqliteStore
 
-if TYPE_CHECKING:  # drover.workers is the agent's machinery: not imported to read a journal
-    from drover.workers import WorkerLogReader
+if TYPE_CHECKING:  # drover.runtime.workers is the agent's machinery: not imported to read a journal
+    from drover.runtime.workers import WorkerLogReader
 
 T = TypeVar("T")
 
 
 def _run_inline(work: Coroutine[Any, Any, T]) -> T:
     """The result of ``work``, which must finish without waiting on anything (every await in it
-    ends in a call of an :class:`~drover.store.sqlite_conn.InlineSqliteConnection`)."""
+    ends in a call of an :class:`~drover.store.sqlite.connection.InlineSqliteConnection`)."""
     try:
         work.send(None)
     except StopIteration as stop:
@@ -69,7 +69,7 @@ def on_journal(db: str | None, work: Callable[[Store], Coroutine[Any, Any, T]]) 
 
 
 def print_models() -> int:
-    from drover.config import list_models, load_config
+    from drover.config.settings import list_models, load_config
 
     config = load_config()
     for spec, source in list_models(config):
@@ -270,7 +270,7 @@ def show_session(args: argparse.Namespace) -> int:
 
 def _say(line: str, *, code: bool = False) -> None:
     """Print ``line`` with what the model and its tools wrote shown, never obeyed, by the
-    terminal (:func:`~drover.visible.visible`; ``code`` for tool calls)."""
+    terminal (:func:`~drover.core.visible.visible`; ``code`` for tool calls)."""
     print(visible(line, code=code))
 
 

@@ -1,4 +1,4 @@
-"""The command line's flags as an :class:`~drover.agent.Agent`: ``-p``, the REPL and ``drover
+"""The command line's flags as an :class:`~drover.agent.agent.Agent`: ``-p``, the REPL and ``drover
 serve`` run their turns through the same public objects a library user has."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
 from drover.cli.mcp import mcp_files, project_of
-from drover.config import Config, load_config
-from drover.config_providers import ProviderSettings, combined
+from drover.config.provider_tables import ProviderSettings, combined
+from drover.config.settings import Config, load_config
 from drover.providers.base import Provider
-from drover.runner import LEASE_SECONDS
+from drover.runtime.runner import LEASE_SECONDS
 from drover.telemetry import Telemetry
 from drover.telemetry.logs import configure_logging
 from drover.tools.base import Tool

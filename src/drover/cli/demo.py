@@ -18,12 +18,12 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
 from drover.cli.render import HeadlessPrinter
-from drover.config import load_config
+from drover.config.settings import load_config
+from drover.core.sinks import EventSink
 from drover.providers.anthropic import AnthropicProvider
 from drover.providers.base import Provider
-from drover.sinks import EventSink
 from drover.testing.scenario import load_scenario
 from drover.testing.server import FakeLLMServer
 from drover.tools.base import Tool

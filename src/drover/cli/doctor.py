@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from drover.config import KEY_VARS, Config, load_config
+from drover.config.settings import KEY_VARS, Config, load_config
 from drover.errors import DroverError
 
 Status = Literal["ok", "warn", "FAIL"]
@@ -113,7 +113,7 @@ def _python() -> Finding:
 
 
 def _config() -> tuple[Config, Finding]:
-    from drover.config import default_config_path
+    from drover.config.settings import default_config_path
 
     path = default_config_path()
     try:
@@ -211,7 +211,7 @@ def _schema(applied: list[str], known: list[str]) -> tuple[Status, str]:
 
 
 def _sqlite(path: Path) -> Finding:
-    from drover.store.migrations import SQLITE_MIGRATIONS
+    from drover.store.migrations.steps import SQLITE_MIGRATIONS
 
     known = [m.name for m in SQLITE_MIGRATIONS]
     if not path.exists():
@@ -252,7 +252,7 @@ def _sqlite(path: Path) -> Finding:
 
 def _readable_by_others(path: Path) -> str:
     """What of the journal others than its owner may read, and what to do ("" when none)."""
-    from drover.private import exposed
+    from drover.config.private import exposed
     from drover.store import default_db_path
 
     own = path.resolve() == default_db_path().resolve()
@@ -274,8 +274,8 @@ def _postgres(url: str) -> Finding:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from drover.store.pg_conn import reason, redact
-    from drover.store.pg_migrations import PG_MIGRATIONS, applied_migrations
+    from drover.store.migrations.postgres import PG_MIGRATIONS, applied_migrations
+    from drover.store.postgres.connection import reason, redact
 
     try:
         params = conninfo_to_dict(url)
@@ -303,7 +303,7 @@ def _postgres(url: str) -> Finding:
 
 
 def _sandbox(config: Config, workdir: Path, db: str | None, mode: str | None) -> Finding:
-    from drover.resources import sandbox_settings_for
+    from drover.agent.resources import sandbox_settings_for
     from drover.tools.sandbox import probe_sandbox
 
     settings = sandbox_settings_for(config, workdir.resolve(), db=db, mode=mode)
@@ -327,7 +327,7 @@ def _redis(url: str | None, db: str | None) -> Finding:
         return Finding("FAIL", "redis", "--redis needs a shared journal: --db postgresql://…")
     import redis
 
-    from drover.store.pg_conn import redact
+    from drover.store.postgres.connection import redact
 
     client = redis.Redis.from_url(
         url, socket_timeout=CONNECT_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT

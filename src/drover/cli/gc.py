@@ -18,8 +18,8 @@ import argparse
 import asyncio
 import os
 
-from drover.config import load_config
-from drover.config_tables import parse_duration
+from drover.config.settings import load_config
+from drover.config.tables import parse_duration
 from drover.errors import ConfigError
 from drover.journal.retention import Policy, PruneReport, prune
 from drover.store import open_store

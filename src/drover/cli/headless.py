@@ -22,12 +22,14 @@ import signal
 import sys
 from typing import Any
 
+from drover.agent.images import prompt_with_images
+from drover.agent.session import Session
 from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note, write
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
-from drover.errors import ConfigError
-from drover.events import (
+from drover.config.workdir import resolve_workdir
+from drover.core.events import (
     Done,
     Error,
     Event,
@@ -36,11 +38,9 @@ from drover.events import (
     TurnStarted,
     turn_status,
 )
-from drover.handle import Session
-from drover.images import prompt_with_images
-from drover.messages import Message, Prompt, Usage
+from drover.core.messages import Message, Prompt, Usage
+from drover.errors import ConfigError
 from drover.store import open_store
-from drover.workdir import resolve_workdir
 
 EXIT_CODES = {"completed": 0, "failed": 1, "incomplete": 3, "interrupted": 130}
 #: The recorded error of a turn stopped by SIGTERM (not the user's Ctrl-C).

@@ -146,7 +146,7 @@ def _dispatch(argv: list[str]) -> int:
         return asyncio.run(run_repl(args))
     _check_headless(parser, args)
     from drover.cli.headless import headless_prompt, run_headless
-    from drover.messages import blank
+    from drover.core.messages import blank
 
     prompt = headless_prompt(args)
     if prompt is not None and blank(prompt):

@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from drover.config import Config, load_config
+from drover.config.settings import Config, load_config
+from drover.config.workdir import resolve_workdir
+from drover.core.visible import visible
 from drover.mcp.approval import (
     HOW_TO_APPROVE,
     Approvals,
@@ -40,8 +42,6 @@ from drover.mcp.config import (
 )
 from drover.mcp.logs import default_log_dir
 from drover.mcp.state import ServerState
-from drover.visible import visible
-from drover.workdir import resolve_workdir
 
 #: The status of a project server nobody approved.
 NOT_APPROVED = "not approved"

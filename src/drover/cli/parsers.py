@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from drover.rules import Rule
+from drover.core.rules import Rule
 
 #: The exit code of bad usage (argparse's own).
 EXIT_USAGE = 2
@@ -139,10 +139,10 @@ def _prompt_text(flag: str) -> Callable[[str], str]:
 
 def _header(text: str) -> object:
     """The ``type`` of ``--header``: NAME:VALUE, its ``${VAR}`` expanded, as the settings of
-    every model (:mod:`drover.config_providers`); the usage error never shows the value."""
+    every model (:mod:`drover.config.provider_tables`); the usage error never shows the value."""
     import os
 
-    from drover.config_providers import header_flag
+    from drover.config.provider_tables import header_flag
     from drover.errors import ConfigError
 
     try:

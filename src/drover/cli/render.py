@@ -12,7 +12,7 @@ then goes to ``/dev/null`` and the turn runs to its end and is journaled as usua
 
 What reaches a terminal shows, and never acts: every line on stderr (tool calls, permission
 questions, errors) and the answer streamed to a terminal go through
-:func:`~drover.visible.visible`, and ``stream-json`` on a terminal is written as ASCII JSON. An
+:func:`~drover.core.visible.visible`, and ``stream-json`` on a terminal is written as ASCII JSON. An
 answer written to a pipe or a file is the model's text, byte for byte.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TextIO, TypeAlias
 
 from drover.cli.stdin import StdinLines
-from drover.events import (
+from drover.core.events import (
     AssistantMessage,
     Compacted,
     Decision,
@@ -45,8 +45,8 @@ from drover.events import (
     WorkerEvent,
     event_to_dict,
 )
-from drover.rules import always_scope
-from drover.visible import visible
+from drover.core.rules import always_scope
+from drover.core.visible import visible
 
 OutputFormat: TypeAlias = Literal["text", "json", "stream-json"]
 #: What the model is told of a call refused because nobody could be asked.

@@ -23,17 +23,17 @@ from drover.cli import serve_pool
 from drover.cli.build import cli_agent
 from drover.cluster import takeover
 from drover.cluster.shared import DEFAULT_LEASE, Shared, is_shared
-from drover.config import Config, domain_entry, load_config
+from drover.config.settings import Config, domain_entry, load_config
 from drover.errors import ConfigError
 from drover.journal.protocol import Store
 from drover.journal.retention import Policy, keep
 from drover.providers.base import Provider
 from drover.providers.client_env import check_client_environment
 from drover.providers.factory import server_config
+from drover.runtime.hub import Hub
 from drover.server import gc_settings, webhooks
 from drover.server.app import create_app
 from drover.server.config import ServerSettings
-from drover.server.hub import Hub
 from drover.server.service import DEFAULT_PERMISSION_TIMEOUT, Service
 from drover.telemetry.metrics import Metrics
 from drover.tools.sandbox_proxy import local_names
@@ -344,7 +344,7 @@ async def _serve(args: argparse.Namespace, provider: Provider | None) -> int:
         helpers: list[asyncio.Task[None]] = []
         try:
             if shared is not None:
-                await shared.start(service)
+                await shared.start(service.on_control)
             # What a previous process left is ended (and resumed) before clients come.
             await takeover.sweep(runner.recover, resume, service.run_waiting)
             watching = asyncio.get_running_loop().create_task(

@@ -14,7 +14,7 @@ the user typed — maybe only its start — names.
   one with any other character (``fix-parser``), or a whole 32-digit id is created as
   given.
 
-Ids are found exactly as typed; the library (:meth:`drover.agent.Agent.session`) and the
+Ids are found exactly as typed; the library (:meth:`drover.agent.agent.Agent.session`) and the
 HTTP API take whole ids only.
 """
 

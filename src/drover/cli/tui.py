@@ -14,7 +14,7 @@ file that exists), wrapped, never cut, so nothing is approved unseen. Keys reach
 :meth:`TurnView.answer` from the REPL, which owns the keyboard.
 
 Everything shown here that the model, a tool or a server wrote — answers, inputs, diffs,
-summaries, progress, errors — goes through :func:`~drover.visible.visible` first: a terminal
+summaries, progress, errors — goes through :func:`~drover.core.visible.visible` first: a terminal
 escape, a carriage return or a right-to-left override in a command is shown, never obeyed, so
 the question always shows what would run.
 """
@@ -35,7 +35,7 @@ from rich.spinner import Spinner
 from rich.syntax import Syntax
 from rich.text import Text
 
-from drover.events import (
+from drover.core.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
     Compacted,
@@ -60,10 +60,10 @@ from drover.events import (
     UsageReport,
     WorkerEvent,
 )
-from drover.messages import Message, Usage
-from drover.rules import always_scope
-from drover.summaries import summarise_input, summarise_output
-from drover.visible import visible
+from drover.core.messages import Message, Usage
+from drover.core.rules import always_scope
+from drover.core.summaries import summarise_input, summarise_output
+from drover.core.visible import visible
 
 #: Lines of a file shown for a new ``write_file``; the rest is counted, not shown.
 PREVIEW_LINES = 40

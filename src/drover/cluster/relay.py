@@ -44,7 +44,7 @@ from typing import Any
 from drover.cluster.claims import ControlHandler
 from drover.cluster.signing import Seal
 from drover.journal.protocol import Store
-from drover.server.hub import Frame, Hub
+from drover.runtime.hub import Frame, Hub
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,13 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from drover.cluster.claims import SharedJournal, is_shared
+from drover.cluster.claims import ControlHandler, SharedJournal, is_shared
 from drover.cluster.relay import Relay
 from drover.cluster.signing import Seal, cluster_key
 from drover.errors import ConfigError
 from drover.journal.protocol import Store
-from drover.server.hub import Hub
-from drover.server.service import Service
-from drover.store.pg_conn import redact
+from drover.runtime.hub import Hub
+from drover.store.postgres.connection import redact
 
 __all__ = ["DEFAULT_LEASE", "Shared", "is_shared"]
 
@@ -52,8 +51,10 @@ class Shared:
     async def running_turns(self, session_ids: list[str]) -> dict[str, str]:
         return await self.store.running_turns(session_ids)
 
-    async def start(self, service: Service) -> None:
-        self.relay.on_control = service.on_control
+    async def start(self, on_control: ControlHandler) -> None:
+        """Starts relaying; ``on_control`` takes the control messages sent to this process (a
+        stop or a permission answer for a turn it runs)."""
+        self.relay.on_control = on_control
         await self.relay.start()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.store.listen(self.relay.received)))

@@ -42,8 +42,8 @@ from typing import Any
 
 import platformdirs
 
+from drover.config.private import PRIVATE_FILE, private_dir, tighten
 from drover.errors import ConfigError
-from drover.private import PRIVATE_FILE, private_dir, tighten
 
 log = logging.getLogger(__name__)
 

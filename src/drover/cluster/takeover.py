@@ -4,14 +4,14 @@ Every running turn holds a lease its runner renews (a third of the lease apart).
 process looks for running turns whose lease expired or whose owner is a dead process on this
 machine — once as it starts (a restart finds the turns the previous process left), then every
 ``interval`` seconds — and recovers them as any turn start does for its own session
-(:meth:`~drover.runner.Runner.recover`: open tool calls end ``interrupted``, a call whose
+(:meth:`~drover.runtime.runner.Runner.recover`: open tool calls end ``interrupted``, a call whose
 outcome is unknown says so, unflushed text is lost, flushed text kept as a partial message, the
 turn ends ``interrupted`` with its terminal event, and followers go back to the log). The store
 takes each turn under a lock and re-checks its owner and lease, so one process alone recovers a
 turn — and only that process resumes it, as a continuation turn (``prompt=None``) whose history
 tells the model which calls were cut off. A turn recovered by a message posted to its own
 session is resumed by that message's turn instead; so is one whose session has queued messages
-(the resume runs the next of them, :mod:`drover.turn_queue`). Each sweep also starts the
+(the resume runs the next of them, :mod:`drover.runtime.queue`). Each sweep also starts the
 queues of sessions left with queued messages and no turn (a process died between a turn's end
 and the next queued message's start, or the turn was only ended): queued messages are the
 user's own, so they run whether taken-over turns are resumed or only ended.

@@ -23,8 +23,8 @@ from itertools import repeat
 from operator import add
 from typing import Any
 
+from drover.core.messages import Message, TextBlock
 from drover.journal.records import EventRecord
-from drover.messages import Message, TextBlock
 
 #: In a folded ``text_delta`` row, where its text is: ``[message seq, block index, length]``.
 TEXT_AT = "text_at"

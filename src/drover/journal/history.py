@@ -32,10 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from drover.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, TERMINAL_TOOL_STATES
-from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
-from drover.journal.rules import interrupted_call
-from drover.messages import (
+from drover.core.events import MAY_HAVE_RUN_TEXT, NOT_RUN_TEXT, TERMINAL_TOOL_STATES
+from drover.core.messages import (
     ContentBlock,
     Message,
     TextBlock,
@@ -44,6 +42,8 @@ from drover.messages import (
     ToolUseBlock,
     answers_in_order,
 )
+from drover.journal.records import StoredMessage, ToolCallRecord, TurnRecord
+from drover.journal.rules import interrupted_call
 
 #: Message meta key marking late results (see the module docstring).
 LATE_RESULTS = "drover_late_results"

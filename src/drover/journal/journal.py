@@ -18,9 +18,9 @@ The loop awaits :meth:`Journal.send` for every event. What each event does (seed
 ``retry`` (discard)         the step's buffered text is written, then its text rows no longer
                             feed recovery (the log keeps them, before the retry's row)
 ``done``/``incomplete``/    remaining text is flushed and the turn ended with
-``error``                   :func:`~drover.events.turn_status`
+``error``                   :func:`~drover.core.events.turn_status`
 ``worker``                  handed to the worker's journal (:mod:`drover.journal.worker_log`)
-``tool_progress``           not stored: transient (:func:`drover.events.is_transient`)
+``tool_progress``           not stored: transient (:func:`drover.core.events.is_transient`)
 ==========================  ================================================================
 
 Every event except the deltas is appended to the session's event log. Streamed text goes in
@@ -56,7 +56,7 @@ are numbered and published at once and written with the next of those or by the 
 most ``flush_interval`` later: a crash loses at most that much of them, at the tail of the log.
 With ``hold_messages`` (the Runner's journal) a finished message with tool calls is not made
 before ``send`` returns but with its first call's next state, which is (``running``, a
-permission question, the call's end); the :class:`~drover.sinks.Fanout` holds it back from the
+permission question, the call's end); the :class:`~drover.core.sinks.Fanout` holds it back from the
 printer and other live consumers until then (:attr:`Journal.holds_back`), so nothing is shown
 before it is durable. A one-call tool step thus costs three commits (the eager flush; the
 message with ``running``; the end with the results) instead of seventeen.
@@ -75,8 +75,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, assert_never, cast
 
-from drover.errors import LeaseLostError, StoreError
-from drover.events import (
+from drover.core.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
     Compacted,
@@ -101,6 +100,8 @@ from drover.events import (
     event_to_dict,
     turn_status,
 )
+from drover.core.messages import Message, message_to_dict
+from drover.errors import LeaseLostError, StoreError
 from drover.journal.flush_timer import FlushTimer
 from drover.journal.journal_log import FinishedContentHook, log
 from drover.journal.journal_queue import WriteQueue
@@ -121,7 +122,6 @@ from drover.journal.writes import (
     JournalWrite,
     ReplaceMessage,
 )
-from drover.messages import Message, message_to_dict
 
 #: Tool-call states made durable before ``send`` returns: a tool_use starting (the text before
 #: it is flushed with it), a call waiting for the user (what a client reads of the session
@@ -168,7 +168,7 @@ class Journal(JournalText):
         log numbers every event) and ``wrap``s what it publishes as the worker's event; its
         end is an event of the log, not the end of the parent's turn.
         ``hold_messages``: the sink that shows events to live consumers holds each one back
-        while :attr:`holds_back` is true (:class:`~drover.sinks.Fanout` does), so a step's
+        while :attr:`holds_back` is true (:class:`~drover.core.sinks.Fanout` does), so a step's
         assistant message with tool calls need not be durable when ``send`` returns: it is
         written with the next write that is (the call's ``running``, a permission question
         or the call's end), and shown only then. ``on_commit(writes, seconds)`` hears of each
@@ -249,7 +249,7 @@ class Journal(JournalText):
     def holds_back(self) -> bool:
         """Whether an event ``send`` took is not durable yet although a guarantee says it is
         made before it is shown: it must not reach a live consumer until this is false
-        again (with ``hold_messages``; see :class:`~drover.sinks.Fanout`)."""
+        again (with ``hold_messages``; see :class:`~drover.core.sinks.Fanout`)."""
         # (the comparison first: it is false but for the few events after a held message)
         return self._held_upto > self._writes.made and self.failure is None
 

@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from drover.core.events import TERMINAL_TOOL_STATES, Event, ToolStateChanged, event_to_dict
+from drover.core.messages import Message
 from drover.errors import LeaseLostError, StoreError
-from drover.events import TERMINAL_TOOL_STATES, Event, ToolStateChanged, event_to_dict
 from drover.journal.flush_timer import FlushTimer
 from drover.journal.journal_queue import WriteQueue
 from drover.journal.numbering import Numbering
@@ -35,7 +36,6 @@ from drover.journal.writes import (
     referring,
     referring_output,
 )
-from drover.messages import Message
 
 # The journal's logger: these are its messages.
 log = logging.getLogger("drover.journal.journal")

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from drover.core.events import TextDelta
 from drover.errors import LeaseLostError
-from drover.events import TextDelta
 from drover.journal.journal_log import JournalLog, log
 from drover.journal.rules import flushed_text_event
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from drover.core.messages import Message, Usage
 from drover.journal.records import (
     Delivery,
     EventRecord,
@@ -36,7 +37,6 @@ from drover.journal.records import (
     TurnRecord,
 )
 from drover.journal.writes import JournalWrite
-from drover.messages import Message, Usage
 
 
 class SessionStore(Protocol):

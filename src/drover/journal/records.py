@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from drover.events import ToolState, TurnStatus
-from drover.messages import Message, Usage
+from drover.core.events import ToolState, TurnStatus
+from drover.core.messages import Message, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

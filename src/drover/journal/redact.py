@@ -35,8 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
-from drover.errors import ConfigError
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -45,6 +44,7 @@ from drover.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from drover.errors import ConfigError
 
 REDACTED = "[REDACTED]"
 #: The longest key-like tail kept back at a flush (a key is far shorter).

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from itertools import groupby
 from typing import Any
 
+from drover.core.events import TextDelta, ToolState, event_to_dict, interrupted_outcome
+from drover.core.messages import Message, TextBlock
 from drover.errors import LeaseLostError
-from drover.events import TextDelta, ToolState, event_to_dict, interrupted_outcome
 from drover.journal.records import EventRecord, QueuedMessage
-from drover.messages import Message, TextBlock
 
 #: Why a recovered turn ended.
 ORPHAN_ERROR = "the process running this turn stopped before it finished"
@@ -25,7 +25,8 @@ TITLE_CHARS = 80
 
 def interrupted_call(state: ToolState, read_only: bool) -> tuple[str, bool]:
     """What an open tool call becomes when its turn is cut off: (result text, outcome unknown).
-    One stored as ``running`` had its tool entered (:func:`~drover.events.interrupted_outcome`)."""
+    One stored as ``running`` had its tool entered
+    (:func:`~drover.core.events.interrupted_outcome`)."""
     return interrupted_outcome(state == "running", read_only)
 
 

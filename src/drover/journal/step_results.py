@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from drover.events import ToolStateChanged
+from drover.core.events import ToolStateChanged
+from drover.core.messages import Message, ToolResultBlock, tool_result_message
 from drover.journal.writes import AppendEvent, UpsertToolCall
-from drover.messages import Message, ToolResultBlock, tool_result_message
 
 
 def tool_call_write(

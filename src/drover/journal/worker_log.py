@@ -1,6 +1,6 @@
 """Where a worker's journal writes: the parent turn's event log and tool calls.
 
-A worker (a sub-agent the ``task`` tool runs, see :mod:`drover.workers`) is recorded by a
+A worker (a sub-agent the ``task`` tool runs, see :mod:`drover.runtime.workers`) is recorded by a
 :class:`~drover.journal.journal.Journal` of its own — same gates, same redaction, same retries —
 whose store is a :class:`WorkerLog`. It keeps the worker under the parent's turn without a
 table of its own:
@@ -10,13 +10,13 @@ table of its own:
   ``worker * 100 + index`` and their id is scoped by :func:`scoped_call_id` (servers that
   number calls ``call_0``, ``call_1``… would otherwise give two workers the same ids);
 * everything else — its prompt, flushed text, messages, retries, its end — is an event of the
-  session's log, in the form of :class:`~drover.events.WorkerEvent`: type ``worker``, with
+  session's log, in the form of :class:`~drover.core.events.WorkerEvent`: type ``worker``, with
   ``worker``, ``parent_call_id`` and the worker's own event under ``event``. The messages are
   recorded by their ``assistant_message``/``tool_results`` events, so a message's own write
   stores nothing more; flushed text is a ``text_delta`` event with its ``step``; the
   worker's terminal event is logged as is (the parent turn's row is not touched).
 
-:func:`drover.workers.worker_states` rebuilds each worker's work from these events.
+:func:`drover.runtime.workers.worker_states` rebuilds each worker's work from these events.
 """
 
 from __future__ import annotations

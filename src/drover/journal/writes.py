@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from drover.events import ToolState, TurnStatus
-from drover.messages import Message, Usage, message_to_dict
+from drover.core.events import ToolState, TurnStatus
+from drover.core.messages import Message, Usage, message_to_dict
 
 #: In a stored terminal event, the seq (in its turn) of the message whose text is the event's
 #: ``text``: the journal stores an answer once, in its message, and a store puts it back in

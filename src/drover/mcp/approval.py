@@ -4,7 +4,7 @@ The servers of the workdir's ``.mcp.json`` are programs a repository names; a re
 someone cloned must not run them just because drover started in it. So the command line
 (``-p``, the REPL, ``serve``, ``drover mcp list``) starts a project server only once it is
 approved — the user-level ``mcp.json`` and ``--mcp-config`` files are the user's own, and an
-:class:`~drover.agent.Agent` runs what its caller gives it. A server is approved
+:class:`~drover.agent.agent.Agent` runs what its caller gives it. A server is approved
 
 * by the config file: ``[mcp] approve_project = true`` (every project's servers) or a list of
   server names;
@@ -36,7 +36,8 @@ from typing import Any
 
 import platformdirs
 
-from drover.config import Config
+from drover.config.private import private_dir
+from drover.config.settings import Config
 from drover.mcp.config import (
     PROJECT_FILE,
     McpFile,
@@ -45,8 +46,7 @@ from drover.mcp.config import (
     parse_server,
     read_config_bytes,
 )
-from drover.private import private_dir
-from drover.project_files import ProjectFileRefused
+from drover.tools.project_files import ProjectFileRefused
 
 log = logging.getLogger(__name__)
 

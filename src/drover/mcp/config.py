@@ -33,7 +33,7 @@ user-level file (``mcp.json`` next to drover's ``config.toml``), the workdir's `
 then each file given (``--mcp-config``). A file that is not valid JSON or not of this shape is
 a :class:`~drover.errors.ConfigError` naming the file and the problem. A project's file
 (``.mcp.json``) that leads outside its directory, or is no regular file, is skipped with a
-warning (:mod:`drover.project_files`). A file may be given as
+warning (:mod:`drover.tools.project_files`). A file may be given as
 an :class:`McpFile` to take only some of its servers (the command line takes a project's
 servers only once approved: :mod:`drover.mcp.approval`).
 """
@@ -51,10 +51,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from drover.config import default_config_path
+from drover.config.expand import Expander, kept_secrets, scrub, secret_patterns
+from drover.config.settings import default_config_path
 from drover.errors import ConfigError
-from drover.expand import Expander, kept_secrets, scrub, secret_patterns
-from drover.project_files import ProjectFileRefused, read_project_file
+from drover.tools.project_files import ProjectFileRefused, read_project_file
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,8 @@ def load_servers(
 
 def read_config_bytes(path: Path) -> bytes:
     """A config file's content (what its approval is keyed by, and what is parsed). A
-    project's file (``.mcp.json``) is read only as :mod:`drover.project_files` allows, in its
-    own directory: :class:`~drover.project_files.ProjectFileRefused` otherwise."""
+    project's file (``.mcp.json``) is read only as :mod:`drover.tools.project_files` allows, in its
+    own directory: :class:`~drover.tools.project_files.ProjectFileRefused` otherwise."""
     try:
         if path.name == PROJECT_FILE:
             data = read_project_file(path, path.absolute().parent)

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import platformdirs
 
+from drover.config.private import private_dir
 from drover.mcp.config import McpServerConfig
-from drover.private import private_dir
 
 #: drover's environment variables a server gets (the MCP SDK's own choice), before its ``env``.
 INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")

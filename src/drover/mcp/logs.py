@@ -1,7 +1,7 @@
 """A server's log file: its stderr, and drover's notes on its starts, failures and stops.
 
 Logs live in ``<user data dir>/drover/mcp-logs/NAME.log`` (a directory the ``bash`` sandbox
-hides: a server may print its secrets; mode 700, its files 600: :mod:`drover.private`), one
+hides: a server may print its secrets; mode 700, its files 600: :mod:`drover.config.private`), one
 file per server appended across starts, each start
 opening with a header line. A file past :data:`MAX_BYTES` is moved to ``NAME.log.1`` when the
 server next starts. drover's notes never contain a secret of the server's configuration (they
@@ -22,7 +22,7 @@ from typing import TextIO
 
 import platformdirs
 
-from drover.private import open_private, private_dir
+from drover.config.private import open_private, private_dir
 
 #: Size past which a log is rotated at the next start.
 MAX_BYTES = 2_000_000

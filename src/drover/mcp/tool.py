@@ -7,7 +7,7 @@ longer than the 64 characters they allow is cut and ends with a hash of the full
 tools never share a name.
 
 A call goes to the server's connection (:mod:`drover.mcp.connection`); its progress
-notifications become the call's :class:`~drover.events.ToolProgress` events and its result
+notifications become the call's :class:`~drover.core.events.ToolProgress` events and its result
 drover's text output (:mod:`drover.mcp.results`). Permissions come from the configuration: a
 tool is side-effecting (it asks) unless its server or the tool itself is marked ``readOnly``,
 and asks unless marked ``trust``. An MCP tool is never ``contained``: it runs outside the

@@ -39,8 +39,8 @@ import anthropic
 import httpx2
 from anthropic.types import JSONOutputFormatParam, RawMessageStreamEvent, ThinkingConfigParam
 
-from drover.messages import Usage
-from drover.model_stream import (
+from drover.core.messages import Usage
+from drover.core.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,

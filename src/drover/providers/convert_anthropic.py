@@ -24,7 +24,7 @@ from anthropic.types import (
     ToolResultBlockParam,
 )
 
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -32,8 +32,8 @@ from drover.messages import (
     ThinkingBlock,
     ToolResultBlock,
 )
-from drover.messages import ToolUseBlock as NeutralToolUse
-from drover.model_stream import ToolSpec
+from drover.core.messages import ToolUseBlock as NeutralToolUse
+from drover.core.model_stream import ToolSpec
 from drover.providers.convert_common import has_text, normalise_history
 from drover.providers.ids import ANTHROPIC_IDS, ToolIdMapper
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     ImageBlock,
     Message,

@@ -29,7 +29,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -37,8 +37,8 @@ from drover.messages import (
     ThinkingBlock,
     ToolResultBlock,
 )
-from drover.messages import ToolUseBlock as NeutralToolUse
-from drover.model_stream import ToolSpec
+from drover.core.messages import ToolUseBlock as NeutralToolUse
+from drover.core.model_stream import ToolSpec
 from drover.providers.convert_common import data_url, has_text, normalise_history, user_parts
 from drover.providers.ids import CHAT_IDS, ToolIdMapper
 

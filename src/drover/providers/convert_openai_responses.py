@@ -34,7 +34,7 @@ from typing import Any, assert_never
 
 from openai.types.responses import FunctionToolParam
 
-from drover.messages import (
+from drover.core.messages import (
     ContentBlock,
     ImageBlock,
     Message,
@@ -42,8 +42,8 @@ from drover.messages import (
     ThinkingBlock,
     ToolResultBlock,
 )
-from drover.messages import ToolUseBlock as NeutralToolUse
-from drover.model_stream import ToolSpec
+from drover.core.messages import ToolUseBlock as NeutralToolUse
+from drover.core.model_stream import ToolSpec
 from drover.providers.convert_common import data_url, has_text, normalise_history, user_parts
 from drover.providers.convert_openai_chat import arguments_json, error_content
 from drover.providers.ids import RESPONSES_IDS, ToolIdMapper

@@ -22,7 +22,7 @@ import importlib.util
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from drover.config import KEY_VARS, Config
+from drover.config.settings import KEY_VARS, Config
 from drover.errors import ConfigError
 from drover.providers.base import Provider
 

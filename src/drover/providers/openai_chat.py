@@ -48,8 +48,8 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from drover.messages import Usage
-from drover.model_stream import (
+from drover.core.messages import Usage
+from drover.core.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,

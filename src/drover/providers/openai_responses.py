@@ -55,9 +55,8 @@ from openai.types.responses import (
 )
 from openai.types.shared_params import Reasoning
 
-from drover.errors import ProviderError
-from drover.messages import Usage
-from drover.model_stream import (
+from drover.core.messages import Usage
+from drover.core.model_stream import (
     BlockDelta,
     BlockKind,
     BlockStart,
@@ -67,6 +66,7 @@ from drover.model_stream import (
     StreamEnd,
     StreamEvent,
 )
+from drover.errors import ProviderError
 from drover.providers.convert_openai_responses import (
     PROVIDER,
     InputPlan,

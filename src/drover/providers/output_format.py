@@ -1,5 +1,5 @@
 """Structured output as the OpenAI protocols ask for it natively, from a neutral
-:class:`~drover.model_stream.OutputSpec` (Anthropic's is in :mod:`drover.providers.anthropic`:
+:class:`~drover.core.model_stream.OutputSpec` (Anthropic's is in :mod:`drover.providers.anthropic`:
 this module loads only the ``openai`` SDK's types).
 
 * Chat Completions: ``response_format`` ``{"type": "json_schema", "json_schema": {"name",
@@ -25,7 +25,7 @@ from typing import Any
 from openai.types.responses import ResponseFormatTextJSONSchemaConfigParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
-from drover.model_stream import OutputSpec
+from drover.core.model_stream import OutputSpec
 
 
 class _NotStrict(Exception):

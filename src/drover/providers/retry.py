@@ -26,8 +26,8 @@ An error's message may hold what the server echoed back of the request; ``secret
 of the extra headers a provider sends) are taken out of it before it is announced or raised.
 
 Retries come from one of two counters. With ``retry_budget`` (a
-:class:`~drover.model_stream.RetryBudget` the caller made for one model call, and spends its own
-mid-stream retries from) every retry here is taken from it, so the call as a whole never
+:class:`~drover.core.model_stream.RetryBudget` the caller made for one model call, and spends its
+own mid-stream retries from) every retry here is taken from it, so the call as a whole never
 makes more than ``budget.limit`` retries however the layers share them. Without one, the
 policy's ``max_retries`` counts this stream's retries alone. Either way, an error raised
 because no retry was left says how many attempts were made.
@@ -44,9 +44,9 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from drover.config.expand import scrub
+from drover.core.model_stream import RetryBudget, RetryNotice, StreamEvent
 from drover.errors import ContextOverflowError, ProviderError, StreamError, retryable_status
-from drover.expand import scrub
-from drover.model_stream import RetryBudget, RetryNotice, StreamEvent
 
 #: Translates an SDK or transport exception into (drover error, retry-after seconds), or
 #: None when the exception is not one the provider knows (it then propagates unchanged).

@@ -32,6 +32,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 import anyio
 import httpx2
 
+from drover.config.expand import kept_secrets
+from drover.core.model_stream import ModelRequest, StreamEvent
 from drover.errors import (
     ConfigError,
     ProviderConnectionError,
@@ -39,8 +41,7 @@ from drover.errors import (
     ProviderHTTPError,
     StreamError,
 )
-from drover.expand import kept_secrets
-from drover.model_stream import ModelRequest, StreamEvent
+from drover.providers.base import EventMapper
 from drover.providers.client_env import check_client_environment
 from drover.providers.retry import (
     STARTED,
@@ -196,16 +197,6 @@ def untransformed(key: str, value: Sequence[Any]) -> dict[str, Any]:
     same keys in the same order, and the same bytes.
     """
     return {key: value}
-
-
-class EventMapper(Protocol):
-    """Maps one response's SDK events onto neutral stream events (no I/O)."""
-
-    def feed(self, event: Any, /) -> list[StreamEvent]: ...
-
-    def finish(self) -> list[StreamEvent]:
-        """The SDK's stream ran out: end the response, or raise if it was cut short."""
-        ...
 
 
 class SdkOptions(TypedDict, total=False):

@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import httpx2
 
-from drover.config import DEFAULT_STALL_TIMEOUT as DEFAULT_STALL_TIMEOUT
+from drover.config.settings import DEFAULT_STALL_TIMEOUT as DEFAULT_STALL_TIMEOUT
 from drover.errors import ProviderConnectionError, ProviderError, StreamError
 from drover.providers.sse import SseDecoder, SseEvent
 

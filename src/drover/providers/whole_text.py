@@ -8,7 +8,7 @@ does not join them, and neither half can be encoded as UTF-8: written to the jou
 fails every write; shown, it prints two replacement characters. A lone half can also come on its
 own from a broken server.
 
-:class:`WholeText` wraps a response's :class:`~drover.providers.sdk_provider.EventMapper`: a text
+:class:`WholeText` wraps a response's :class:`~drover.providers.base.EventMapper`: a text
 or thinking delta that ends with a high surrogate keeps it back and gives it to the next delta of
 its block, pairs are joined into their character, and any half left alone (at the block's end,
 the response's end, or where no partner follows) becomes U+FFFD. Text without surrogates — all
@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from drover.messages import has_surrogate, mend_surrogates
-from drover.model_stream import BlockDelta, BlockStop, StreamEvent
+from drover.core.messages import has_surrogate, mend_surrogates
+from drover.core.model_stream import BlockDelta, BlockStop, StreamEvent
 
 if TYPE_CHECKING:
-    from drover.providers.sdk_provider import EventMapper
+    from drover.providers.base import EventMapper
 
 #: The kinds of delta that carry text (a tool call's input arrives as JSON source text, whose
 #: escapes its decoder joins).

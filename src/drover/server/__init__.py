@@ -172,7 +172,7 @@ work; ``rewound``: a rewind undid the turn — it stays, and is discarded too);
 ``status`` is ``running|completed|incomplete|failed|interrupted``.
 ``Message`` is ``{"role", "content": [Block]}`` with blocks ``{"type": "text", "text",
 "partial"?}``, ``{"type": "thinking", …}``, ``{"type": "tool_use", "id", "name", "input"}``,
-``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.messages``).
+``{"type": "tool_result", "tool_use_id", "content", "is_error"}`` (``drover.core.messages``).
 ``ToolCall`` is ``{"call_id", "step", "call_index", "name", "state", "input", "output",
 "is_error", "outcome_unknown"}``; ``state`` is ``input-streaming|input-available|
 awaiting-permission|running|output-available|output-error|denied|interrupted``.
@@ -223,7 +223,7 @@ The event stream
 ----------------
 
 Each replayable event is ``id: SEQ`` / ``event: TYPE`` / ``data: JSON`` where the JSON is the
-event's dict (``drover.events.event_to_dict``: ``type`` first) plus ``"seq"``, ``"prev"`` and
+event's dict (``drover.core.events.event_to_dict``: ``type`` first) plus ``"seq"``, ``"prev"`` and
 ``"turn_id"``. Sequence numbers increase; as a rule they run without gaps, but they jump
 where a process died (what is logged after it is numbered after the numbers the dead process
 reserved) or a turn's record failed. ``prev`` is the number of the event before this one in

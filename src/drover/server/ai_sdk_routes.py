@@ -30,12 +30,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from drover.core.messages import blank
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
-from drover.messages import blank
 from drover.server.ai_sdk import Chunk, UiMessageStream
 from drover.server.auth import principal
+from drover.server.bodies import MAX_CONTENT, json_body
 from drover.server.doors import (
     DONE,
     DOOR_ID,
@@ -54,7 +55,6 @@ from drover.server.doors import (
     user_text,
 )
 from drover.server.errors import ApiError
-from drover.server.routes import MAX_CONTENT, json_body
 from drover.server.service import NotFoundError, Service
 
 #: The headers of a UI message stream (the ``ai`` package's own, but ``connection``).

@@ -30,11 +30,11 @@ from starlette.requests import Request
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.journal.rules import ORPHAN_ERROR
+from drover.runtime.hub import TransientFrame
 from drover.server.errors import ApiError
 from drover.server.follow import Follower, Reset, frame_event
-from drover.server.hub import TransientFrame
 from drover.server.service import Service
-from drover.session import RESUME_NOTE
+from drover.turn.state import RESUME_NOTE
 
 TERMINAL = frozenset({"done", "incomplete", "error"})
 #: What a door takes as a session's or a turn's id in a path or a body.

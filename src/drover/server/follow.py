@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover.journal.records import SessionRecord
-from drover.server.hub import Frame, Subscription, TransientFrame
+from drover.runtime.hub import Frame, Subscription, TransientFrame
 from drover.server.replay import backlog
 from drover.server.service import Service
 

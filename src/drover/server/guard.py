@@ -16,10 +16,10 @@ every request, in this order:
   refused the same way.
 
 The third rule needs the route, so it is in the handlers' body reader
-(:func:`drover.server.routes.json_body`): a route that takes a body takes it only as
+(:func:`drover.server.bodies.json_body`): a route that takes a body takes it only as
 ``Content-Type: application/json``, even when it is empty. A route that takes none (a cancel,
 an interrupt) also takes a request with no body at all
-(:func:`~drover.server.routes.empty_body`), as HTTP clients send one; a page on another site
+(:func:`~drover.server.bodies.empty_body`), as HTTP clients send one; a page on another site
 sending it is refused by the ``Origin`` and ``Sec-Fetch-Site`` rule above, which the browser
 fills in itself.
 

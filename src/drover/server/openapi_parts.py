@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 # The schemas' pattern of a text that is not blank: the library refuses such a prompt alike.
-from drover.messages import NOT_BLANK as NOT_BLANK
+from drover.core.messages import NOT_BLANK as NOT_BLANK
 
 ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover.journal.records import EventRecord
-from drover.server.hub import Frame, SessionFeed, make_frame, text_frame, text_template
+from drover.runtime.hub import Frame, SessionFeed, make_frame, text_frame, text_template
 
 #: One event of the log before it is encoded: ``(seq, text, template, None)`` for a delta cut
 #: from a text row, ``(seq, None, payload, turn_id)`` for any other row.

@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from drover.core.messages import blank
 from drover.journal.records import TurnRecord
-from drover.messages import blank
+from drover.server.bodies import MAX_CONTENT
 from drover.server.doors import DOOR_ID, invalid, user_text
 from drover.server.errors import ApiError
 from drover.server.responses_api import MCP_PREFIX, MESSAGE_PREFIX
-from drover.server.routes import MAX_CONTENT
 
 #: The fields drover reads, and their types (null is "not given", as everywhere in the API).
 TAKEN: dict[str, type | tuple[type, ...]] = {

@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.server.auth import principal
+from drover.server.bodies import empty_body, json_body
 from drover.server.doors import (
     DONE,
     DOOR_ID,
@@ -72,7 +73,6 @@ from drover.server.responses_input import (
     named_turn,
     read_request,
 )
-from drover.server.routes import empty_body, json_body
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 
 #: What a non-streamed answer sends for each heartbeat until the response ends (JSON allows

@@ -1,6 +1,6 @@
 """What the HTTP routes act on: a thin adapter over the agent and its runner.
 
-Turns run through the same :class:`~drover.agent.Agent` a library user has: a posted message
+Turns run through the same :class:`~drover.agent.agent.Agent` a library user has: a posted message
 starts a turn on the session's handle, in a task of the agent's runner, not of the request, so
 the turn outlives every client. The runner allows one turn at a time per session (a second
 message gets the running turn's id, :class:`~drover.errors.SessionBusyError`; the journal
@@ -25,11 +25,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.rewind import RewindPlan, RewindResult
+from drover.agent.session import Session
 from drover.cluster.relay import Relay
-from drover.control import RewindPlan, RewindResult
-from drover.errors import DroverError, SessionBusyError
-from drover.events import (
+from drover.cluster.remote_stop import RemoteStops, RunningElsewhere, SendControl
+from drover.core.events import (
     Decision,
     Event,
     PermissionRequest,
@@ -37,17 +38,16 @@ from drover.events import (
     event_to_dict,
     is_transient,
 )
-from drover.handle import Session
+from drover.errors import DroverError, SessionBusyError
 from drover.journal.protocol import Store
 from drover.journal.records import GrantRecord, QueuedMessage, SessionRecord
-from drover.runner import Runner
-from drover.running import FollowUp, RunningTurn
-from drover.server.hub import Hub
-from drover.server.remote_stop import RemoteStops, RunningElsewhere, SendControl
+from drover.runtime.hub import Hub
+from drover.runtime.queue import QUEUE_EVENTS, IfBusy
+from drover.runtime.runner import Runner
+from drover.runtime.turns import FollowUp, RunningTurn
 from drover.server.snapshot import snapshot
 from drover.server.webhooks import Targets
 from drover.telemetry.metrics import Metrics
-from drover.turn_queue import QUEUE_EVENTS, IfBusy
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Service:
         return await self.store.get_session(record.id) or record
 
     async def delete(self, record: SessionRecord) -> None:
-        """Delete the session (:meth:`drover.agent.Agent.delete_session`), refused with
+        """Delete the session (:meth:`drover.agent.agent.Agent.delete_session`), refused with
         :class:`~drover.errors.SessionBusyError` while a turn of it runs in any process; its
         followers' streams here end (they reconnect to a 404)."""
         running = await self.any_running_turn_id(record.id)
@@ -169,7 +169,7 @@ class Service:
     async def rewind(
         self, record: SessionRecord, turn_id: str, *, files: bool, force: bool, dry_run: bool
     ) -> RewindPlan | RewindResult:
-        """Rewind the session to before ``turn_id`` (:meth:`drover.agent.Agent.rewind`), or
+        """Rewind the session to before ``turn_id`` (:meth:`drover.agent.agent.Agent.rewind`), or
         with ``dry_run`` say what that would do; refused with
         :class:`~drover.errors.SessionBusyError` while a turn of it runs in any process."""
         running = await self.any_running_turn_id(record.id)
@@ -250,7 +250,7 @@ class Service:
     ) -> str | QueuedMessage:
         """Start a turn (``content=None``: resume the session's unfinished work); returns its
         id once the runner has recorded it — or, queued behind a running turn (``if_busy``,
-        :meth:`drover.handle.Session.submit`), the queued message. With traces on, the trace
+        :meth:`drover.agent.session.Session.submit`), the queued message. With traces on, the trace
         context of ``headers`` (the request's ``traceparent``) is the parent of the turn's span.
         ``webhook`` (checked against :attr:`webhooks`: :class:`WebhookRefused` otherwise)
         replaces the server's for this turn."""
@@ -288,9 +288,9 @@ class Service:
         webhook: str | None,
     ) -> RunningTurn | QueuedMessage:
         """:meth:`Session.submit`; with ``interrupt`` or ``rollback`` a turn another process
-        runs is stopped first (:mod:`drover.server.remote_stop`), its work kept or discarded
+        runs is stopped first (:mod:`drover.cluster.remote_stop`), its work kept or discarded
         here before the message's turn starts — the session held from before the stop until
-        that turn starts (:mod:`drover.session_hold`), so that nothing starts in between."""
+        that turn starts (:mod:`drover.runtime.holds`), so that nothing starts in between."""
         try:
             return await handle.submit(content, if_busy=if_busy, live=live, webhook=webhook)
         except SessionBusyError as busy:

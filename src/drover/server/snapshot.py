@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drover.core.messages import message_to_dict
 from drover.journal.protocol import Store
 from drover.journal.records import QueuedMessage, SessionRecord, ToolCallRecord, Transcript
-from drover.messages import message_to_dict
 
 
 def session_summary(record: SessionRecord, running_turn_id: str | None) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 :func:`open_store` picks a backend from a path or URL and returns a
 :class:`~drover.journal.protocol.Store` (the protocol, its records and the journal that writes
 through it are the :mod:`drover.journal` package's). Both backends are one SQL store over a
-dialect (:mod:`~drover.store.dialect`) and a connection; the schema is
-:mod:`~drover.store.migrations` (with :mod:`~drover.store.pg_migrations` on PostgreSQL), and
-rows become records in :mod:`~drover.store.rows`.
+dialect (:mod:`~drover.store.sql.dialect`) and a connection; the schema is
+:mod:`~drover.store.migrations.steps` (with :mod:`~drover.store.migrations.postgres` on PostgreSQL),
+and rows become records in :mod:`~drover.store.sql.rows`.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from drover.errors import StoreError
 from drover.journal.protocol import Store
-from drover.store.sqlite import SqliteStore
+from drover.store.sqlite.store import SqliteStore
 
 if TYPE_CHECKING:
-    from drover.store.postgres import PostgresStore
+    from drover.store.postgres.store import PostgresStore
 
 __all__ = ["PostgresStore", "SqliteStore", "default_db_path", "open_store"]
 
 
 #: Names imported on first use: psycopg takes a quarter of a second to import (only PostgreSQL
 #: users pay for it).
-_LAZY = {"PostgresStore": "drover.store.postgres"}
+_LAZY = {"PostgresStore": "drover.store.postgres.store"}
 
 
 def __getattr__(name: str) -> Any:
@@ -52,7 +52,7 @@ def open_store(url_or_path: str | None = None) -> Store:
     target = url_or_path.strip()
     scheme = target.split("://", 1)[0].lower() if "://" in target else ""
     if scheme in ("postgresql", "postgres"):
-        from drover.store.postgres import PostgresStore
+        from drover.store.postgres.store import PostgresStore
 
         return PostgresStore(target)
     if scheme == "sqlite":

@@ -1,6 +1,6 @@
 """What an operator sees of drover's turns: OpenTelemetry traces, Prometheus metrics, logs.
 
-:class:`Telemetry` (:mod:`.setup`) is what an :class:`~drover.agent.Agent` observes its turns
+:class:`Telemetry` (:mod:`.setup`) is what an :class:`~drover.agent.agent.Agent` observes its turns
 with; off unless given. Traces go through the OpenTelemetry API only, as spans in the GenAI
 semantic conventions (:mod:`.genai`) built from the loop's events (:mod:`.tracing`); metrics
 are a Prometheus registry of the process (:mod:`.metrics`); :mod:`.logs` puts a turn's ids on

@@ -10,7 +10,7 @@ cache read/creation counts), ``gen_ai.response.time_to_first_chunk``, ``gen_ai.t
 ``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments`` and
 ``gen_ai.tool.call.result`` (JSON strings in the conventions' message shapes).
 
-drover's own: ``drover.session.id``, ``drover.turn.id``, ``drover.turn.status`` (completed,
+drover's own: ``drover.turn.state.id``, ``drover.turn.id``, ``drover.turn.status`` (completed,
 incomplete, failed, interrupted), ``drover.turn.reason``, ``drover.step``,
 ``drover.tool.state`` (the call's final state), ``drover.tool.outcome_unknown``,
 ``drover.worker.index``; span events ``retry`` (``drover.retry.attempt``,
@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from drover.messages import (
+from drover.core.messages import (
     Message,
     TextBlock,
     ThinkingBlock,
@@ -54,7 +54,7 @@ INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 ERROR_TYPE = "error.type"
 
-SESSION_ID = "drover.session.id"
+SESSION_ID = "drover.turn.state.id"
 TURN_ID = "drover.turn.id"
 TURN_STATUS = "drover.turn.status"
 TURN_REASON = "drover.turn.reason"

@@ -39,7 +39,7 @@ from typing import Literal, TypeAlias
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from drover.events import (
+from drover.core.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
     Done,

@@ -1,6 +1,6 @@
 """What a process observes of its turns, and how an operator turns it on.
 
-:class:`Telemetry` is handed to an :class:`~drover.agent.Agent` (and so to its runner): a
+:class:`Telemetry` is handed to an :class:`~drover.agent.agent.Agent` (and so to its runner): a
 tracer provider when traces are wanted, the Prometheus :class:`~drover.telemetry.metrics.Metrics`
 when a server exposes them, and whether message content goes into spans. Nothing here is
 process-wide: drover never installs a global tracer provider, and an agent without telemetry

@@ -42,7 +42,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from drover.events import (
+from drover.core.events import (
     TERMINAL_TOOL_STATES,
     AssistantMessage,
     Compacted,
@@ -61,9 +61,9 @@ from drover.events import (
     WorkerEvent,
     turn_status,
 )
+from drover.core.messages import Usage
 from drover.journal.records import ToolCallRecord
 from drover.journal.redact import Redactor
-from drover.messages import Usage
 from drover.telemetry import genai
 
 #: Statuses of a turn (or worker) that ended badly: its span gets an error status.

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from drover.core.sinks import EventSink
 from drover.journal.protocol import Store
 from drover.journal.redact import Redactor
-from drover.sinks import EventSink
-from drover.store.turn_traces import TurnTraces
+from drover.store.sql.turn_traces import TurnTraces
 from drover.telemetry.logs import TurnLog
 from drover.telemetry.setup import Telemetry
 

@@ -37,9 +37,8 @@ from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drover.errors import ProviderError, StreamError
-from drover.messages import Message, Usage
-from drover.model_stream import (
+from drover.core.messages import Message, Usage
+from drover.core.model_stream import (
     BlockDelta,
     BlockStart,
     BlockStop,
@@ -49,6 +48,7 @@ from drover.model_stream import (
     StreamEvent,
     UsageUpdate,
 )
+from drover.errors import ProviderError, StreamError
 from drover.providers.retry import STARTED, RetryPolicy, Started, retrying
 
 

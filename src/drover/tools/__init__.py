@@ -1,7 +1,7 @@
 """Tools the model can call: the seam, the ``@tool`` decorator, the registry and confinement.
 
 The built-in coding tools live in :mod:`drover.tools.builtin`; the permission policy that
-decides which calls need the user's consent is :mod:`drover.permissions`.
+decides which calls need the user's consent is :mod:`drover.turn.permissions`.
 """
 
 from __future__ import annotations

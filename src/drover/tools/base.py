@@ -78,7 +78,7 @@ class ToolContext(Generic[DepsT]):
     on_output: Callable[[str], None] = field(default=_discard)
     #: Awaited with ``(progress, total, message)`` as a long-running tool advances (``total``
     #: and ``message`` may be None); consumers see it as a transient
-    #: :class:`~drover.events.ToolProgress` event, which the journal does not keep.
+    #: :class:`~drover.core.events.ToolProgress` event, which the journal does not keep.
     on_progress: Callable[[float, float | None, str | None], Awaitable[None]] = field(
         default=_no_progress
     )

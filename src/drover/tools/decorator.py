@@ -40,8 +40,8 @@ import docstring_parser
 import pydantic
 from pydantic.fields import FieldInfo
 
+from drover.core.output import describe_validation_error
 from drover.errors import ToolError
-from drover.output import describe_validation_error
 from drover.tools.base import ToolContext, ToolOutput
 from drover.tools.workspace import cap_output
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from drover.model_stream import ToolSpec
+from drover.core.model_stream import ToolSpec
 from drover.tools.base import Tool
 from drover.tools.builtin import DEFAULT_TIMEOUT, builtin_tools
 from drover.tools.sandbox import SandboxStatus

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from drover.config import ANY_DOMAIN, domain_entry
+from drover.config.settings import ANY_DOMAIN, domain_entry
 
 log = logging.getLogger("drover.sandbox")
 
@@ -55,7 +55,9 @@ _DROPPED_HEADERS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class DomainPolicy:
-    """Which names the proxy admits (entries as :func:`~drover.config.domain_entry` makes them)."""
+    """Which names the proxy admits (entries as :func:`~drover.config.settings.domain_entry` makes
+    them).
+    """
 
     entries: tuple[str, ...]
 

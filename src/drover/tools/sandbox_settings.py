@@ -19,7 +19,7 @@ from typing import Literal, TypeAlias, get_args
 
 import platformdirs
 
-from drover.config import ANY_DOMAIN, Config, domain_entry
+from drover.config.settings import ANY_DOMAIN, Config, domain_entry
 from drover.errors import ConfigError
 from drover.tools.limits import DEFAULT_PROCESSES, default_memory
 

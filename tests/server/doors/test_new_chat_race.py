@@ -21,12 +21,12 @@ import httpx2
 import pytest
 
 from drover import Agent
-from drover.config import Config
+from drover.config.settings import Config
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord
+from drover.runtime.hub import Hub
 from drover.server.app import create_app
 from drover.server.config import ServerSettings, token_owner
-from drover.server.hub import Hub
 from drover.server.service import Service
 from drover.testing.scripted import Reply, ScriptedProvider
 from drover.testing.server import FakeLLMServer

@@ -15,7 +15,7 @@ import sys
 
 from drover.cli.build import cli_agent
 from drover.cli.mcp import project_of
-from drover.config import load_config
+from drover.config.settings import load_config
 from drover.mcp.approval import Ask, ask_once
 
 

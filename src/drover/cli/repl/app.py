@@ -31,7 +31,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.images import prompt_with_images
+from drover.agent.session import Session
 from drover.cli.repl.commands import run_command
 from drover.cli.repl.complete import ReplCompleter
 from drover.cli.repl.keys import TurnKeys
@@ -39,14 +41,12 @@ from drover.cli.repl.status import TokenAccount, load_prices, prices_path, statu
 from drover.cli.repl.transcript import print_transcript
 from drover.cli.session_ids import resolve_session
 from drover.cli.tui import TurnView, describe_kept
+from drover.config.private import private_dir, private_file
+from drover.core.events import Done, Error, Incomplete, ToolState
+from drover.core.messages import Prompt, Usage
+from drover.core.visible import visible
 from drover.errors import ConfigError, DroverError
-from drover.events import Done, Error, Incomplete, ToolState
-from drover.handle import Session
-from drover.images import prompt_with_images
-from drover.messages import Prompt, Usage
-from drover.private import private_dir, private_file
-from drover.running import RunningTurn
-from drover.visible import visible
+from drover.runtime.turns import RunningTurn
 
 HISTORY_FILE = "repl_history"
 

@@ -38,17 +38,17 @@ from typing import Protocol
 from rich.console import Console
 from rich.text import Text
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.session import Session
 from drover.cli.repl.control import Line, Show, fork_command, rewind_command
 from drover.cli.repl.manage import export_command, remove_command, rename_command
 from drover.cli.repl.status import TokenAccount
 from drover.cli.session_ids import resolve_session
-from drover.compact import compact_history
-from drover.conversation import safe_cut
+from drover.core.conversation import safe_cut
+from drover.core.events import Compacted, Event
+from drover.core.visible import visible
 from drover.errors import DroverError
-from drover.events import Compacted, Event
-from drover.handle import Session
-from drover.visible import visible
+from drover.turn.compaction import compact_history
 
 HELP = (__doc__ or "").split("\n\n", 1)[1].strip()
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-from drover.agent import Agent
-from drover.config import list_models
+from drover.agent.agent import Agent
+from drover.config.settings import list_models
 
 #: Entries of one directory offered at most, so a huge directory cannot stall the prompt.
 MAX_ENTRIES = 200

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.rewind import RewindConflict
+from drover.agent.session import Session
 from drover.cli.session_ids import resolve_turn
-from drover.control import RewindConflict
-from drover.handle import Session
 
 #: Asks the user a yes/no question; True for yes.
 Confirm = Callable[[str], Awaitable[bool]]

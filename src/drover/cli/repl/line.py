@@ -15,17 +15,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.images import prompt_with_images
+from drover.agent.session import Session
 from drover.cli.build import cli_agent
 from drover.cli.render import HeadlessPrinter, pending_note
 from drover.cli.session_ids import resolve_session
 from drover.cli.stdin import StdinLines, stdin_is_terminal
+from drover.core.events import Error, Incomplete, turn_status
+from drover.core.messages import Prompt
+from drover.core.visible import visible
 from drover.errors import ConfigError, DroverError
-from drover.events import Error, Incomplete, turn_status
-from drover.handle import Session
-from drover.images import prompt_with_images
-from drover.messages import Prompt
-from drover.visible import visible
 
 
 def _messages(count: int) -> str:

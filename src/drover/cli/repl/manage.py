@@ -10,12 +10,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from drover.agent import Agent
+from drover.agent.agent import Agent
+from drover.agent.session import Session
 from drover.cli.admin import session_report
 from drover.cli.export import Format, export_session
 from drover.cli.session_ids import resolve_session
 from drover.errors import DroverError
-from drover.handle import Session
 from drover.journal.rules import user_title
 
 #: Asks the user a yes/no question; True for yes.

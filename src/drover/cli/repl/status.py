@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drover.config import default_config_path
+from drover.config.settings import default_config_path
+from drover.core.messages import Usage
 from drover.errors import ConfigError
-from drover.messages import Usage
 
 #: (input, output) US dollars per million tokens; list prices when this table was written.
 BUILTIN_PRICES: dict[str, tuple[float, float]] = {

@@ -9,11 +9,11 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from drover.cli.tui import ToolRow, tool_row_text
+from drover.core.messages import Usage
+from drover.core.summaries import summarise_input, summarise_output
+from drover.core.visible import visible
 from drover.journal.protocol import SessionStore
 from drover.journal.records import ToolCallRecord
-from drover.messages import Usage
-from drover.summaries import summarise_input, summarise_output
-from drover.visible import visible
 
 
 async def print_transcript(store: SessionStore, session_id: str, console: Console) -> Usage:

@@ -1,0 +1,1 @@
+"""The journal's schema, as ordered named migrations for both backends."""
