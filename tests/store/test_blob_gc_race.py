@@ -129,7 +129,7 @@ async def test_retention_spares_content_a_live_write_is_recording(
         # The turn ends having written a.txt; its rewind can put the content back.
         (work / "a.txt").write_bytes(b"after")
         await writer.write_batch([EndTurn(turn_id=live.id, status="completed")])
-        plan = await plan_rewind(writer, "live", live.id)
+        plan = await plan_rewind(writer, "live", live.id, work)
         assert plan.unrestorable == ()
         assert [f.action for f in plan.files] == ["restore"]
 
