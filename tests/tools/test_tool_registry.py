@@ -126,6 +126,7 @@ def test_public_names() -> None:
         "sandbox_argv",
         "sandbox_bridge",
         "sandbox_home",
+        "project_files",
         "sandbox_proxy",
         "sandbox_settings",
         "workspace",
