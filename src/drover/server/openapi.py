@@ -8,6 +8,8 @@ checks every answer against it.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +19,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from drover import __name__ as _package
-from drover.server.api_models import Error
+from drover.server.answers import Error
 from drover.server.operations import OPERATIONS, Op, Reply
 
 _REF = "#/components/schemas/{model}"
@@ -77,7 +79,13 @@ def _takes_null(schema: JsonSchemaValue) -> bool:
 
 
 def schema() -> dict[str, Any]:
-    """The document (built anew each time: a copy the caller may change)."""
+    """The document: a copy (the caller may change it) of the one built at the first call —
+    the route table and its models do not change while a process runs."""
+    return copy.deepcopy(_document())
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
     kinds = dict(_types())
     keys = list(kinds)
     found, defs = TypeAdapter.json_schemas(

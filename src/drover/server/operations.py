@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from drover.server import answers as a
 from drover.server import api_models as m
+from drover.server.answers import InputItems, Response, ResponseDeleted
 from drover.server.chat_request import ChatRequest
-from drover.server.responses_api import InputItems, Response, ResponseDeleted
 from drover.server.responses_request import ItemsQuery, ResponsesRequest, RetrieveQuery
 from drover.server.wire import Wire
 
@@ -45,7 +46,7 @@ class Op:
 
 
 def _error(description: str) -> Reply:
-    return Reply(description, m.Error)
+    return Reply(description, a.Error)
 
 
 _SID = "/v1/sessions/{session_id}"
@@ -55,7 +56,7 @@ _NO_TURN = _error("no such session, or no such turn in it")
 _UI_STREAM = Reply(
     "the AI SDK's UI message stream, protocol v1 (header x-vercel-ai-ui-message-stream: v1): "
     "each event's data a UIMessageChunk as JSON, the last one [DONE]",
-    m.SseEvent,
+    a.SseEvent,
     media="text/event-stream",
 )
 _NOT_YOURS = _error("no such response, or not this token's")
@@ -64,7 +65,7 @@ _NOT_YOURS = _error("no such response, or not this token's")
 def _response_or_events(description: str) -> Reply:
     """A Response as JSON, or as its streaming events (event: TYPE, data: JSON with
     sequence_number, then data: [DONE]): two media of one answer."""
-    return Reply(description, Response, also={"text/event-stream": m.SseEvent})
+    return Reply(description, Response, also={"text/event-stream": a.SseEvent})
 
 
 OPERATIONS: tuple[Op, ...] = (
@@ -72,27 +73,27 @@ OPERATIONS: tuple[Op, ...] = (
         "POST",
         "/v1/sessions",
         "Create a session",
-        {201: Reply("created", m.Created)},
+        {201: Reply("created", a.Created)},
         body=m.Empty,
     ),
     Op(
         "GET",
         "/v1/sessions",
         "List this token's sessions, most recently updated first",
-        {200: Reply("the sessions", m.SessionList), 400: _error("bad limit")},
+        {200: Reply("the sessions", a.SessionList), 400: _error("bad limit")},
         query=m.ListQuery,
     ),
     Op(
         "GET",
         _SID,
         "The durable transcript",
-        {200: Reply("the snapshot", m.Snapshot), 404: _NOT_FOUND},
+        {200: Reply("the snapshot", a.Snapshot), 404: _NOT_FOUND},
     ),
     Op(
         "PATCH",
         _SID,
         "Give the session a title (later turns keep it)",
-        {200: Reply("the renamed session", m.SessionSummary), 404: _NOT_FOUND},
+        {200: Reply("the renamed session", a.SessionSummary), 404: _NOT_FOUND},
         body=m.Rename,
     ),
     Op(
@@ -100,7 +101,7 @@ OPERATIONS: tuple[Op, ...] = (
         _SID,
         "Delete the session and everything it holds",
         {
-            200: Reply("deleted", m.Deleted),
+            200: Reply("deleted", a.Deleted),
             404: _NOT_FOUND,
             409: _error("a turn is running on the session (turn_id says which)"),
         },
@@ -113,7 +114,7 @@ OPERATIONS: tuple[Op, ...] = (
         "interrupt: the turn stops, its work kept, and this message resumes it; rollback: the "
         "turn stops, its work discarded, and this message runs)",
         {
-            202: Reply("the turn started, or the message queued", m.TurnStarted | m.Queued),
+            202: Reply("the turn started, or the message queued", a.TurnStarted | a.Queued),
             404: _NOT_FOUND,
             409: _error(
                 "a turn is running on the session (turn_id says which), or none runs but a "
@@ -132,7 +133,7 @@ OPERATIONS: tuple[Op, ...] = (
         f"{_SID}/interrupt",
         "Interrupt the running turn (its work is kept)",
         {
-            202: Reply("the turn", m.TurnStarted),
+            202: Reply("the turn", a.TurnStarted),
             404: _NOT_FOUND,
             409: _error("no turn is running"),
         },
@@ -145,7 +146,7 @@ OPERATIONS: tuple[Op, ...] = (
         "A new session whose history is this one's up to and including turn_id (default: "
         "every turn not running)",
         {
-            201: Reply("the new session", m.Forked),
+            201: Reply("the new session", a.Forked),
             404: _NO_TURN,
             409: _error("turn_id is still running"),
         },
@@ -159,7 +160,7 @@ OPERATIONS: tuple[Op, ...] = (
         {
             200: Reply(
                 "what was rewound and restored (with dry_run: what would be, the diff)",
-                m.Rewound,
+                a.Rewound,
             ),
             404: _NO_TURN,
             409: _error(
@@ -176,7 +177,7 @@ OPERATIONS: tuple[Op, ...] = (
         f"{_SID}/queue/{{message_id}}",
         "Cancel a queued message (the journal keeps it, marked cancelled)",
         {
-            200: Reply("cancelled", m.Cancelled),
+            200: Reply("cancelled", a.Cancelled),
             404: _error("no such session, or the message is not queued"),
         },
     ),
@@ -185,14 +186,14 @@ OPERATIONS: tuple[Op, ...] = (
         f"{_SID}/permissions",
         "The session's permission mode, the allow and deny rules that apply and its "
         '"always" grants (kept in the journal)',
-        {200: Reply("the grants", m.Permissions), 404: _NOT_FOUND},
+        {200: Reply("the grants", a.Permissions), 404: _NOT_FOUND},
     ),
     Op(
         "DELETE",
         f"{_SID}/permissions",
         "Withdraw the session's grants (all, or the one ?rule= names)",
         {
-            200: Reply("the rules withdrawn", m.Revoked),
+            200: Reply("the rules withdrawn", a.Revoked),
             400: _error("an empty rule"),
             404: _NOT_FOUND,
         },
@@ -203,7 +204,7 @@ OPERATIONS: tuple[Op, ...] = (
         f"{_SID}/permissions/{{request_id}}",
         "Answer a permission request",
         {
-            200: Reply("answered", m.Answered),
+            200: Reply("answered", a.Answered),
             404: _error("no such session or request waiting"),
         },
         body=m.Decide,
@@ -218,7 +219,7 @@ OPERATIONS: tuple[Op, ...] = (
                 "reset a Snapshot (see the drover.server docstring)",
                 str,
                 media="text/event-stream",
-                extra={"x-event-data": m.StreamEvent},
+                extra={"x-event-data": a.StreamEvent},
             ),
             400: _error("bad Last-Event-ID or after"),
             404: _NOT_FOUND,

@@ -47,10 +47,9 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from drover.server.doors import TERMINAL, orphan_end
-from drover.server.wire import Answer, Omittable, OpenAnswer
 
 #: ``sequence_number`` = drover event number × this + position among that event's events.
 SEQ_STRIDE = 1_000_000
@@ -399,59 +398,3 @@ class ResponseStream:
 
 
 _USAGE_KEYS = ("input", "output", "cached", "written")
-
-
-# -- the answers' models (the schema's; :class:`ResponseStream` builds them) ----------------------
-
-
-class IncompleteDetails(Answer):
-    reason: Literal["max_output_tokens", "content_filter"]
-
-
-class Response(OpenAnswer):
-    """An OpenAI Responses API Response object: id resp_TURN, conversation.id the session,
-    output items message and mcp_call (a tool call drover ran); drover_reason why it did not
-    complete"""
-
-    id: str
-    object: Literal["response"]
-    created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "cancelled", "failed"]
-    model: str
-    output: list[dict[str, Any]]
-    background: Omittable[bool] = None
-    conversation: Omittable[dict[str, Any]] = None
-    previous_response_id: str | None = None
-    error: dict[str, Any] | None = None
-    incomplete_details: IncompleteDetails | None = None
-    drover_reason: str | None = None
-    usage: dict[str, Any] | None = None
-
-
-class InputText(Answer):
-    type: Literal["input_text"]
-    text: str
-
-
-class InputItem(Answer):
-    id: str
-    type: Literal["message"]
-    role: Literal["user"]
-    status: Literal["completed"]
-    content: list[InputText]
-
-
-class InputItems(OpenAnswer):
-    """A page of a response's input items (its user message)"""
-
-    object: Literal["list"]
-    data: list[InputItem]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
-
-
-class ResponseDeleted(Answer):
-    id: str
-    object: Literal["response"]
-    deleted: Literal[True]

@@ -94,7 +94,7 @@ def _number(value: Any) -> Any:
 class _Strict(BaseModel):
     """An object of fixed fields whose refusal is its field's (:class:`Says`, :class:`NoOp`)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
 
 
 class TextFormat(_Strict):
