@@ -5,7 +5,8 @@ A page asks for a generated part with a marker line, replaced before the page is
 ==============================  ==================================================================
 ``<!-- drover:cli -->``         every parser of the command line (``drover.cli.main``): usage,
                                 arguments, options, choices and defaults, as ``--help`` has them
-``<!-- drover:http -->``        every route of the OpenAPI schema (``drover.server.openapi``)
+``<!-- drover:http -->``        every route of the OpenAPI schema (``drover.server.openapi``,
+                                built from the routes' models)
 ``<!-- drover:http-contract -->``  the HTTP contract, from the server package's docstring
 ``<!-- drover:event-stream -->``  the event stream and its replay, from the same docstring
 ``<!-- drover:library -->``     a mkdocstrings block for each name ``drover.__all__`` exports,
@@ -131,6 +132,8 @@ def _shape(schema: dict[str, Any]) -> str:
         return f"[{name}](#schema-{name.lower()})"
     if "enum" in schema:
         return " \\| ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
     kind = schema.get("type")
     if kind == "object" and "properties" in schema:
         required = set(schema.get("required", []))
@@ -166,6 +169,8 @@ def _http() -> str:
                 out += ["| parameter | in | type | meaning |", "| --- | --- | --- | --- |"]
                 for p in params:
                     need = " (required)" if p.get("required") else ""
+                    if "default" in p.get("schema", {}):
+                        need += f" (default: `{json.dumps(p['schema']['default'])}`)"
                     text = (p.get("description") or "").replace("\n", " ")
                     row = f"| `{p['name']}` | {p['in']} | {_shape(p.get('schema', {}))} "
                     out.append(row + f"| {text}{need} |")

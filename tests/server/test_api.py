@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx2
 from support.sse import sse_lines
 
+from drover.core.messages import NOT_BLANK
 from drover.server import openapi
-from drover.server.openapi_parts import NOT_BLANK
 from drover.testing.server import FakeLLMServer
 
 from .support import BOUND, DROVER, TERMINAL, Served, clean_env, new_session, parse_sse, read_events

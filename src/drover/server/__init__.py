@@ -11,12 +11,15 @@ Modules: :mod:`.app` (the ASGI app, auth, limits), :mod:`.guard` (what a web pag
 ask), :mod:`.routes` (handlers),
 :mod:`.service` (turns, permissions, shutdown), :mod:`.hub` (live fan-out per session),
 :mod:`.replay` (log rows to wire events, reset detection), :mod:`.follow` (reading a session's
-events without a gap), :mod:`.sse` (the stream), :mod:`.openapi` (the schema at
-``/openapi.json``), :mod:`.snapshot` (the transcript); the front doors of other protocols, over
-the same events: :mod:`.doors` (what they share), :mod:`.ai_sdk` and :mod:`.ai_sdk_routes` (the AI
-SDK's UI message stream), :mod:`.responses_api`, :mod:`.responses_input` and
-:mod:`.responses_routes` (OpenAI-style responses, through which agent frameworks take drover as
-their model), :mod:`.openapi_doors` (their schema). With several processes on one
+events without a gap), :mod:`.sse` (the stream), :mod:`.snapshot` (the transcript); what the
+routes take and answer as pydantic models — :mod:`.wire` (their base: strict JSON, a refusal in
+one sentence), :mod:`.api_models`, :mod:`.chat_request`, :mod:`.responses_request` — read by
+:mod:`.bodies`, and the schema at ``/openapi.json`` built from them by :mod:`.openapi` along the
+route table of :mod:`.operations`; the front doors of other protocols, over the same events:
+:mod:`.doors` (what they share), :mod:`.ai_sdk` and :mod:`.ai_sdk_routes` (the AI SDK's UI
+message stream), :mod:`.responses_api`, :mod:`.responses_input` and :mod:`.responses_routes`
+(OpenAI-style responses, through which agent frameworks take drover as their model). With
+several processes on one
 PostgreSQL journal, what a process adds is the :mod:`drover.cluster` package's (other processes'
 live events, interrupts and permission answers carried to the process running the turn, turns of
 dead processes ended and resumed by a live one).
@@ -324,7 +327,7 @@ of the chat runs, when the chat does not exist, or is another token's. After a c
 resumed stream is the journal's answer: the text of the cut-off call as far as it was kept,
 its interrupted tool call as ``tool-output-error``, then the continuation's steps.
 
-*OpenAI Responses* (:mod:`.responses_api` gives the item shapes, :mod:`.responses_input` what
+*OpenAI Responses* (:mod:`.responses_api` gives the item shapes, :mod:`.responses_request` what
 a request may hold). A response id is ``resp_`` and its first turn's id, ``conversation.id``
 the session id. A new response runs on a new session, on ``conversation`` (a session id, or
 ``{"id"}``), after ``previous_response_id`` (which must be its conversation's latest response:

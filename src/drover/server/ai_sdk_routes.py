@@ -24,19 +24,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from drover.core.messages import blank
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.protocol import Store
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.server.ai_sdk import Chunk, UiMessageStream
 from drover.server.auth import principal
-from drover.server.bodies import MAX_CONTENT, json_body
+from drover.server.bodies import json_body
+from drover.server.chat_request import AnswerMessage, ChatRequest, UserMessage
 from drover.server.doors import (
     DONE,
     DOOR_ID,
@@ -46,7 +45,6 @@ from drover.server.doors import (
     Idle,
     follow_response,
     group_of,
-    invalid,
     log_position,
     replay_response,
     responses,
@@ -65,50 +63,6 @@ HEADERS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Message:
-    id: str
-    role: str
-    parts: list[dict[str, Any]]
-
-
-def _messages(raw: Any) -> list[_Message]:
-    if not isinstance(raw, list) or not raw:
-        raise invalid("messages must be a non-empty list of UI messages")
-    out = []
-    for n, item in enumerate(raw, 1):
-        if not isinstance(item, dict):
-            raise invalid(f"message {n} is not an object")
-        role, parts, ident = item.get("role"), item.get("parts"), item.get("id")
-        if role not in ("user", "assistant", "system"):
-            raise invalid(f"message {n}: role must be user or assistant")
-        if role == "system":
-            raise invalid(f"message {n}: system messages are not taken (the agent has its own)")
-        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
-            raise invalid(f"message {n}: parts must be a list of objects")
-        if not isinstance(ident, str):
-            raise invalid(f"message {n}: id must be a string")
-        out.append(_Message(ident, role, parts))
-    return out
-
-
-def _text(message: _Message, n: int) -> str:
-    """The text of a user message (its text parts, one per line)."""
-    texts = []
-    for part in message.parts:
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif not (isinstance(kind, str) and kind.startswith("data-")):
-            raise invalid(f"message {n}: only text parts are taken, not {str(kind)[:40]!r}")
-    text = "\n".join(texts)
-    if blank(text):
-        raise invalid(f"message {n}: the user message has no text")
-    if len(text) > MAX_CONTENT:
-        raise ApiError(413, "body_too_large", f"message {n} is over {MAX_CONTENT} characters")
-    return text
-
-
 def _stored(turns: list[TurnRecord]) -> list[tuple[str, str]]:
     """The session as the chat's messages: ``("user", text)`` and ``("assistant", id)``."""
     out: list[tuple[str, str]] = []
@@ -120,15 +74,17 @@ def _stored(turns: list[TurnRecord]) -> list[tuple[str, str]]:
     return out
 
 
-def _check_history(posted: list[_Message], stored: list[tuple[str, str]]) -> None:
+def _check_history(
+    posted: list[UserMessage | AnswerMessage], stored: list[tuple[str, str]]
+) -> None:
     """Raise a 409 unless ``posted`` (the messages before the new one) agree with the
     session: its user messages in order, assistant messages only where they answer."""
     at = 0
     for n, message in enumerate(posted, 1):
-        if message.role == "user":
+        if isinstance(message, UserMessage):
             while at < len(stored) and stored[at][0] == "assistant":
                 at += 1
-            if at >= len(stored) or stored[at] != ("user", _text(message, n)):
+            if at >= len(stored) or stored[at] != ("user", message.text):
                 raise ApiError(
                     409,
                     "history_mismatch",
@@ -159,7 +115,7 @@ def _check_history(posted: list[_Message], stored: list[tuple[str, str]]) -> Non
         )
 
 
-def _approvals(message: _Message) -> dict[str, bool]:
+def _approvals(message: AnswerMessage) -> dict[str, bool]:
     """``{approval id: approved}`` of the assistant message's answered approvals."""
     out: dict[str, bool] = {}
     for part in message.parts:
@@ -242,25 +198,17 @@ async def _owned(service: Service, chat_id: str, owner: str | None) -> SessionRe
 
 async def post_chat(request: Request) -> Response:
     owner = principal(request)
-    data = await json_body(request, {"id": str, "messages": list, "trigger": str, "messageId": str})
-    chat_id = data.get("id")
-    if not isinstance(chat_id, str) or not DOOR_ID.fullmatch(chat_id):
-        raise invalid("id must be 1-128 letters, digits, - and _ (the chat's session id)")
-    trigger = data.get("trigger", "submit-message")
-    if trigger == "regenerate-message":
-        raise invalid("regenerate-message is not supported: drover keeps every turn")
-    if trigger != "submit-message":
-        raise invalid("trigger must be submit-message")
-    messages = _messages(data.get("messages"))
+    body = await json_body(request, ChatRequest)
+    chat_id, messages = body.id, body.messages
     service = service_of(request)
     heartbeat = request.app.state.settings.heartbeat
     record = await _owned(service, chat_id, owner)
     last = messages[-1]
-    if last.role == "assistant":
+    if isinstance(last, AnswerMessage):
         if record is None:
             raise ApiError(404, "not_found", f"no chat {chat_id}")
-        return await _answer_approvals(service, record, messages, heartbeat)
-    content = _text(last, len(messages))
+        return await _answer_approvals(service, record, messages, last, heartbeat)
+    content = last.text
     if record is None:
         if len(messages) > 1:
             raise ApiError(409, "history_mismatch", "a new chat cannot start with earlier messages")
@@ -285,9 +233,12 @@ async def post_chat(request: Request) -> Response:
 
 
 async def _answer_approvals(
-    service: Service, record: SessionRecord, messages: list[_Message], heartbeat: float
+    service: Service,
+    record: SessionRecord,
+    messages: list[UserMessage | AnswerMessage],
+    last: AnswerMessage,
+    heartbeat: float,
 ) -> Response:
-    last = messages[-1]
     answers = _approvals(last)
     if not answers:
         raise ApiError(

@@ -1,30 +1,33 @@
-"""Request bodies: read with a size limit before they are parsed, as JSON objects of known
-fields only (a typo is an error, not a silent default), and the limits of what they hold.
-Every route that takes a body reads it here, before it acts."""
+"""Request bodies and query strings: a body read with a size limit before it is parsed, as a
+JSON object its route's model validates (:mod:`.wire`: known fields only — a typo is an error,
+not a silent default — of the types the schema says); a query string validated alike. Every
+route that takes a body reads it here, before it acts."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from starlette.requests import Request
 
 from drover.core.messages import mend_json
+from drover.server.api_models import Empty
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
+from drover.server.wire import Wire, api_error
 
-#: Most characters one message may hold.
-MAX_CONTENT = 200_000
-
+_M = TypeVar("_M", bound=Wire)
 
 #: A ``\\u`` escape of a UTF-16 surrogate in JSON text (the body's bytes).
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]:
-    """The JSON object of the body, with only ``fields`` (checked for type); an empty body is
-    ``{}``. Every route that takes a body reads it here, before it acts.
+async def json_body(request: Request, model: type[_M]) -> _M:
+    """The JSON object of the body, as ``model`` takes it (422 saying what is wrong with it);
+    an empty body is ``{}``. Every route that takes a body reads it here, before it acts.
 
     The body must come as ``Content-Type: application/json``, even when it is empty: the
     requests a web page may send to another origin without asking it first (a form, a
@@ -65,13 +68,29 @@ async def json_body(request: Request, fields: dict[str, type]) -> dict[str, Any]
             )
     if not isinstance(data, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object")
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ApiError(422, "invalid_request", f"unknown field: {unknown[0]}")
-    for name, kind in fields.items():
-        if name in data and not isinstance(data[name], kind):
-            raise ApiError(422, "invalid_request", f"{name} must be a {kind.__name__}")
-    return data
+    return valid(model, data)
+
+
+def valid(model: type[_M], data: Mapping[str, Any], *, status: int = 422) -> _M:
+    """``data`` as ``model`` takes it; ``status`` the answer's when it does not (422 for a
+    body, 400 for a query string or headers)."""
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise api_error(exc, status=status) from None
+
+
+def query_of(request: Request, model: type[_M]) -> _M:
+    """The query string as ``model`` takes it (400 otherwise; names it does not have are
+    left alone)."""
+    return valid(model, request.query_params, status=400)
+
+
+def headers_of(request: Request, model: type[_M]) -> _M:
+    """The headers ``model`` names, as it takes them (400 otherwise)."""
+    names = {field.alias or name for name, field in model.model_fields.items()}
+    given = {name: request.headers[name] for name in names if name in request.headers}
+    return valid(model, given, status=400)
 
 
 async def empty_body(request: Request) -> None:
@@ -80,7 +99,7 @@ async def empty_body(request: Request) -> None:
     npm SDK's ``responses.cancel``). A web page can send such a request anywhere, but not
     with another origin's ``Origin`` or ``Sec-Fetch-Site`` left out: the guard refuses it."""
     if "content-type" in request.headers:
-        await json_body(request, {})
+        await json_body(request, Empty)
         return
     declared = request.headers.get("content-length", "0")
     if declared != "0" or "transfer-encoding" in request.headers:

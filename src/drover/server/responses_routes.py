@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import SessionRecord, TurnRecord
 from drover.server.auth import principal
-from drover.server.bodies import empty_body, json_body
+from drover.server.bodies import empty_body, json_body, query_of
 from drover.server.doors import (
     DONE,
     DOOR_ID,
@@ -49,7 +49,6 @@ from drover.server.doors import (
     Ended,
     Idle,
     follow_response,
-    invalid,
     log_position,
     replay_response,
     responses,
@@ -66,13 +65,13 @@ from drover.server.responses_api import (
     ResponseStream,
 )
 from drover.server.responses_input import (
-    FIELDS,
     Posted,
     check_history,
     mismatch,
     named_turn,
     read_request,
 )
+from drover.server.responses_request import ItemsQuery, ResponsesRequest, RetrieveQuery
 from drover.server.service import NoRunningTurnError, NotFoundError, Service
 
 #: What a non-streamed answer sends for each heartbeat until the response ends (JSON allows
@@ -195,20 +194,14 @@ def _streaming(body: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 async def _where(
-    service: Service, data: dict[str, Any], history: list[Posted], owner: str | None
+    service: Service, body: ResponsesRequest, history: list[Posted], owner: str | None
 ) -> SessionRecord:
     """The session a new response runs on."""
-    previous, conversation = data.get("previous_response_id"), data.get("conversation")
-    if previous is not None and conversation is not None:
-        raise invalid("give previous_response_id or conversation, not both")
+    previous, ident = body.previous_response_id, body.conversation_id
     if previous is not None:
         instead = "drover continues a conversation from its end"
         return (await _latest(service, previous, owner, instead=instead))[0]
-    if conversation is not None:
-        ident = conversation.get("id") if isinstance(conversation, dict) else conversation
-        extra = isinstance(conversation, dict) and set(conversation) != {"id"}
-        if extra or not isinstance(ident, str) or not DOOR_ID.fullmatch(ident):
-            raise invalid('conversation must be a session id (or {"id": ...})')
+    if ident is not None:
         try:
             return await service.session(ident, owner)
         except NotFoundError:
@@ -263,10 +256,10 @@ def _json(value: Any) -> bytes:
 
 async def create(request: Request) -> Response:
     owner = principal(request)
-    data = await json_body(request, FIELDS)
-    asked = read_request(data)
+    body = await json_body(request, ResponsesRequest)
+    asked = read_request(body)
     service = service_of(request)
-    record = await _where(service, data, asked.history, owner)
+    record = await _where(service, body, asked.history, owner)
     if asked.history:
         check_history(asked.history, await _groups(service, record.id))
     before = await log_position(service, record.id)
@@ -282,8 +275,8 @@ async def create(request: Request) -> Response:
     assert head is not None, "a started turn is recorded"
     heartbeat = request.app.state.settings.heartbeat
     if asked.stream:
-        body = _stream(service, record, head, before + 1, after=None, heartbeat=heartbeat)
-        return _streaming(body)
+        events = _stream(service, record, head, before + 1, after=None, heartbeat=heartbeat)
+        return _streaming(events)
     if asked.wait:
         ended = _until_ended(service, record, head, before + 1, heartbeat=heartbeat)
         return StreamingResponse(ended, media_type="application/json")
@@ -296,13 +289,6 @@ async def response(request: Request) -> Response:
     return await retrieve(request)
 
 
-def _flag(request: Request, name: str) -> bool:
-    value = request.query_params.get(name, "false").lower()
-    if value not in ("true", "false"):
-        raise ApiError(400, "invalid_request", f"{name} must be true or false")
-    return value == "true"
-
-
 async def retrieve(request: Request) -> Response:
     owner = principal(request)
     service = service_of(request)
@@ -311,14 +297,11 @@ async def retrieve(request: Request) -> Response:
     start = await start_seq(service.store, record.id, head.id)
     if start is None:
         raise ApiError(404, "not_found", "the response has no events")
-    if not _flag(request, "stream"):
+    asked = query_of(request, RetrieveQuery)
+    if asked.stream != "true":
         return JSONResponse(await _snapshot(service, record, head, start))
-    after = None
-    raw = request.query_params.get("starting_after")
-    if raw is not None:
-        if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
-            raise ApiError(400, "invalid_request", "starting_after must be a whole number ≥ 0")
-        after = int(raw)
+    after = asked.starting_after
+    if after is not None:
         seq = after // SEQ_STRIDE
         if seq >= start:
             rows = await service.store.events_after(record.id, max(seq - 1, 0), limit=4)
@@ -392,23 +375,17 @@ async def input_items(request: Request) -> Response:
                 "content": content,
             }
         )
-    query = request.query_params
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise ApiError(400, "invalid_request", "order must be asc or desc")
-    raw = query.get("limit", "20")
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 100:
-        raise ApiError(400, "invalid_request", "limit must be a whole number from 1 to 100")
-    if order == "desc":
+    page_asked = query_of(request, ItemsQuery)
+    if page_asked.order == "desc":
         items.reverse()
     at = 0
-    after = query.get("after")
+    after = page_asked.after
     if after is not None:
         ids = [item["id"] for item in items]
         if after not in ids:
             raise ApiError(404, "not_found", f"no input item {after[:160]} in this response")
         at = ids.index(after) + 1
-    page = items[at : at + int(raw)]
+    page = items[at : at + page_asked.limit]
     return JSONResponse(
         {
             "object": "list",

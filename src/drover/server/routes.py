@@ -8,20 +8,17 @@ refused, so a typo is an error instead of a silent default.
 from __future__ import annotations
 
 import re
-from typing import Any, get_args
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
 from drover.agent.rewind import RewindConflict, RewindPlan, RewindResult
-from drover.core.events import Decision
-from drover.core.messages import blank
 from drover.errors import DroverError, SessionBusyError
 from drover.journal.records import QueuedMessage, TurnRecord
-from drover.journal.rules import user_title
-from drover.runtime.queue import IfBusy
+from drover.server import api_models as m
 from drover.server.auth import principal
-from drover.server.bodies import MAX_CONTENT, empty_body, json_body
+from drover.server.bodies import empty_body, headers_of, json_body, query_of
 from drover.server.config import ServerSettings
 from drover.server.errors import ApiError
 from drover.server.service import NoRunningTurnError, NotFoundError, Service, WebhookRefused
@@ -29,9 +26,6 @@ from drover.server.snapshot import session_summary
 from drover.server.sse import event_stream
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_DECISIONS: tuple[str, ...] = get_args(Decision)
-_IF_BUSY: tuple[str, ...] = get_args(IfBusy)
-MAX_LIST = 200
 
 
 def _service(request: Request) -> Service:
@@ -55,12 +49,6 @@ async def _session(request: Request) -> Any:
         raise ApiError(404, "not_found", f"no session {session_id}") from None
 
 
-def _nonnegative(text: str, what: str) -> int:
-    if not text.isascii() or not text.isdigit() or len(text) > 18:
-        raise ApiError(400, "invalid_request", f"{what} must be a whole number ≥ 0")
-    return int(text)
-
-
 # -- handlers ------------------------------------------------------------------------------------
 
 
@@ -79,18 +67,14 @@ async def sessions(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     owner = principal(request)
-    await json_body(request, {})
+    await json_body(request, m.Empty)
     record = await _service(request).create_session(owner)
     return JSONResponse({"id": record.id}, status_code=201)
 
 
 async def list_sessions(request: Request) -> Response:
     owner = principal(request)
-    limit = MAX_LIST
-    if "limit" in request.query_params:
-        limit = _nonnegative(request.query_params["limit"], "limit")
-        if not 1 <= limit <= MAX_LIST:
-            raise ApiError(400, "invalid_request", f"limit must be between 1 and {MAX_LIST}")
+    limit = query_of(request, m.ListQuery).limit
     service = _service(request)
     records = await service.list_sessions(owner, limit)
     running = await service.running_turn_ids([r.id for r in records])
@@ -110,13 +94,7 @@ async def session(request: Request) -> Response:
 
 async def rename_session(request: Request) -> Response:
     record = await _session(request)
-    data = await json_body(request, {"title": str})
-    if "title" not in data:
-        raise ApiError(422, "invalid_request", "title is required")
-    try:
-        title = user_title(data["title"])
-    except ValueError as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+    title = (await json_body(request, m.Rename)).title
     service = _service(request)
     renamed = await service.rename(record, title)
     return JSONResponse(session_summary(renamed, await service.any_running_turn_id(record.id)))
@@ -133,19 +111,10 @@ async def delete_session(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     record = await _session(request)
-    data = await json_body(request, {"content": str, "webhook": str, "if_busy": str})
-    content = data.get("content")
-    # Blank as the schema's \S pattern sees it (not str.strip's, which takes more for space).
-    if not isinstance(content, str) or blank(content):
-        raise ApiError(422, "invalid_request", "content must be a non-empty string")
-    if len(content) > MAX_CONTENT:
-        raise ApiError(413, "body_too_large", f"content is over {MAX_CONTENT} characters")
-    if_busy = data.get("if_busy", "reject")
-    if if_busy not in _IF_BUSY:
-        raise ApiError(422, "invalid_request", f"if_busy must be one of {', '.join(_IF_BUSY)}")
+    body = await json_body(request, m.PostMessage)
     try:
         sent = await _service(request).post_message(
-            record, content, request.headers, webhook=data.get("webhook"), if_busy=if_busy
+            record, body.content, request.headers, webhook=body.webhook, if_busy=body.if_busy
         )
     except WebhookRefused as exc:
         raise ApiError(422, "webhook_refused", str(exc)) from None
@@ -194,9 +163,7 @@ async def permissions(request: Request) -> Response:
     record = await _session(request)
     service = _service(request)
     if request.method == "DELETE":
-        rule = request.query_params.get("rule")
-        if rule is not None and not rule.strip():
-            raise ApiError(400, "invalid_request", "rule must not be empty")
+        rule = query_of(request, m.RevokeQuery).rule
         return JSONResponse({"revoked": await service.revoke(record, rule)})
     grants = [{"rule": g.rule, "created_at": g.created_at} for g in await service.grants(record)]
     agent = service.agent
@@ -211,10 +178,7 @@ async def permissions(request: Request) -> Response:
 async def decide(request: Request) -> Response:
     record = await _session(request)
     request_id = request.path_params["request_id"]
-    data = await json_body(request, {"decision": str})
-    decision = data.get("decision")
-    if decision not in _DECISIONS:
-        raise ApiError(422, "invalid_request", f"decision must be one of {', '.join(_DECISIONS)}")
+    decision = (await json_body(request, m.Decide)).decision
     if not _ID.fullmatch(request_id) or not await _service(request).decide_anywhere(
         record.id, request_id, decision
     ):
@@ -224,12 +188,8 @@ async def decide(request: Request) -> Response:
 
 async def events(request: Request) -> Response:
     record = await _session(request)
-    after = 0
-    header = request.headers.get("last-event-id")
-    if header is not None and header.strip():
-        after = _nonnegative(header.strip(), "Last-Event-ID")
-    elif "after" in request.query_params:
-        after = _nonnegative(request.query_params["after"], "after")
+    header = headers_of(request, m.EventsHeaders).last_event_id
+    after = int(header) if header else query_of(request, m.EventsQuery).after
     body = event_stream(_service(request), record, after, heartbeat=_settings(request).heartbeat)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
@@ -253,8 +213,7 @@ async def metrics(request: Request) -> Response:
 async def fork(request: Request) -> Response:
     """A new session with the history up to and including ``turn_id`` (default: all)."""
     record = await _session(request)
-    data = await json_body(request, {"turn_id": str})
-    turn_id = data.get("turn_id")
+    turn_id = (await json_body(request, m.Fork)).turn_id
     if turn_id is not None:
         await _turn_of(request, record.id, turn_id)
     try:
@@ -271,20 +230,13 @@ async def fork(request: Request) -> Response:
 async def rewind(request: Request) -> Response:
     """Undo ``turn_id`` and the turns after it (with ``files``, what they wrote to files)."""
     record = await _session(request)
-    fields = {"turn_id": str, "files": bool, "force": bool, "dry_run": bool}
-    data = await json_body(request, fields)
-    if "turn_id" not in data:
-        raise ApiError(422, "invalid_request", "turn_id is required")
-    turn = await _turn_of(request, record.id, data["turn_id"])
+    body = await json_body(request, m.Rewind)
+    turn = await _turn_of(request, record.id, body.turn_id)
     if turn.rewound:
         raise ApiError(409, "already_rewound", f"turn {turn.id} was rewound already")
     try:
         done = await _service(request).rewind(
-            record,
-            turn.id,
-            files=data.get("files", True),
-            force=data.get("force", False),
-            dry_run=data.get("dry_run", False),
+            record, turn.id, files=body.files, force=body.force, dry_run=body.dry_run
         )
     except SessionBusyError as exc:
         raise _busy(exc, "interrupt it first") from None

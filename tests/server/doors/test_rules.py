@@ -17,8 +17,7 @@ import httpx2
 import pytest
 from support.mcp_servers import require_node
 
-from drover.core.messages import blank
-from drover.server.openapi_parts import NOT_BLANK
+from drover.core.messages import NOT_BLANK, blank
 from drover.testing.server import FakeLLMServer
 
 from ..support import Served
