@@ -37,7 +37,7 @@ from common import (
 #: Run in a child: the CPU time of importing the routes once what they share is imported, ms.
 _IMPORT = r"""
 import time
-import drover.agent, drover.server.service, drover.server.doors, drover.server.follow
+import drover.agent.agent, drover.server.service, drover.server.doors, drover.server.follow
 import drover.server.replay, drover.server.config, drover.server.snapshot
 import starlette.applications, starlette.routing, starlette.staticfiles, starlette.middleware.cors
 start = time.process_time()
